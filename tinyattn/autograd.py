@@ -1,0 +1,341 @@
+"""Autograd layer: the Function base class, grad mode, and the backward engine.
+
+Imports only `backend` (and nothing array-specific: the engine moves Tensors, not arrays). The graph
+is made of Tensors: a Tensor produced by an op holds that op's Function in ``_ctx``, and the Function
+holds its input Tensors. Nothing points back from a Function to its output, so a graph has no
+reference cycles and is freed as soon as the last Tensor of it goes out of scope.
+
+The engine walks that graph iteratively (no recursion limit) in reverse topological order, runs each
+Function's backward rule once with the summed gradient of its output, and accumulates into leaves.
+Backward rules are written with Tensor operations: under ``create_graph=True`` they record a graph of
+their own (higher-order gradients); otherwise they run with grad mode off and record nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+# The single piece of global state: whether ops record a graph.
+_grad_enabled = True
+
+
+def is_grad_enabled() -> bool:
+    return _grad_enabled
+
+
+@contextlib.contextmanager
+def set_grad_enabled(mode: bool) -> Iterator[None]:
+    """Context manager that turns graph recording on or off, restoring the old mode on exit."""
+    global _grad_enabled
+    previous, _grad_enabled = _grad_enabled, bool(mode)
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+class no_grad(contextlib.ContextDecorator):  # noqa: N801  (named like the PyTorch context manager)
+    """``with ta.no_grad():`` (or ``@ta.no_grad()``): ops inside record no graph."""
+
+    def __enter__(self) -> None:
+        global _grad_enabled
+        self._previous, _grad_enabled = _grad_enabled, False
+
+    def __exit__(self, *exc: object) -> None:
+        global _grad_enabled
+        _grad_enabled = self._previous
+
+
+class enable_grad(no_grad):  # noqa: N801
+    """Turn recording back on inside a ``no_grad`` block."""
+
+    def __enter__(self) -> None:
+        global _grad_enabled
+        self._previous, _grad_enabled = _grad_enabled, True
+
+
+# --------------------------------------------------------------------------------------- Function
+class Function:
+    """Base class of every differentiable operation, built-in or user-defined.
+
+    Subclasses implement ``forward(self, *arrays, **kwargs) -> array`` on raw arrays and
+    ``backward(self, grad) -> Tensor | tuple`` with Tensor operations (one gradient per input,
+    ``None`` for inputs that need none). Inside backward, ``self.inputs`` are the input Tensors,
+    ``self.output`` is the output Tensor, and ``self.saved_tensors`` what forward saved.
+    Apply with ``MyOp.apply(*tensors, **kwargs)``.
+    """
+
+    __slots__ = ("inputs", "output", "_saved", "_released", "__dict__")
+
+    def forward(self, *arrays: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement forward")
+
+    def backward(self, grad: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement backward")
+
+    @classmethod
+    def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
+        """Run forward on the inputs' arrays and, if grad mode is on, record the node."""
+        tensor_type = type(inputs[0])
+        fn = cls.__new__(cls)
+        fn.inputs = inputs
+        fn._saved = None
+        fn._released = False
+        data = fn.forward(*[t.data for t in inputs], **kwargs)
+        if _grad_enabled:
+            for t in inputs:
+                if t.requires_grad:
+                    return tensor_type._from_op(data, fn)
+        return tensor_type._from_op(data, None)
+
+    def save_for_backward(self, *values: Any) -> None:
+        """Keep values (Tensors, or arrays that become constant Tensors) for the backward rule."""
+        self._saved = values
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._released:
+            raise RuntimeError(_freed_message(self))
+        tensor_type = type(self.inputs[0])
+        return tuple(
+            v if isinstance(v, tensor_type) or v is None else tensor_type._from_op(v, None)
+            for v in (self._saved or ())
+        )
+
+    @property
+    def needs_input_grad(self) -> tuple[bool, ...]:
+        return tuple(t.requires_grad for t in self.inputs)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def release(self) -> None:
+        """Drop what backward needed; a second backward through this node then raises."""
+        self._saved = None
+        self.inputs = None
+        self._released = True
+
+
+def _freed_message(fn: Function) -> str:
+    return (
+        f"{fn.name}: trying to backward through the graph a second time (or to use its saved "
+        "values after they were freed). Pass retain_graph=True to the first backward() or grad() "
+        "call if you need to backward through the graph again."
+    )
+
+
+# ----------------------------------------------------------------------------------------- engine
+def _topological_order(roots: Sequence[Any]) -> list[Any]:
+    """Non-leaf tensors reachable from `roots`, each after all the tensors it was computed from."""
+    order: list[Any] = []
+    visited: set[int] = set()
+    stack = [(root, False) for root in roots if root._ctx is not None]
+    while stack:
+        tensor, expanded = stack.pop()
+        if expanded:
+            order.append(tensor)
+            continue
+        if id(tensor) in visited:
+            continue
+        visited.add(id(tensor))
+        fn = tensor._ctx
+        if fn._released:
+            raise RuntimeError(_freed_message(fn))
+        stack.append((tensor, True))
+        for parent in fn.inputs:
+            if parent._ctx is not None and parent.requires_grad and id(parent) not in visited:
+                stack.append((parent, False))
+    return order
+
+
+def _as_tuple(fn: Function, grads: Any) -> tuple:
+    if not isinstance(grads, tuple | list):
+        grads = (grads,)
+    if len(grads) != len(fn.inputs):
+        raise RuntimeError(
+            f"{fn.name}.backward returned {len(grads)} gradient(s) for {len(fn.inputs)} input(s)"
+        )
+    return tuple(grads)
+
+
+def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
+    """Wrap arrays, check the shape (a wrong broadcast sum is caught here), match the dtype."""
+    if not isinstance(grad, type(parent)):
+        grad = type(parent)._from_op(grad, None)
+    if grad.shape != parent.shape:
+        raise RuntimeError(
+            f"{fn.name}.backward returned a gradient of shape {grad.shape} for input {position} "
+            f"of shape {parent.shape}"
+        )
+    if grad.dtype != parent.dtype:
+        grad = grad.to(parent.dtype)
+    return grad
+
+
+def _run_hooks(tensor: Any, grad: Any) -> Any:
+    for hook in tensor._hooks or ():
+        result = hook(grad)
+        if result is not None:
+            grad = result
+    return grad
+
+
+def run_backward(
+    roots: Sequence[Any],
+    root_grads: Sequence[Any],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: Sequence[Any] | None = None,
+) -> dict[int, Any]:
+    """Propagate `root_grads` from `roots` back through the graph.
+
+    With ``capture=None`` leaf gradients accumulate into ``.grad``; otherwise the gradients of the
+    tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
+    """
+    order = _topological_order(roots)
+    pending: dict[int, Any] = {}  # id(non-leaf) -> summed gradient so far
+    leaves: dict[int, list] = {}  # id(leaf) -> [leaf, summed gradient]
+    wanted = None if capture is None else {id(t) for t in capture}
+    captured: dict[int, Any] = {}
+
+    def send(parent: Any, grad: Any) -> None:
+        slot = leaves if parent._ctx is None else None
+        if slot is not None:
+            entry = slot.get(id(parent))
+            if entry is None:
+                slot[id(parent)] = [parent, grad]
+            else:
+                entry[1] = entry[1] + grad
+        else:
+            previous = pending.get(id(parent))
+            pending[id(parent)] = grad if previous is None else previous + grad
+
+    for root, grad in zip(roots, root_grads):
+        send(root, grad)
+    with set_grad_enabled(create_graph):
+        for tensor in reversed(order):
+            grad = pending.pop(id(tensor), None)
+            if grad is None:
+                continue  # not on a path from the roots' gradients
+            if tensor._hooks:
+                grad = _run_hooks(tensor, grad)
+            if wanted is not None and id(tensor) in wanted:
+                captured[id(tensor)] = grad
+            fn = tensor._ctx
+            fn.output = tensor
+            try:
+                input_grads = _as_tuple(fn, fn.backward(grad))
+            finally:
+                fn.output = None
+            for position, (parent, parent_grad) in enumerate(zip(fn.inputs, input_grads)):
+                if parent_grad is not None and parent.requires_grad:
+                    send(parent, _checked(fn, position, parent, parent_grad))
+            if not retain_graph:
+                fn.release()
+        for leaf, grad in leaves.values():
+            if leaf._hooks:
+                grad = _run_hooks(leaf, grad)
+            if wanted is not None:
+                if id(leaf) in wanted:
+                    captured[id(leaf)] = grad
+            elif leaf.grad is None:
+                # Gradients may share arrays (Add passes one gradient to both inputs): tinyattn
+                # never updates a .grad array in place, so sharing is safe and saves a copy.
+                leaf.grad = grad
+            else:
+                leaf.grad = leaf.grad + grad
+    return captured
+
+
+def grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+) -> tuple:
+    """Gradients of `outputs` with respect to `inputs`, returned (not accumulated into ``.grad``).
+
+    ``dL/dinput = sum over outputs of grad_output * d output / d input``. With ``create_graph=True``
+    the returned gradients are themselves differentiable (Hessian-vector products, gradgradcheck).
+    """
+    outputs = _as_sequence(outputs)
+    inputs = _as_sequence(inputs)
+    grad_outputs = _as_sequence(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(
+            f"grad: got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs"
+        )
+    for position, tensor in enumerate(inputs):
+        if not tensor.requires_grad:
+            raise RuntimeError(f"grad: input {position} (shape {tensor.shape}) does not require grad")
+    seeds = [default_root_grad(out, g, "grad") for out, g in zip(outputs, grad_outputs)]
+    retain = create_graph if retain_graph is None else retain_graph
+    captured = run_backward(outputs, seeds, retain, create_graph, capture=inputs)
+    results = []
+    for position, tensor in enumerate(inputs):
+        found = captured.get(id(tensor))
+        if found is None and not allow_unused:
+            raise RuntimeError(
+                f"grad: input {position} (shape {tensor.shape}) was not used to compute the "
+                "outputs; pass allow_unused=True to get None for it"
+            )
+        results.append(found)
+    return tuple(results)
+
+
+def default_root_grad(output: Any, given: Any, caller: str) -> Any:
+    """The seed gradient of a root: ones for a one-element output, else it must be given."""
+    if not output.requires_grad:
+        raise RuntimeError(
+            f"{caller}: the tensor (shape {output.shape}) does not require grad and has no graph; "
+            "did you create it under no_grad, detach it, or forget requires_grad=True?"
+        )
+    if given is None:
+        if output.size != 1:
+            raise RuntimeError(
+                f"{caller}: the output has shape {output.shape}; backward without a gradient is "
+                "only defined for a single-element output. Reduce it (e.g. .sum()) or pass a "
+                "gradient of the same shape."
+            )
+        return output._ones_like_constant()
+    if not isinstance(given, type(output)):
+        given = type(output)._from_op(given, None)
+    if given.shape != output.shape:
+        raise RuntimeError(
+            f"{caller}: gradient of shape {given.shape} given for an output of shape {output.shape}"
+        )
+    return given
+
+
+def _as_sequence(value: Any) -> list:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``handle.remove()`` unregisters the hook."""
+
+    __slots__ = ("_hooks", "_hook")
+
+    def __init__(self, hooks: list, hook: Callable) -> None:
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            self._hooks.remove(self._hook)
+
+
+__all__ = [
+    "Function",
+    "RemovableHandle",
+    "enable_grad",
+    "grad",
+    "is_grad_enabled",
+    "no_grad",
+    "run_backward",
+    "set_grad_enabled",
+]

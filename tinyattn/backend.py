@@ -1,0 +1,266 @@
+"""Backend layer: which array library and which device.
+
+This is the ONLY module that imports NumPy as the host library, CuPy, or array_api_strict. Every other
+module works with the array API namespace returned by :func:`namespace` and never branches on the
+backend. What the array API standard lacks lives here: device parsing, host <-> device transfer, the
+host random generator, scatter-add, and the cached "is CuPy usable" probe.
+
+Devices: ``"cpu"`` (NumPy), ``"cuda"`` / ``"cuda:N"`` (CuPy), and the test-only ``"strict"`` /
+``"strict:deviceN"`` (array_api_strict on a non-default device: it refuses implicit conversion to
+NumPy and mixing devices, exactly as CuPy does).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+DEFAULT_FLOAT = np.float32
+# The host array type; Tensor uses it to skip device checks between two host arrays.
+HOST_ARRAY = np.ndarray
+
+# Dtype names accepted wherever a dtype is asked for; resolved per namespace by `dtype_of_name`.
+DTYPE_NAMES = ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool")
+
+_host_rng = np.random.default_rng(0)
+
+
+# ----------------------------------------------------------------------------------------- probe
+@functools.cache
+def cupy_status() -> tuple[Any, str]:
+    """Return ``(cupy_namespace | None, reason)``; never raises, cached for the process.
+
+    Importing CuPy is not enough (it imports without a driver), so the probe also counts devices
+    and runs one tiny compiled kernel with a reduction and a device-to-host copy.
+    """
+    try:
+        import cupy  # noqa: PLC0415  (lazy: CuPy is optional and slow to import)
+    except Exception as exc:  # ImportError, or a broken install
+        return None, f"CuPy is not importable ({type(exc).__name__}: {exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return None, f"CuPy {cupy.__version__} is installed but no CUDA device is usable ({exc})"
+    if count < 1:
+        return None, f"CuPy {cupy.__version__} is installed but sees no CUDA device"
+    try:
+        probe = cupy.arange(4, dtype=cupy.float32)
+        if float((probe * 2).sum()) != 12.0:
+            return None, "CuPy ran a test kernel but got a wrong result"
+    except Exception as exc:
+        return None, f"CuPy sees {count} device(s) but cannot run kernels ({type(exc).__name__}: {exc})"
+    import array_api_compat.cupy as cupy_namespace  # noqa: PLC0415
+
+    return cupy_namespace, f"CuPy {cupy.__version__} on {count} device(s)"
+
+
+@functools.cache
+def _strict():
+    try:
+        import array_api_strict  # noqa: PLC0415  (test-only backend)
+    except ImportError as exc:
+        raise RuntimeError(
+            "the 'strict' device needs the array-api-strict package (pip install tinyattn[test])"
+        ) from exc
+    return array_api_strict
+
+
+# ---------------------------------------------------------------------------------------- devices
+def resolve_device(spec: Any) -> tuple[Any, Any]:
+    """Parse a device spec into ``(namespace, native_device)``.
+
+    Raises a ValueError for an unknown spec and a RuntimeError saying why when CUDA is unusable.
+    """
+    if spec is None or spec == "cpu":
+        return np, "cpu"
+    if not isinstance(spec, str):
+        return namespace_of_device(spec)
+    name, _, index = spec.partition(":")
+    if name == "cuda":
+        xp, reason = cupy_status()
+        if xp is None:
+            raise RuntimeError(f"device {spec!r} is not available: {reason}")
+        import cupy  # noqa: PLC0415  (only reached when the probe succeeded)
+
+        ordinal = int(index or 0)
+        if ordinal >= cupy.cuda.runtime.getDeviceCount():
+            raise RuntimeError(f"device {spec!r} does not exist: CuPy sees fewer devices")
+        return xp, cupy.cuda.Device(ordinal)
+    if name == "strict":
+        strict = _strict()
+        return strict, strict.Device(index or "device1")
+    raise ValueError(f"unknown device {spec!r}: expected 'cpu', 'cuda', 'cuda:N' or 'strict'")
+
+
+def namespace_of_device(device: Any) -> tuple[Any, Any]:
+    """Inverse of `device_name` for native device objects (CuPy or strict devices)."""
+    if device == "cpu":
+        return np, "cpu"
+    if type(device).__module__.startswith("array_api_strict"):
+        return _strict(), device
+    return resolve_device(device_name(device))
+
+
+def device_name(device: Any) -> str:
+    """A short, printable name: ``'cpu'``, ``'cuda:0'``, ``'strict:device1'``."""
+    if device == "cpu":
+        return "cpu"
+    if type(device).__module__.startswith("array_api_strict"):
+        return "strict:" + str(device).split("'")[1]
+    return f"cuda:{device.id}"
+
+
+@functools.cache
+def _namespace_of_type(array_type: type) -> Any:
+    if array_type is np.ndarray:
+        # NumPy 2 implements the standard itself; its own module avoids a wrapper layer per call.
+        return np
+    if issubclass(array_type, np.generic):
+        return np
+    raise KeyError(array_type)
+
+
+def namespace(array: Any) -> Any:
+    """The array API namespace of an array (NumPy itself for NumPy arrays)."""
+    try:
+        return _namespace_of_type(type(array))
+    except KeyError:
+        return array_api_compat.array_namespace(array)
+
+
+def is_host_array(array: Any) -> bool:
+    return isinstance(array, np.ndarray | np.generic)
+
+
+# ------------------------------------------------------------------------------------- conversion
+def asarray(data: Any, dtype: Any = None, device: Any = None) -> Any:
+    """Build an array on `device` (a spec) from Python data, a NumPy array, or a backend array.
+
+    Python floats become float32 (the default float dtype), as in PyTorch; NumPy arrays keep
+    their dtype. Ragged or non-numeric data raise a TypeError or ValueError naming the problem.
+    """
+    xp, native = resolve_device(device)
+    if not is_host_array(data) and not isinstance(data, (int, float, bool, list, tuple)):
+        if hasattr(data, "shape") and hasattr(data, "dtype"):
+            data = to_numpy(data)  # an explicit transfer from another device or library
+        else:
+            raise TypeError(f"tensor: cannot build a tensor from {type(data).__name__}")
+    try:
+        host = np.asarray(data)
+    except ValueError as exc:
+        raise ValueError(f"tensor: data is ragged (nested sequences of unequal length): {exc}") from None
+    if host.dtype.kind not in "biuf":
+        raise TypeError(f"tensor: data must be numeric or bool, got NumPy dtype {host.dtype}")
+    if dtype is None and host.dtype == np.float64 and not is_host_array(data):
+        dtype = "float32"  # Python floats become the default float dtype
+    if isinstance(dtype, str):
+        dtype = dtype_of_name(xp, dtype)
+    if xp is np:
+        return host.astype(dtype, copy=True) if dtype is not None else host.copy()
+    if dtype is not None:
+        host = host.astype(dtype_name(dtype))
+    return xp.asarray(host, device=native)
+
+
+def to_numpy(array: Any) -> np.ndarray:
+    """The one device-to-host path: an explicit copy for CuPy and strict, a no-op for NumPy."""
+    if isinstance(array, np.ndarray):
+        return array
+    if isinstance(array, np.generic):
+        return np.asarray(array)
+    if array_api_compat.is_cupy_array(array):
+        return array.get()
+    strict = _strict()
+    return np.asarray(strict.asarray(array, device=strict.Device("CPU_DEVICE")))
+
+
+def to_device(array: Any, device: Any) -> Any:
+    """Move an array to another device (through the host when the libraries differ)."""
+    xp, native = resolve_device(device)
+    if namespace(array) is xp and device_of(array) == native:
+        return array
+    return xp.asarray(to_numpy(array), device=native) if xp is not np else to_numpy(array)
+
+
+def device_of(array: Any) -> Any:
+    return "cpu" if is_host_array(array) else array.device
+
+
+def dtype_of_name(xp: Any, name: str) -> Any:
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPE_NAMES)}")
+    return getattr(xp, name)
+
+
+def dtype_name(dtype: Any) -> str:
+    """'float32' for np.float32, np.dtype('float32'), array_api_strict.float32 and CuPy alike."""
+    if isinstance(dtype, str):
+        return dtype
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype).rsplit(".", 1)[-1]
+
+
+def is_floating(xp: Any, dtype: Any) -> bool:
+    return xp.isdtype(dtype, "real floating")
+
+
+# ------------------------------------------------------------------------------------------- RNG
+def manual_seed(seed: int) -> None:
+    """Seed the host generator that every random factory and init draws from."""
+    global _host_rng
+    _host_rng = np.random.default_rng(seed)
+
+
+def host_rng() -> np.random.Generator:
+    return _host_rng
+
+
+def random_array(kind: str, shape: tuple, dtype: Any, device: Any) -> Any:
+    """Draw on the host (so every device starts from the same numbers), then transfer."""
+    xp, native = resolve_device(device)
+    if isinstance(dtype, str):
+        dtype = dtype_of_name(np, dtype)
+    dtype = np.dtype(DEFAULT_FLOAT if dtype is None else dtype_name(dtype))
+    if kind == "normal":
+        host = _host_rng.standard_normal(shape)
+    elif kind == "uniform":
+        host = _host_rng.random(shape)
+    else:
+        raise ValueError(f"unknown random kind {kind!r}")
+    host = host.astype(dtype)
+    return host if xp is np else xp.asarray(host, device=native)
+
+
+def bernoulli_mask(shape: tuple, keep: float, like: Any) -> Any:
+    """A boolean keep-mask for dropout, drawn on the host and moved next to `like`."""
+    host = _host_rng.random(shape) < keep
+    xp = namespace(like)
+    return host if xp is np else xp.asarray(host, device=like.device)
+
+
+# ----------------------------------------------------------------------------------- scatter-add
+def scatter_add(target: Any, indices: Any, values: Any) -> Any:
+    """Return ``target`` with ``values[i]`` added to row ``indices[i]`` (repeats summed).
+
+    Shapes: target (N, *rest), indices (n,), values (n, *rest). NumPy and CuPy use ``add.at``
+    (CuPy's atomics); other namespaces get a one-hot matmul, O(n * N * rest) but portable.
+    """
+    xp = namespace(target)
+    if xp is np or array_api_compat.is_cupy_array(target):
+        out = target.copy()
+        xp.add.at(out, indices, values)
+        return out
+    rows = target.shape[0]
+    rest = values.shape[1:]
+    flat_values = xp.reshape(values, (values.shape[0], math.prod(rest)))
+    one_hot = xp.astype(
+        indices[:, None] == xp.arange(rows, device=target.device)[None, :], values.dtype
+    )
+    added = xp.reshape(xp.matrix_transpose(one_hot) @ flat_values, (rows, *rest))
+    return target + added

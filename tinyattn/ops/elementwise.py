@@ -1,0 +1,273 @@
+"""Elementwise primitives: arithmetic with NumPy broadcasting, unary functions, where, clip, cast.
+
+Forward runs on raw arrays through the array API; backward is written with Tensor operations so it
+can itself be differentiated. A broadcast input's gradient is summed back to its shape by
+``Tensor.sum_to`` (the SumTo op): the only place where broadcasting is undone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function
+from ..backend import namespace
+
+# ------------------------------------------------------------------------------------ arithmetic
+
+
+class Add(Function):
+    """y = a + b;  dL/da = g, dL/db = g (each summed back to its own shape)."""
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return a + b
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        return (
+            grad.sum_to(a.shape) if a.requires_grad else None,
+            grad.sum_to(b.shape) if b.requires_grad else None,
+        )
+
+
+class Sub(Function):
+    """y = a - b;  dL/da = g, dL/db = -g."""
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return a - b
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        return (
+            grad.sum_to(a.shape) if a.requires_grad else None,
+            (-grad).sum_to(b.shape) if b.requires_grad else None,
+        )
+
+
+class Mul(Function):
+    """y = a * b;  dL/da = g * b, dL/db = g * a."""
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return a * b
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        return (
+            (grad * b).sum_to(a.shape) if a.requires_grad else None,
+            (grad * a).sum_to(b.shape) if b.requires_grad else None,
+        )
+
+
+class Div(Function):
+    """y = a / b;  dL/da = g / b, dL/db = -g * a / b**2 = -g * y / b."""
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return a / b
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        grad_a = grad / b
+        return (
+            grad_a.sum_to(a.shape) if a.requires_grad else None,
+            (-grad_a * self.output).sum_to(b.shape) if b.requires_grad else None,
+        )
+
+
+class Pow(Function):
+    """y = a ** b;  dL/da = g * b * a**(b - 1), dL/db = g * y * log(a)."""
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return a**b
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        grad_a = grad_b = None
+        if a.requires_grad:
+            grad_a = (grad * b * a ** (b - 1.0)).sum_to(a.shape)
+        if b.requires_grad:
+            grad_b = (grad * self.output * a.log()).sum_to(b.shape)
+        return grad_a, grad_b
+
+
+class Neg(Function):
+    """y = -x;  dL/dx = -g."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return -x
+
+    def backward(self, grad: Any) -> Any:
+        return -grad
+
+
+class Maximum(Function):
+    """y = max(a, b) elementwise;  the gradient goes to the larger input, split evenly on ties."""
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return namespace(a).maximum(a, b)
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        xp = namespace(a.data)
+        # Weight 1 where a wins, 0 where b wins, 1/2 on a tie: subgradient that keeps symmetry.
+        a_wins = xp.astype(a.data > b.data, grad.dtype) + 0.5 * xp.astype(a.data == b.data, grad.dtype)
+        weight_a = grad.constant(a_wins)
+        return (
+            (grad * weight_a).sum_to(a.shape) if a.requires_grad else None,
+            (grad - grad * weight_a).sum_to(b.shape) if b.requires_grad else None,
+        )
+
+
+# ---------------------------------------------------------------------------------------- unary
+
+
+class Exp(Function):
+    """y = exp(x);  dL/dx = g * y."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).exp(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad * self.output
+
+
+class Log(Function):
+    """y = log(x);  dL/dx = g / x."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).log(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad / self.inputs[0]
+
+
+class Sqrt(Function):
+    """y = sqrt(x);  dL/dx = g / (2 y)."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).sqrt(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad / (self.output * 2.0)
+
+
+class Tanh(Function):
+    """y = tanh(x);  dL/dx = g * (1 - y**2)."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).tanh(x)
+
+    def backward(self, grad: Any) -> Any:
+        y = self.output
+        return grad * (1.0 - y * y)
+
+
+class Sigmoid(Function):
+    """y = 1 / (1 + exp(-x)), computed as (1 + tanh(x/2)) / 2, which never overflows;
+    dL/dx = g * y * (1 - y)."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return 0.5 * (namespace(x).tanh(0.5 * x) + 1.0)
+
+    def backward(self, grad: Any) -> Any:
+        y = self.output
+        return grad * y * (1.0 - y)
+
+
+class Relu(Function):
+    """y = max(x, 0);  dL/dx = g * [x > 0] (the subgradient at 0 is 0, as in PyTorch)."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).where(x > 0, x, 0.0)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0].data
+        return grad * grad.constant(namespace(x).astype(x > 0, grad.dtype))
+
+
+class Abs(Function):
+    """y = |x|;  dL/dx = g * sign(x) (0 at x = 0)."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).abs(x)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0].data
+        return grad * grad.constant(namespace(x).sign(x))
+
+
+class Clip(Function):
+    """y = min(max(x, low), high);  dL/dx = g where low <= x <= high, else 0."""
+
+    __slots__ = ("low", "high")
+
+    def forward(self, x: Any, low: float | None = None, high: float | None = None) -> Any:
+        self.low, self.high = low, high
+        return namespace(x).clip(x, low, high)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0].data
+        xp = namespace(x)
+        inside = xp.ones(x.shape, dtype=xp.bool, device=x.device)
+        if self.low is not None:
+            inside = inside & (x >= self.low)
+        if self.high is not None:
+            inside = inside & (x <= self.high)
+        return grad * grad.constant(xp.astype(inside, grad.dtype))
+
+
+class Where(Function):
+    """y = a where cond else b;  dL/da = g * cond, dL/db = g * (1 - cond); cond gets none."""
+
+    __slots__ = ()
+
+    def forward(self, cond: Any, a: Any, b: Any) -> Any:
+        return namespace(a).where(cond, a, b)
+
+    def backward(self, grad: Any) -> tuple:
+        cond, a, b = self.inputs
+        xp = namespace(cond.data)
+        chosen = grad * grad.constant(xp.astype(cond.data, grad.dtype))
+        return (
+            None,
+            chosen.sum_to(a.shape) if a.requires_grad else None,
+            (grad - chosen).sum_to(b.shape) if b.requires_grad else None,
+        )
+
+
+class Cast(Function):
+    """y = x converted to another float dtype;  dL/dx = g converted back."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any, dtype: Any = None) -> Any:
+        return namespace(x).astype(x, dtype)
+
+    def backward(self, grad: Any) -> Any:
+        return grad.to(self.inputs[0].dtype)

@@ -1,0 +1,135 @@
+"""Reductions (sum, mean, max, min) and the two broadcasting ops (broadcast_to, sum_to).
+
+Every reduction takes ``axis`` (None, an int or a tuple of ints) and ``keepdims``. Backward first
+puts the reduced axes back as size-1 axes (a reshape), then broadcasts: so the gradient rules of
+all reductions share one helper, `_unreduce`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..autograd import Function
+from ..backend import namespace
+
+
+def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
+    """Turn ``axis`` into a sorted tuple of non-negative ints, or raise naming the op."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    result = []
+    for a in axes:
+        if not isinstance(a, int) or isinstance(a, bool):
+            raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
+        if not -ndim <= a < max(ndim, 1):
+            raise ValueError(f"{op}: axis {a} is out of range for a tensor with {ndim} dimension(s)")
+        result.append(a % ndim if ndim else 0)
+    if len(set(result)) != len(result):
+        raise ValueError(f"{op}: repeated axis in {axis!r}")
+    return tuple(sorted(result))
+
+
+def kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a reduction over `axes` has with keepdims=True."""
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _unreduce(grad: Any, input_shape: tuple, axes: tuple) -> Any:
+    """Spread the gradient of a reduced output back over the input's shape."""
+    return grad.reshape(kept_shape(input_shape, axes)).broadcast_to(input_shape)
+
+
+class Sum(Function):
+    """y = sum of x over axes;  dL/dx = g broadcast back over the summed axes."""
+
+    __slots__ = ("axes",)
+
+    def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        self.axes = normalize_axes("sum", axis, x.ndim)
+        xp = namespace(x)
+        # asarray: NumPy returns a NumPy scalar, not a 0-d array, from a full reduction.
+        return xp.asarray(xp.sum(x, axis=self.axes, keepdims=keepdims))
+
+    def backward(self, grad: Any) -> Any:
+        return _unreduce(grad, self.inputs[0].shape, self.axes)
+
+
+class Mean(Function):
+    """y = mean of x over axes (N elements each);  dL/dx = g / N broadcast back."""
+
+    __slots__ = ("axes",)
+
+    def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        self.axes = normalize_axes("mean", axis, x.ndim)
+        xp = namespace(x)
+        return xp.asarray(xp.mean(x, axis=self.axes, keepdims=keepdims))
+
+    def backward(self, grad: Any) -> Any:
+        shape = self.inputs[0].shape
+        count = math.prod(shape[a] for a in self.axes)
+        return _unreduce(grad, shape, self.axes) * (1.0 / count)
+
+
+class Max(Function):
+    """y = max of x over axes;  dL/dx = g at the maxima, split evenly between tied maxima.
+
+    Splitting ties (rather than picking one winner) keeps the gradient symmetric and equal to the
+    average of the one-sided derivatives, which is what finite differences see at a tie.
+    """
+
+    __slots__ = ("axes",)
+    reduce_name = "max"
+
+    def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        self.axes = normalize_axes(self.reduce_name, axis, x.ndim)
+        if x.size == 0:
+            raise ValueError(f"{self.reduce_name}: cannot reduce an empty tensor of shape {x.shape}")
+        xp = namespace(x)
+        return xp.asarray(getattr(xp, self.reduce_name)(x, axis=self.axes, keepdims=keepdims))
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0].data
+        xp = namespace(x)
+        extreme = xp.reshape(self.output.data, kept_shape(x.shape, self.axes))
+        hits = xp.astype(x == extreme, grad.dtype)
+        share = hits / xp.sum(hits, axis=self.axes, keepdims=True)
+        return _unreduce(grad, x.shape, self.axes) * grad.constant(share)
+
+
+class Min(Max):
+    """y = min of x over axes;  dL/dx = g at the minima, split evenly between tied minima."""
+
+    __slots__ = ()
+    reduce_name = "min"
+
+
+class BroadcastTo(Function):
+    """y = x broadcast to `shape` (NumPy rules);  dL/dx = g summed back to x's shape."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any, shape: tuple = ()) -> Any:
+        return namespace(x).broadcast_to(x, shape)
+
+    def backward(self, grad: Any) -> Any:
+        return grad.sum_to(self.inputs[0].shape)
+
+
+class SumTo(Function):
+    """y = x summed down to `shape` (the inverse of broadcasting);  dL/dx = g broadcast back."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any, shape: tuple = ()) -> Any:
+        lead = x.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1
+        )
+        xp = namespace(x)
+        summed = xp.sum(x, axis=axes, keepdims=True) if axes else x
+        return xp.reshape(summed, shape)
+
+    def backward(self, grad: Any) -> Any:
+        return grad.broadcast_to(self.inputs[0].shape)

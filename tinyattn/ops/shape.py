@@ -1,0 +1,152 @@
+"""Movement primitives: reshape, permute, concat, and matrix multiplication.
+
+They move or combine values without changing them, so each backward is the inverse movement:
+reshape back, permute by the inverse permutation, slice the concatenation apart. MatMul lives
+here because its backward is two matmuls with a transposed operand.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..autograd import Function
+from ..backend import namespace, to_device
+
+
+class Reshape(Function):
+    """y = x viewed with a new shape (same number of elements);  dL/dx = g reshaped back."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any, shape: tuple = ()) -> Any:
+        return namespace(x).reshape(x, shape)
+
+    def backward(self, grad: Any) -> Any:
+        return grad.reshape(self.inputs[0].shape)
+
+
+class Permute(Function):
+    """y = x with axes reordered, y.shape[i] = x.shape[axes[i]];  dL/dx = g permuted by the inverse."""
+
+    __slots__ = ("axes",)
+
+    def forward(self, x: Any, axes: tuple = ()) -> Any:
+        self.axes = axes
+        return namespace(x).permute_dims(x, axes)
+
+    def backward(self, grad: Any) -> Any:
+        inverse = [0] * len(self.axes)
+        for position, axis in enumerate(self.axes):
+            inverse[axis] = position
+        return grad.permute(*inverse)
+
+
+class Concat(Function):
+    """y = the inputs joined along `axis`;  dL/dx_i = the slice of g that x_i filled."""
+
+    __slots__ = ("axis",)
+
+    def forward(self, *arrays: Any, axis: int = 0) -> Any:
+        self.axis = axis
+        return namespace(arrays[0]).concat(arrays, axis=axis)
+
+    def backward(self, grad: Any) -> tuple:
+        grads, start = [], 0
+        for tensor in self.inputs:
+            stop = start + tensor.shape[self.axis]
+            if tensor.requires_grad:
+                key = (slice(None),) * self.axis + (slice(start, stop), Ellipsis)
+                grads.append(grad[key])
+            else:
+                grads.append(None)
+            start = stop
+        return tuple(grads)
+
+
+def matmul_shape(a_shape: tuple, b_shape: tuple) -> tuple:
+    """The shape of ``a @ b`` (NumPy rules, 1-D operands included), or a ValueError naming both."""
+    if not a_shape or not b_shape:
+        raise ValueError(f"matmul: operands must have at least 1 dimension, got shapes {a_shape} and {b_shape}")
+    inner_a = a_shape[-1]
+    inner_b = b_shape[0] if len(b_shape) == 1 else b_shape[-2]
+    if inner_a != inner_b:
+        raise ValueError(
+            f"matmul: shapes {a_shape} and {b_shape} do not align ({inner_a} != {inner_b})"
+        )
+    batch = broadcast_shapes("matmul", a_shape[:-2], b_shape[:-2], (a_shape, b_shape))
+    rows = a_shape[-2:-1] if len(a_shape) > 1 else ()
+    cols = b_shape[-1:] if len(b_shape) > 1 else ()
+    return batch + rows + cols
+
+
+def broadcast_shapes(op: str, a: tuple, b: tuple, shown: tuple | None = None) -> tuple:
+    """NumPy broadcasting of two shapes, or a ValueError naming the op and both shapes."""
+    result = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        m = a[-i] if i <= len(a) else 1
+        n = b[-i] if i <= len(b) else 1
+        if m != n and m != 1 and n != 1:
+            left, right = shown or (a, b)
+            raise ValueError(f"{op}: shapes {left} and {right} cannot be broadcast together")
+        result.append(n if m == 1 else m)
+    return tuple(reversed(result))
+
+
+class MatMul(Function):
+    """y = a @ b (batched, broadcast batch dims, 1-D operands as in NumPy);
+    dL/da = g @ b^T, dL/db = a^T @ g (each summed over broadcast batch dims).
+
+    Shapes: a (..., n, k), b (..., k, m) -> y (..., n, m); a 1-D a is a row (1, k), a 1-D b a column.
+    """
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        matmul_shape(a.shape, b.shape)
+        xp = namespace(a)
+        return xp.asarray(xp.matmul(a, b))
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        # Promote 1-D operands to matrices so one pair of formulas covers every case.
+        a2 = a.reshape((1, a.shape[0])) if a.ndim == 1 else a
+        b2 = b.reshape((b.shape[0], 1)) if b.ndim == 1 else b
+        grad2 = grad.reshape(matmul_shape(a2.shape, b2.shape))
+        grad_a = grad_b = None
+        if a.requires_grad:
+            grad_a = (grad2 @ b2.mT).sum_to(a2.shape).reshape(a.shape)
+        if b.requires_grad:
+            grad_b = (a2.mT @ grad2).sum_to(b2.shape).reshape(b.shape)
+        return grad_a, grad_b
+
+
+def check_reshape(shape: tuple, new_shape: tuple) -> tuple:
+    """Resolve one -1 in `new_shape` and check the element count, naming both shapes."""
+    size = math.prod(shape)
+    unknown = [i for i, n in enumerate(new_shape) if n == -1]
+    if len(unknown) > 1 or any((not isinstance(n, int)) or n < -1 for n in new_shape):
+        raise ValueError(f"reshape: invalid target shape {new_shape} for a tensor of shape {shape}")
+    if unknown:
+        known = math.prod(n for n in new_shape if n != -1)
+        if known == 0 or size % known:
+            raise ValueError(f"reshape: cannot reshape a tensor of shape {shape} into {new_shape}")
+        new_shape = tuple(size // known if n == -1 else n for n in new_shape)
+    if math.prod(new_shape) != size:
+        raise ValueError(
+            f"reshape: cannot reshape a tensor of shape {shape} ({size} elements) into "
+            f"{new_shape} ({math.prod(new_shape)} elements)"
+        )
+    return new_shape
+
+
+class ToDevice(Function):
+    """y = x copied to another device;  dL/dx = g copied back to x's device."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any, device: Any = None) -> Any:
+        return to_device(x, device)
+
+    def backward(self, grad: Any) -> Any:
+        return grad.to(self.inputs[0].device)
