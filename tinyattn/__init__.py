@@ -38,3 +38,7 @@ __all__ = [
     "maximum", "no_grad", "ones", "ones_like", "rand", "randn", "set_grad_enabled", "stack",
     "tensor", "where", "zeros", "zeros_like",
 ]
+
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck, numerical_grad  # noqa: E402
+
+__all__ += ["GradcheckError", "gradcheck", "gradgradcheck", "numerical_grad"]

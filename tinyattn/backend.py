@@ -221,6 +221,15 @@ def host_rng() -> np.random.Generator:
     return _host_rng
 
 
+def make_rng(seed: int) -> np.random.Generator:
+    """An independent host generator (gradcheck's cotangents and directions)."""
+    return np.random.default_rng(seed)
+
+
+def host_zeros(shape: tuple) -> np.ndarray:
+    return np.zeros(shape, dtype=np.float64)
+
+
 def random_array(kind: str, shape: tuple, dtype: Any, device: Any) -> Any:
     """Draw on the host (so every device starts from the same numbers), then transfer."""
     xp, native = resolve_device(device)

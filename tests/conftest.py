@@ -1,0 +1,46 @@
+"""Shared fixtures: every backend-aware test takes `device` and runs once per backend.
+
+Backends: ``numpy`` (device "cpu"), ``strict`` (array_api_strict on a non-default device: any
+implicit NumPy conversion or device mixing fails as it would on CuPy), and ``cupy`` (device
+"cuda", skipped with the probe's reason when no GPU is usable). Select a subset with
+``TINYATTN_TEST_BACKENDS=numpy,strict``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import tinyattn as ta
+
+BACKENDS = {"numpy": "cpu", "strict": "strict", "cupy": "cuda"}
+SELECTED = [
+    name.strip()
+    for name in os.environ.get("TINYATTN_TEST_BACKENDS", "numpy,strict,cupy").split(",")
+    if name.strip()
+]
+
+
+def _params():
+    params = []
+    for name in SELECTED:
+        marks = []
+        if name == "cupy":
+            module, reason = ta.cupy_status()
+            if module is None:
+                marks.append(pytest.mark.skip(reason=f"cupy backend: {reason}"))
+        params.append(pytest.param(BACKENDS[name], id=name, marks=marks))
+    return params
+
+
+@pytest.fixture(params=_params())
+def device(request):
+    """The device string of one backend; strict also forbids data-dependent shapes."""
+    if request.param == "strict":
+        import array_api_strict
+
+        with array_api_strict.ArrayAPIStrictFlags(boolean_indexing=False, data_dependent_shapes=False):
+            yield request.param
+    else:
+        yield request.param

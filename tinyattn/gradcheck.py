@@ -1,0 +1,372 @@
+"""Gradient checker: compare backward rules with central finite differences.
+
+Imports `backend`, `autograd` and `tensor`; public API (``ta.gradcheck``, ``ta.gradgradcheck``,
+``ta.numerical_grad``), not a test helper. Invariants:
+- the analytic gradient is computed in the inputs' own dtype (the code you ship), the numeric one in
+  float64 whatever that dtype (inputs and params are cast for the check and restored afterwards);
+- the output is contracted with a seeded random cotangent, never all-ones (with ones, a softmax
+  whose backward returns zeros would pass, because every softmax row sums to one);
+- a failure raises GradcheckError naming the input or parameter, the worst element's index, both
+  values, the absolute and relative error and the tolerances used.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import backend
+from .autograd import grad as autograd_grad
+from .tensor import Tensor
+
+# Defaults by the dtype of the inputs checked. The numeric side always runs in float64, so eps is
+# small for both; float32 tolerances absorb the float32 rounding of the analytic gradient.
+# docs/gradcheck.md shows the eps study: central differences computed *in* float32 need eps near
+# 1e-3, and even then agree only to about 1e-3 relative, which is why we evaluate them in float64.
+DEFAULTS = {
+    "float64": {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3},
+    "float32": {"eps": 1e-6, "atol": 1e-4, "rtol": 2e-3},
+    "float16": {"eps": 1e-6, "atol": 1e-2, "rtol": 1e-2},
+}
+# Used when the function ignores the float64 cast and still computes in float32.
+EPS_IF_STILL_FLOAT32 = 1e-3
+
+
+class GradcheckError(AssertionError):
+    """Raised when an analytic gradient disagrees with finite differences."""
+
+
+# ------------------------------------------------------------------------------------ targets
+class _Target:
+    """One tensor whose gradient is checked: an input that requires grad, or a parameter."""
+
+    __slots__ = ("tensor", "label", "original")
+
+    def __init__(self, tensor: Tensor, label: str) -> None:
+        self.tensor, self.label, self.original = tensor, label, tensor.data
+
+
+def _targets(inputs: Sequence[Any], params: Any) -> list[_Target]:
+    found = [
+        _Target(t, f"input {i}")
+        for i, t in enumerate(inputs)
+        if isinstance(t, Tensor) and t.requires_grad
+    ]
+    if hasattr(params, "named_parameters"):
+        named = list(params.named_parameters())
+    elif isinstance(params, dict):
+        named = list(params.items())
+    else:
+        named = [(f"params[{i}]", p) for i, p in enumerate(params)]
+    found += [_Target(p, f"parameter '{name}'") for name, p in named]
+    if not found:
+        raise ValueError("gradcheck: no input requires grad and no params were given")
+    for target in found:
+        if not backend.is_floating(backend.namespace(target.tensor.data), target.tensor.dtype):
+            raise TypeError(
+                f"gradcheck: {target.label} has non-floating dtype {target.tensor.dtype}"
+            )
+    return found
+
+
+def _outputs(result: Any) -> list[Tensor]:
+    """The floating-point Tensor outputs (integer or bool outputs have no gradient)."""
+    outs = list(result) if isinstance(result, tuple | list) else [result]
+    return [
+        o
+        for o in outs
+        if isinstance(o, Tensor) and backend.is_floating(backend.namespace(o.data), o.dtype)
+    ]
+
+
+def _cotangents(outputs: Sequence[Tensor], seed: int) -> list[Any]:
+    """Seeded standard-normal host arrays, one per output (fixed across dtypes and devices)."""
+    rng = backend.make_rng(seed)
+    return [rng.standard_normal(o.shape) for o in outputs]
+
+
+def _input_dtype(targets: Sequence[_Target]) -> str:
+    names = {backend.dtype_name(t.tensor.dtype) for t in targets}
+    for name in ("float16", "float32", "float64"):
+        if name in names:
+            return name
+    return "float64"
+
+
+# ------------------------------------------------------------------------------------- analytic
+def _analytic(fn: Callable, inputs: Sequence[Any], targets: list[_Target], seed: int) -> list:
+    """VJP with the seeded cotangent, in the inputs' own dtypes, as host float64 arrays."""
+    outputs = _outputs(fn(*inputs))
+    if not outputs:
+        raise ValueError("gradcheck: the function returned no floating-point tensor")
+    pairs = [(o, c) for o, c in zip(outputs, _cotangents(outputs, seed)) if o.requires_grad]
+    if not pairs:  # nothing depends on the targets: the gradient is zero
+        return [backend.host_zeros(t.tensor.shape) for t in targets]
+    seeds = [Tensor(c, dtype=backend.dtype_name(o.dtype), device=o.device) for o, c in pairs]
+    grads = autograd_grad(
+        [o for o, _ in pairs], [t.tensor for t in targets], seeds, allow_unused=True
+    )
+    result = []
+    for target, g in zip(targets, grads):
+        if g is None:
+            result.append(backend.host_zeros(target.tensor.shape))
+        else:
+            result.append(backend.to_numpy(g.data).astype("float64"))
+    return result
+
+
+# ------------------------------------------------------------------------------------- numeric
+def _contracted(fn: Callable, inputs: Sequence[Any], cotangents: list) -> tuple[float, str]:
+    """phi(x) = sum over outputs of <cotangent, output>, in float64; also the output dtype."""
+    outputs = _outputs(fn(*inputs))
+    total = 0.0
+    dtype = "float64"
+    for out, cot in zip(outputs, cotangents):
+        host = backend.to_numpy(out.data).astype("float64")
+        total += float((host * cot).sum())
+        dtype = backend.dtype_name(out.dtype)
+    return total, dtype
+
+
+class _Float64View:
+    """Swap every floating input and target to float64 for the numeric pass; restore on exit."""
+
+    def __init__(self, inputs: Sequence[Any], targets: list[_Target]) -> None:
+        seen: dict[int, Tensor] = {}
+        for t in list(inputs) + [target.tensor for target in targets]:
+            if isinstance(t, Tensor) and backend.is_floating(backend.namespace(t.data), t.dtype):
+                seen[id(t)] = t
+        self.tensors = list(seen.values())
+        self.saved = [t.data for t in self.tensors]
+
+    def __enter__(self) -> _Float64View:
+        for t in self.tensors:
+            xp = backend.namespace(t.data)
+            t.data = xp.astype(t.data, xp.float64)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for t, data in zip(self.tensors, self.saved):
+            t.data = data
+
+
+def _perturbed(fn: Callable, inputs: Sequence[Any], target: Tensor, host: Any, cot: list) -> float:
+    target.data = backend.asarray(host, dtype="float64", device=target.device)
+    return _contracted(fn, inputs, cot)[0]
+
+
+def _numeric_eps(fn: Callable, inputs: Sequence[Any], cotangents: list, eps: float | None) -> float:
+    """The given eps, or the default for the dtype the function actually computes in."""
+    if eps is not None:
+        return eps
+    _, out_dtype = _contracted(fn, inputs, cotangents)
+    return EPS_IF_STILL_FLOAT32 if out_dtype != "float64" else DEFAULTS["float64"]["eps"]
+
+
+def _numeric(
+    fn: Callable, inputs: Sequence[Any], targets: list[_Target], seed: int, eps: float | None
+) -> tuple[list, float]:
+    """Central differences of phi for every element of every target (2 forwards per element)."""
+    # Grad mode stays on: gradgradcheck's function calls grad() inside.
+    cotangents = _cotangents(_outputs(fn(*inputs)), seed)
+    with _Float64View(inputs, targets):
+        eps = _numeric_eps(fn, inputs, cotangents, eps)
+        grads = []
+        for target in targets:
+            tensor = target.tensor
+            base = backend.to_numpy(tensor.data).astype("float64")
+            flat_grad = backend.host_zeros((base.size,))
+            for k in range(base.size):
+                plus, minus = base.copy(), base.copy()
+                plus.reshape(-1)[k] += eps
+                minus.reshape(-1)[k] -= eps
+                up = _perturbed(fn, inputs, tensor, plus, cotangents)
+                down = _perturbed(fn, inputs, tensor, minus, cotangents)
+                flat_grad[k] = (up - down) / (2.0 * eps)
+            tensor.data = backend.asarray(base, dtype="float64", device=tensor.device)
+            grads.append(flat_grad.reshape(base.shape))
+    return grads, eps
+
+
+def numerical_grad(
+    fn: Callable, inputs: Sequence[Any], params: Any = (), eps: float | None = None, seed: int = 0
+) -> tuple[Tensor, ...]:
+    """Finite-difference gradients of ``<v, fn(*inputs)>`` (v: the seeded random cotangent) with
+    respect to every input that requires grad and every parameter, as float64 host tensors."""
+    inputs = _as_tuple(inputs)
+    targets = _targets(inputs, params)
+    grads, _ = _numeric(fn, inputs, targets, seed, eps)
+    return tuple(Tensor(g, dtype="float64") for g in grads)
+
+
+# ------------------------------------------------------------------------------------ compare
+def _report(
+    target: _Target, analytic: Any, numeric: Any, eps: float, atol: float, rtol: float
+) -> str | None:
+    """A failure report for one target, or None when every element is within tolerance."""
+    if analytic.shape != numeric.shape:
+        return f"{target.label}: analytic gradient has shape {analytic.shape}, expected {numeric.shape}"
+    if analytic.size == 0:
+        return None
+    error = abs(analytic - numeric)
+    allowed = atol + rtol * abs(numeric)
+    bad = error > allowed
+    nan = (analytic != analytic) | (numeric != numeric)
+    if not bad.any() and not nan.any():
+        return None
+    ratio = error / allowed
+    ratio[nan] = float("inf")
+    worst = int(ratio.reshape(-1).argmax())
+    index = tuple(int(i) for i in _unravel(worst, analytic.shape))
+    a, n = float(analytic.reshape(-1)[worst]), float(numeric.reshape(-1)[worst])
+    abs_err = abs(a - n)
+    rel_err = abs_err / abs(n) if n != 0 else math.inf
+    count = int((bad | nan).sum())
+    shape, dtype = target.tensor.shape, backend.dtype_name(target.original.dtype)
+    return (
+        f"{target.label} (shape {shape}, {dtype}): {count} of {analytic.size} element(s) differ; "
+        f"worst at index {index}:\n"
+        f"    analytic  = {a:.10g}\n"
+        f"    numeric   = {n:.10g}\n"
+        f"    abs error = {abs_err:.3e}, rel error = {rel_err:.3e}\n"
+        f"    allowed   = atol + rtol*|numeric| = {atol:g} + {rtol:g}*{abs(n):.4g} "
+        f"= {atol + rtol * abs(n):.3e}   (eps={eps:g})"
+    )
+
+
+def _unravel(flat: int, shape: tuple) -> list[int]:
+    index = []
+    for n in reversed(shape):
+        index.append(flat % n)
+        flat //= n
+    return list(reversed(index))
+
+
+def _as_tuple(inputs: Any) -> tuple:
+    return tuple(inputs) if isinstance(inputs, tuple | list) else (inputs,)
+
+
+def _tolerances(targets: list[_Target], eps: Any, atol: Any, rtol: Any) -> tuple:
+    defaults = DEFAULTS[_input_dtype(targets)]
+    return (
+        eps,
+        defaults["atol"] if atol is None else atol,
+        defaults["rtol"] if rtol is None else rtol,
+    )
+
+
+# --------------------------------------------------------------------------------------- public
+def gradcheck(
+    fn: Callable,
+    inputs: Any,
+    params: Any = (),
+    eps: float | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    fast: bool = False,
+    seed: int = 0,
+    name: str = "gradcheck",
+) -> bool:
+    """Check the backward of ``fn(*inputs)`` against central differences; True or GradcheckError.
+
+    Every input with ``requires_grad`` and every tensor in `params` (a Module, a dict of named
+    tensors, or a sequence) is checked. Defaults depend on the input dtype (see DEFAULTS).
+    ``fast=True`` compares one random-direction derivative (one JVP by differences against one
+    VJP) and falls back to the element-wise check to report a failure.
+    """
+    inputs = _as_tuple(inputs)
+    targets = _targets(inputs, params)
+    eps, atol, rtol = _tolerances(targets, eps, atol, rtol)
+    analytic = _analytic(fn, inputs, targets, seed)
+    if fast and _fast_agrees(fn, inputs, targets, analytic, seed, eps, atol, rtol):
+        return True
+    numeric, used_eps = _numeric(fn, inputs, targets, seed, eps)
+    problems = [
+        p
+        for t, a, n in zip(targets, analytic, numeric)
+        if (p := _report(t, a, n, used_eps, atol, rtol)) is not None
+    ]
+    if problems:
+        raise GradcheckError(f"{name} failed:\n" + "\n".join(problems))
+    if fast:
+        warnings.warn(
+            f"{name}: the fast random-direction check failed but every element agrees within "
+            "tolerance; the accumulated error of the directional derivative exceeded its bound",
+            stacklevel=2,
+        )
+    return True
+
+
+def _fast_agrees(
+    fn: Callable,
+    inputs: Sequence[Any],
+    targets: list[_Target],
+    analytic: list,
+    seed: int,
+    eps: float | None,
+    atol: float,
+    rtol: float,
+) -> bool:
+    """One directional derivative: <analytic, u> against (phi(x + eps u) - phi(x - eps u)) / 2 eps.
+
+    Tolerance: atol * sum_i |u_i| + rtol * |numeric|, the element-wise rule applied to the
+    directional derivative (atol scaled by how many elements u moves).
+    """
+    rng = backend.make_rng(seed + 1)
+    directions = [rng.standard_normal(t.tensor.shape) for t in targets]
+    norm = math.sqrt(sum(float((d * d).sum()) for d in directions)) or 1.0
+    directions = [d / norm for d in directions]
+    expected = sum(float((g * d).sum()) for g, d in zip(analytic, directions))
+    bound = sum(
+        float(((atol + rtol * abs(g)) * abs(d)).sum()) for g, d in zip(analytic, directions)
+    )
+    cotangents = _cotangents(_outputs(fn(*inputs)), seed)
+    with _Float64View(inputs, targets):
+        eps = _numeric_eps(fn, inputs, cotangents, eps)
+        bases = [backend.to_numpy(t.tensor.data).astype("float64") for t in targets]
+        values = []
+        for sign in (1.0, -1.0):
+            for t, base, d in zip(targets, bases, directions):
+                shifted = base + sign * eps * d
+                t.tensor.data = backend.asarray(shifted, dtype="float64", device=t.tensor.device)
+            values.append(_contracted(fn, inputs, cotangents)[0])
+    numeric = (values[0] - values[1]) / (2.0 * eps)
+    return abs(numeric - expected) <= atol * spread + rtol * abs(numeric)
+
+
+def gradgradcheck(
+    fn: Callable,
+    inputs: Any,
+    params: Any = (),
+    eps: float | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    fast: bool = False,
+    seed: int = 0,
+) -> bool:
+    """Check second derivatives: gradcheck of ``x -> grad(<v, fn(x)>, x, create_graph=True)``.
+
+    The inner cotangent v is seeded and fixed, so the function checked is deterministic.
+    """
+    inputs = _as_tuple(inputs)
+    targets = _targets(inputs, params)
+    tensors = [t.tensor for t in targets]
+
+    def first_derivative(*args: Any) -> tuple:
+        outputs = _outputs(fn(*args))
+        cotangents = _cotangents(outputs, seed + 7)
+        seeds = [
+            Tensor(c, dtype=backend.dtype_name(o.dtype), device=o.device)
+            for o, c in zip(outputs, cotangents)
+        ]
+        grads = autograd_grad(outputs, tensors, seeds, create_graph=True, allow_unused=True)
+        return tuple(g for g in grads if g is not None and g.requires_grad)
+
+    return gradcheck(
+        first_derivative, inputs, params, eps, atol, rtol, fast, seed, name="gradgradcheck"
+    )
+
+
+__all__ = ["DEFAULTS", "GradcheckError", "gradcheck", "gradgradcheck", "numerical_grad"]
