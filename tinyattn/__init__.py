@@ -33,10 +33,34 @@ bool_ = "bool"
 __version__ = "0.1.0"
 
 __all__ = [
-    "Function", "Tensor", "arange", "bool_", "concat", "cupy_status", "enable_grad", "float32",
-    "float64", "from_numpy", "full", "grad", "int32", "int64", "is_grad_enabled", "manual_seed",
-    "maximum", "no_grad", "ones", "ones_like", "rand", "randn", "set_grad_enabled", "stack",
-    "tensor", "where", "zeros", "zeros_like",
+    "Function",
+    "Tensor",
+    "arange",
+    "bool_",
+    "concat",
+    "cupy_status",
+    "enable_grad",
+    "float32",
+    "float64",
+    "from_numpy",
+    "full",
+    "grad",
+    "int32",
+    "int64",
+    "is_grad_enabled",
+    "manual_seed",
+    "maximum",
+    "no_grad",
+    "ones",
+    "ones_like",
+    "rand",
+    "randn",
+    "set_grad_enabled",
+    "stack",
+    "tensor",
+    "where",
+    "zeros",
+    "zeros_like",
 ]
 
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck, numerical_grad  # noqa: E402

@@ -267,12 +267,12 @@ def grad(
     inputs = _as_sequence(inputs)
     grad_outputs = _as_sequence(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     if len(grad_outputs) != len(outputs):
-        raise ValueError(
-            f"grad: got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs"
-        )
+        raise ValueError(f"grad: got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
     for position, tensor in enumerate(inputs):
         if not tensor.requires_grad:
-            raise RuntimeError(f"grad: input {position} (shape {tensor.shape}) does not require grad")
+            raise RuntimeError(
+                f"grad: input {position} (shape {tensor.shape}) does not require grad"
+            )
     seeds = [default_root_grad(out, g, "grad") for out, g in zip(outputs, grad_outputs)]
     retain = create_graph if retain_graph is None else retain_graph
     captured = run_backward(outputs, seeds, retain, create_graph, capture=inputs)

@@ -52,7 +52,10 @@ def cupy_status() -> tuple[Any, str]:
         if float((probe * 2).sum()) != 12.0:
             return None, "CuPy ran a test kernel but got a wrong result"
     except Exception as exc:
-        return None, f"CuPy sees {count} device(s) but cannot run kernels ({type(exc).__name__}: {exc})"
+        return (
+            None,
+            f"CuPy sees {count} device(s) but cannot run kernels ({type(exc).__name__}: {exc})",
+        )
     import array_api_compat.cupy as cupy_namespace  # noqa: PLC0415
 
     return cupy_namespace, f"CuPy {cupy.__version__} on {count} device(s)"
@@ -152,7 +155,9 @@ def asarray(data: Any, dtype: Any = None, device: Any = None) -> Any:
     try:
         host = np.asarray(data)
     except ValueError as exc:
-        raise ValueError(f"tensor: data is ragged (nested sequences of unequal length): {exc}") from None
+        raise ValueError(
+            f"tensor: data is ragged (nested sequences of unequal length): {exc}"
+        ) from None
     if host.dtype.kind not in "biuf":
         raise TypeError(f"tensor: data must be numeric or bool, got NumPy dtype {host.dtype}")
     if dtype is None and host.dtype == np.float64 and not is_host_array(data):

@@ -268,7 +268,9 @@ class Tensor:
             dtype = self.data.dtype
             if isinstance(other, float) and not backend.is_floating(xp, dtype):
                 dtype = backend.dtype_of_name(xp, "float32")
-            return type(self)._from_op(xp.asarray(other, dtype=dtype, device=self.data.device), None)
+            return type(self)._from_op(
+                xp.asarray(other, dtype=dtype, device=self.data.device), None
+            )
         if isinstance(other, list | tuple) or hasattr(other, "__array_interface__"):
             return Tensor(other, device=self.device)
         raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
@@ -421,9 +423,13 @@ class Tensor:
         for a in axes:
             count *= self.shape[a]
         if count - correction <= 0:
-            raise ValueError(f"var: {count} element(s) with correction={correction} leave no degrees of freedom")
+            raise ValueError(
+                f"var: {count} element(s) with correction={correction} leave no degrees of freedom"
+            )
         centered = self - self.mean(axis=axes, keepdims=True)
-        return (centered * centered).sum(axis=axes, keepdims=keepdims) * (1.0 / (count - correction))
+        return (centered * centered).sum(axis=axes, keepdims=keepdims) * (
+            1.0 / (count - correction)
+        )
 
     # ------------------------------------------------------------------------------------ shape
     def reshape(self, *shape: Any) -> Tensor:
@@ -438,7 +444,9 @@ class Tensor:
         """Reorder the axes: ``y.shape[i] == x.shape[axes[i]]``."""
         axes = _shape_arg(axes)
         if sorted(a % self.ndim if self.ndim else a for a in axes) != list(range(self.ndim)):
-            raise ValueError(f"permute: axes {axes} are not a permutation of a tensor with shape {self.shape}")
+            raise ValueError(
+                f"permute: axes {axes} are not a permutation of a tensor with shape {self.shape}"
+            )
         return Permute.apply(self, axes=tuple(a % self.ndim for a in axes))
 
     def transpose(self, *axes: Any) -> Tensor:
@@ -447,7 +455,10 @@ class Tensor:
         return self.permute(*axes)
 
     def swapaxes(self, axis1: int, axis2: int) -> Tensor:
-        a, b = normalize_axes("swapaxes", axis1, self.ndim)[0], normalize_axes("swapaxes", axis2, self.ndim)[0]
+        a, b = (
+            normalize_axes("swapaxes", axis1, self.ndim)[0],
+            normalize_axes("swapaxes", axis2, self.ndim)[0],
+        )
         axes = list(range(self.ndim))
         axes[a], axes[b] = axes[b], axes[a]
         return Permute.apply(self, axes=tuple(axes))
@@ -456,7 +467,9 @@ class Tensor:
         """Insert a size-1 axis at position `axis` of the result."""
         ndim = self.ndim + 1
         if not -ndim <= axis < ndim:
-            raise ValueError(f"expand_dims: axis {axis} is out of range for a result with {ndim} dimensions")
+            raise ValueError(
+                f"expand_dims: axis {axis} is out of range for a result with {ndim} dimensions"
+            )
         axis %= ndim
         return Reshape.apply(self, shape=self.shape[:axis] + (1,) + self.shape[axis:])
 
@@ -470,8 +483,12 @@ class Tensor:
             axes = normalize_axes("squeeze", axis, self.ndim)
             for a in axes:
                 if self.shape[a] != 1:
-                    raise ValueError(f"squeeze: axis {a} of shape {self.shape} has size {self.shape[a]}, not 1")
-        return Reshape.apply(self, shape=tuple(n for i, n in enumerate(self.shape) if i not in axes))
+                    raise ValueError(
+                        f"squeeze: axis {a} of shape {self.shape} has size {self.shape[a]}, not 1"
+                    )
+        return Reshape.apply(
+            self, shape=tuple(n for i, n in enumerate(self.shape) if i not in axes)
+        )
 
     def broadcast_to(self, *shape: Any) -> Tensor:
         shape = _shape_arg(shape)
@@ -521,7 +538,9 @@ def _promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
     try:
         common = xp.result_type(a.dtype, b.dtype)
     except TypeError as exc:
-        raise TypeError(f"{op}: dtypes {backend.dtype_name(a.dtype)} and {backend.dtype_name(b.dtype)} cannot be combined") from exc
+        raise TypeError(
+            f"{op}: dtypes {backend.dtype_name(a.dtype)} and {backend.dtype_name(b.dtype)} cannot be combined"
+        ) from exc
     return a._cast(common), b._cast(common)
 
 
@@ -566,10 +585,16 @@ def _filled(shape: Any, value: float, dtype: Any, device: Any, requires_grad: bo
     xp, native = backend.resolve_device(device)
     dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype) if dtype is not None else "float32")
     data = xp.full(shape, value, dtype=dtype, device=native)
-    return Tensor._from_op(data, None).requires_grad_(requires_grad) if requires_grad else Tensor._from_op(data, None)
+    return (
+        Tensor._from_op(data, None).requires_grad_(requires_grad)
+        if requires_grad
+        else Tensor._from_op(data, None)
+    )
 
 
-def zeros(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     return _filled(_shape_arg(shape), 0, dtype, device, requires_grad)
 
 
@@ -577,7 +602,9 @@ def ones(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     return _filled(_shape_arg(shape), 1, dtype, device, requires_grad)
 
 
-def full(shape: Any, value: float, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def full(
+    shape: Any, value: float, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     return _filled(_shape_arg((shape,)), value, dtype, device, requires_grad)
 
 
@@ -603,7 +630,9 @@ def arange(
     return Tensor._from_op(xp.arange(start, stop, step, dtype=dtype, device=native), None)
 
 
-def randn(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def randn(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """Standard normal samples from the host generator seeded by ``ta.manual_seed``."""
     out = Tensor._from_op(backend.random_array("normal", _shape_arg(shape), dtype, device), None)
     return out.requires_grad_() if requires_grad else out

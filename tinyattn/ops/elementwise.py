@@ -122,7 +122,9 @@ class Maximum(Function):
         a, b = self.inputs
         xp = namespace(a.data)
         # Weight 1 where a wins, 0 where b wins, 1/2 on a tie: subgradient that keeps symmetry.
-        a_wins = xp.astype(a.data > b.data, grad.dtype) + 0.5 * xp.astype(a.data == b.data, grad.dtype)
+        a_wins = xp.astype(a.data > b.data, grad.dtype) + 0.5 * xp.astype(
+            a.data == b.data, grad.dtype
+        )
         weight_a = grad.constant(a_wins)
         return (
             (grad * weight_a).sum_to(a.shape) if a.requires_grad else None,

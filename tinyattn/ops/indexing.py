@@ -44,7 +44,9 @@ def parse_key(key: Any, shape: tuple) -> ParsedKey:
     for k in key:
         if isinstance(k, int) and not isinstance(k, bool):
             if not -shape[dim] <= k < shape[dim]:
-                raise IndexError(f"getitem: index {k} is out of range for axis {dim} of size {shape[dim]}")
+                raise IndexError(
+                    f"getitem: index {k} is out of range for axis {dim} of size {shape[dim]}"
+                )
         if k is not None:
             dim += 1
     if not arrays:
@@ -133,7 +135,9 @@ class IndexAdd(Function):
         flat = _checked_index(key.index, gathered_shape[axis], axis)
         values = xp.reshape(grad, (flat.shape[0], *rest))
         moved_shape = (gathered_shape[axis],) + gathered_shape[:axis] + gathered_shape[axis + 1 :]
-        summed = scatter_add(xp.zeros(moved_shape, dtype=grad.dtype, device=grad.device), flat, values)
+        summed = scatter_add(
+            xp.zeros(moved_shape, dtype=grad.dtype, device=grad.device), flat, values
+        )
         return _move_axis(xp, summed, 0, 1, axis)
 
     def backward(self, grad: Any) -> Any:

@@ -24,7 +24,9 @@ def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
         if not isinstance(a, int) or isinstance(a, bool):
             raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
         if not -ndim <= a < max(ndim, 1):
-            raise ValueError(f"{op}: axis {a} is out of range for a tensor with {ndim} dimension(s)")
+            raise ValueError(
+                f"{op}: axis {a} is out of range for a tensor with {ndim} dimension(s)"
+            )
         result.append(a % ndim if ndim else 0)
     if len(set(result)) != len(result):
         raise ValueError(f"{op}: repeated axis in {axis!r}")
@@ -85,7 +87,9 @@ class Max(Function):
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = normalize_axes(self.reduce_name, axis, x.ndim)
         if x.size == 0:
-            raise ValueError(f"{self.reduce_name}: cannot reduce an empty tensor of shape {x.shape}")
+            raise ValueError(
+                f"{self.reduce_name}: cannot reduce an empty tensor of shape {x.shape}"
+            )
         xp = namespace(x)
         return xp.asarray(getattr(xp, self.reduce_name)(x, axis=self.axes, keepdims=keepdims))
 

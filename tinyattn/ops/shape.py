@@ -67,7 +67,9 @@ class Concat(Function):
 def matmul_shape(a_shape: tuple, b_shape: tuple) -> tuple:
     """The shape of ``a @ b`` (NumPy rules, 1-D operands included), or a ValueError naming both."""
     if not a_shape or not b_shape:
-        raise ValueError(f"matmul: operands must have at least 1 dimension, got shapes {a_shape} and {b_shape}")
+        raise ValueError(
+            f"matmul: operands must have at least 1 dimension, got shapes {a_shape} and {b_shape}"
+        )
     inner_a = a_shape[-1]
     inner_b = b_shape[0] if len(b_shape) == 1 else b_shape[-2]
     if inner_a != inner_b:
