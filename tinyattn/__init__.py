@@ -4,7 +4,16 @@ Layers, each importing only those before it: backend -> autograd -> ops -> tenso
 -> nn -> optim, plus gradcheck. See docs/architecture.md.
 """
 
-from .autograd import Function, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
+from .autograd import (
+    AnomalyError,
+    Function,
+    detect_anomaly,
+    enable_grad,
+    grad,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from .backend import cupy_status, manual_seed
 from .tensor import (
     Tensor,
@@ -33,6 +42,8 @@ bool_ = "bool"
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnomalyError",
+    "detect_anomaly",
     "Function",
     "Tensor",
     "arange",

@@ -14,11 +14,17 @@ their own (higher-order gradients); otherwise they run with grad mode off and re
 from __future__ import annotations
 
 import contextlib
+import os
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-# The single piece of global state: whether ops record a graph.
+from . import backend
+
+# The global state: whether ops record a graph, and whether anomaly mode checks every result.
 _grad_enabled = True
+_anomaly_mode = False
+_in_rule = False  # set by the engine while a backward rule runs in anomaly mode
 
 
 def is_grad_enabled() -> bool:
@@ -56,6 +62,74 @@ class enable_grad(no_grad):  # noqa: N801
         self._previous, _grad_enabled = _grad_enabled, True
 
 
+class AnomalyError(RuntimeError):
+    """A NaN or Inf appeared in a forward or backward result while anomaly mode was on."""
+
+
+class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801
+    """``with ta.detect_anomaly():`` check every forward and backward result for NaN/Inf.
+
+    The first non-finite value raises AnomalyError naming the op (for backward: the op whose
+    rule produced it) and the line of user code that created that op in forward. Off by default;
+    when off it costs one flag test per op.
+    """
+
+    def __enter__(self) -> None:
+        global _anomaly_mode
+        self._previous, _anomaly_mode = _anomaly_mode, True
+
+    def __exit__(self, *exc: object) -> None:
+        global _anomaly_mode
+        _anomaly_mode = self._previous
+
+
+def is_anomaly_enabled() -> bool:
+    return _anomaly_mode
+
+
+def _user_frame() -> str:
+    """Where user code called into tinyattn: the innermost frame outside the package."""
+    package = os.path.dirname(__file__)
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if not frame.filename.startswith(package):
+            return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}: {frame.line}'
+    return "(inside tinyattn)"
+
+
+def _nonfinite(array: Any) -> str | None:
+    """'NaN' or 'Inf' if the array has one, else None (a device sync: anomaly mode only)."""
+    if not backend.is_floating(backend.namespace(array), array.dtype):
+        return None
+    xp = backend.namespace(array)
+    if bool(xp.any(xp.isnan(array))):
+        return "NaN"
+    if bool(xp.any(xp.isinf(array))):
+        return "Inf"
+    return None
+
+
+def _check_forward(fn: Function, data: Any) -> None:
+    if _in_rule:
+        return  # ops run by a backward rule are checked as that rule's result, by the engine
+    fn._trace = _user_frame()
+    bad = _nonfinite(data)
+    if bad is not None:
+        raise AnomalyError(
+            f"{fn.name} forward produced {bad} (output shape {tuple(data.shape)}), "
+            f"created at {fn._trace}"
+        )
+
+
+def _check_backward(fn: Function, position: int, grad: Any) -> None:
+    bad = _nonfinite(grad.data)
+    if bad is not None:
+        where = getattr(fn, "_trace", None) or "(created before anomaly mode was on)"
+        raise AnomalyError(
+            f"{fn.name} backward produced {bad} in the gradient of input {position} "
+            f"(shape {grad.shape}); the {fn.name} op was created at {where}"
+        )
+
+
 # --------------------------------------------------------------------------------------- Function
 class Function:
     """Base class of every differentiable operation, built-in or user-defined.
@@ -67,7 +141,8 @@ class Function:
     Apply with ``MyOp.apply(*tensors, **kwargs)``.
     """
 
-    __slots__ = ("inputs", "output", "_saved", "_released", "__dict__")
+    # Built-in ops add their own __slots__; a user subclass without __slots__ gets a __dict__.
+    __slots__ = ("inputs", "output", "_saved", "_released", "_trace")
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -84,6 +159,8 @@ class Function:
         fn._saved = None
         fn._released = False
         data = fn.forward(*[t.data for t in inputs], **kwargs)
+        if _anomaly_mode:
+            _check_forward(fn, data)
         if _grad_enabled:
             for t in inputs:
                 if t.requires_grad:
@@ -183,6 +260,17 @@ def _run_hooks(tensor: Any, grad: Any) -> Any:
     return grad
 
 
+def _run_rule(fn: Function, grad: Any) -> Any:
+    global _in_rule
+    if not _anomaly_mode:
+        return fn.backward(grad)
+    previous, _in_rule = _in_rule, True
+    try:
+        return fn.backward(grad)
+    finally:
+        _in_rule = previous
+
+
 def run_backward(
     roots: Sequence[Any],
     root_grads: Sequence[Any],
@@ -227,12 +315,15 @@ def run_backward(
             fn = tensor._ctx
             fn.output = tensor
             try:
-                input_grads = _as_tuple(fn, fn.backward(grad))
+                input_grads = _as_tuple(fn, _run_rule(fn, grad))
             finally:
                 fn.output = None
             for position, (parent, parent_grad) in enumerate(zip(fn.inputs, input_grads)):
                 if parent_grad is not None and parent.requires_grad:
-                    send(parent, _checked(fn, position, parent, parent_grad))
+                    parent_grad = _checked(fn, position, parent, parent_grad)
+                    if _anomaly_mode:
+                        _check_backward(fn, position, parent_grad)
+                    send(parent, parent_grad)
             if not retain_graph:
                 fn.release()
         for leaf, grad in leaves.values():
@@ -330,8 +421,11 @@ class RemovableHandle:
 
 
 __all__ = [
+    "AnomalyError",
     "Function",
     "RemovableHandle",
+    "detect_anomaly",
+    "is_anomaly_enabled",
     "enable_grad",
     "grad",
     "is_grad_enabled",
