@@ -1,0 +1,520 @@
+"""Functional layer: the softmax family, losses, linear maps, normalisation, dropout, activations
+and scaled dot-product attention, as functions of Tensors.
+
+Imports `backend`, `autograd` and `tensor` only (never numpy: arrays go through the array API
+namespace of their backend). Almost everything here is a composition of Tensor ops, so gradients
+of every order come from the ops layer; three fused Functions (Softmax, LogSoftmax, Erf) exist
+because their numerics demand it, each with a closed-form backward written with Tensor ops.
+Masks are bool, True = may attend; masked scores are filled with -inf and a row with no finite
+score gets softmax weights of exactly 0, so fully masked rows are 0 in value and gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import backend
+from .autograd import Function
+from .ops import broadcast_shapes
+from .tensor import Tensor, arange, where
+
+# ------------------------------------------------------------------------------- softmax family
+
+
+def _row_shift(xp: Any, x: Any, axis: int) -> Any:
+    """The max along `axis`, with non-finite maxima (all -inf rows) replaced by 0.
+
+    Subtracting the max keeps exp() from overflowing for logits like 1e4; replacing an infinite
+    max by 0 keeps `x - shift` from becoming -inf - (-inf) = NaN on fully masked rows.
+    """
+    shift = xp.max(x, axis=axis, keepdims=True)
+    return xp.where(xp.isfinite(shift), shift, xp.zeros_like(shift))
+
+
+class Softmax(Function):
+    """y = exp(x - m) / sum(exp(x - m)) along `axis` (m = max, a constant: y does not depend on it);
+    dL/dx = y * (g - sum(g * y)).  A row of all -inf gives y = 0 (and gradient 0), not NaN."""
+
+    __slots__ = ("axis",)
+
+    def forward(self, x: Any, axis: int = -1) -> Any:
+        self.axis = axis
+        xp = backend.namespace(x)
+        exps = xp.exp(x - _row_shift(xp, x, axis))
+        total = xp.sum(exps, axis=axis, keepdims=True)
+        # total is 0 only on an all -inf row, where every exp is 0: 0 / 1 = 0.
+        return exps / xp.where(total > 0, total, xp.ones_like(total))
+
+    def backward(self, grad: Tensor) -> Tensor:
+        y = self.output  # using the output keeps higher-order gradients exact
+        return y * (grad - (grad * y).sum(axis=self.axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    """y = x - m - log(sum(exp(x - m))) along `axis`;  dL/dx = g - exp(y) * sum(g).
+
+    A row of all -inf gives y = -inf (the log of probability 0) and gradient g, never NaN."""
+
+    __slots__ = ("axis",)
+
+    def forward(self, x: Any, axis: int = -1) -> Any:
+        self.axis = axis
+        xp = backend.namespace(x)
+        shifted = x - _row_shift(xp, x, axis)
+        total = xp.sum(xp.exp(shifted), axis=axis, keepdims=True)
+        return shifted - xp.log(xp.where(total > 0, total, xp.ones_like(total)))
+
+    def backward(self, grad: Tensor) -> Tensor:
+        return grad - self.output.exp() * grad.sum(axis=self.axis, keepdims=True)
+
+
+def _check_float(op: str, x: Any) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: expected a Tensor, got {type(x).__name__}")
+    if not backend.is_floating(backend.namespace(x.data), x.dtype):
+        raise TypeError(
+            f"{op}: expected a floating-point tensor, got dtype {backend.dtype_name(x.dtype)}"
+        )
+    return x
+
+
+def _check_axis(op: str, x: Tensor, axis: int) -> int:
+    if not isinstance(axis, int) or not -x.ndim <= axis < max(x.ndim, 1):
+        raise ValueError(f"{op}: axis {axis!r} is out of range for a tensor of shape {x.shape}")
+    return axis % x.ndim if x.ndim else 0
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """Normalised exponentials along `axis`: every row is >= 0 and sums to 1.
+
+    Shapes: x (..., N) -> (..., N) (any axis). Finite for logits of +-1e4; a row that is -inf
+    everywhere (fully masked) gives zeros rather than PyTorch's NaN.
+    """
+    x = _check_float("softmax", x)
+    return Softmax.apply(x, axis=_check_axis("softmax", x, axis))
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """log(softmax(x)) computed without forming softmax (no log(0) for tiny probabilities).
+
+    Shapes: x (..., N) -> (..., N).
+    """
+    x = _check_float("log_softmax", x)
+    return LogSoftmax.apply(x, axis=_check_axis("log_softmax", x, axis))
+
+
+# ---------------------------------------------------------------------------------------- loss
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_targets(logits: Tensor, targets: Any, ignore_index: int | None) -> Tensor:
+    """Targets as an integer Tensor of shape logits.shape[:-1], every value a class or ignored."""
+    if not isinstance(targets, Tensor):
+        targets = Tensor(targets, device=logits.device)
+    xp = backend.namespace(targets.data)
+    if not xp.isdtype(targets.dtype, "integral"):
+        raise TypeError(
+            "cross_entropy: targets must be integer class indices, got dtype "
+            f"{backend.dtype_name(targets.dtype)} (probability targets are not supported)"
+        )
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"cross_entropy: targets of shape {targets.shape} do not match logits of shape "
+            f"{logits.shape}: expected targets of shape {logits.shape[:-1]} (classes last)"
+        )
+    classes = logits.shape[-1]
+    values = targets.data
+    bad = (values < 0) | (values >= classes)
+    if ignore_index is not None:
+        bad = bad & (values != ignore_index)
+    flat_bad = xp.reshape(bad, (-1,))
+    if flat_bad.shape[0] and bool(xp.any(flat_bad)):
+        first = int(xp.argmax(xp.astype(flat_bad, xp.int32)))
+        value = int(xp.reshape(values, (-1,))[first])
+        count = int(xp.sum(xp.astype(flat_bad, xp.int32)))
+        ignored = "" if ignore_index is None else f" or ignore_index={ignore_index}"
+        raise ValueError(
+            f"cross_entropy: target value {value} (flat position {first}) is out of range for "
+            f"{classes} classes (expected 0..{classes - 1}{ignored}); {count} target(s) invalid"
+        )
+    return targets
+
+
+def cross_entropy(
+    logits: Tensor,
+    targets: Any,
+    ignore_index: int | None = None,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> Tensor:
+    """Negative log-likelihood of class indices under softmax(logits), PyTorch's formula.
+
+    loss_i = (1 - s) * (-log p[i, t_i]) + s * mean_c(-log p[i, c]) with s = label_smoothing;
+    targets equal to ignore_index contribute 0; "mean" divides by the number of targets not
+    ignored (0 loss, not PyTorch's NaN, when all are ignored).
+    dL/dlogits_i = p_i - ((1 - s) * onehot(t_i) + s / C), times the reduction's weight.
+    Shapes: logits (..., C) with classes LAST, targets (...) integer -> () or (...) for "none".
+    """
+    logits = _check_float("cross_entropy", logits)
+    if logits.ndim < 1:
+        raise ValueError("cross_entropy: logits must have a class axis, got a 0-d tensor")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    targets = _check_targets(logits, targets, ignore_index)
+    xp = backend.namespace(logits.data)
+    classes = logits.shape[-1]
+    log_probs = log_softmax(logits, axis=-1)
+    # A one-hot comparison instead of a gather: portable, and ignored rows simply match nothing.
+    class_ids = xp.arange(classes, device=logits.data.device)
+    kept = (
+        xp.ones(targets.shape, dtype=xp.bool, device=logits.data.device)
+        if ignore_index is None
+        else targets.data != ignore_index
+    )
+    one_hot = (targets.data[..., None] == class_ids) & kept[..., None]
+    weights = xp.astype(one_hot, logits.dtype) * (1.0 - label_smoothing)
+    if label_smoothing:
+        weights = weights + xp.astype(kept[..., None], logits.dtype) * (label_smoothing / classes)
+    per_target = -(log_probs * logits.constant(weights)).sum(axis=-1)
+    if reduction == "none":
+        return per_target
+    total = per_target.sum()
+    if reduction == "sum":
+        return total
+    count = int(xp.sum(xp.astype(kept, xp.int32)))
+    return total * (1.0 / max(count, 1))
+
+
+# ------------------------------------------------------------------------- linear and embedding
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y = x @ weight^T + bias (PyTorch layout: weight is (out, in)).
+
+    dL/dx = g @ weight, dL/dweight = g^T x (summed over leading axes), dL/dbias = sum of g.
+    Shapes: x (..., in), weight (out, in), bias (out,) -> (..., out).
+    """
+    if weight.ndim != 2:
+        raise ValueError(f"linear: weight must be 2-D (out, in), got shape {weight.shape}")
+    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"linear: input of shape {x.shape} has {x.shape[-1] if x.ndim else 0} features, "
+            f"but weight of shape {weight.shape} expects {weight.shape[1]}"
+        )
+    y = x @ weight.mT  # (..., in) @ (in, out) -> (..., out)
+    if bias is not None:
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(
+                f"linear: bias of shape {bias.shape} does not match weight of shape "
+                f"{weight.shape}: expected ({weight.shape[0]},)"
+            )
+        y = y + bias
+    return y
+
+
+def embedding(indices: Any, weight: Tensor) -> Tensor:
+    """Rows of `weight` picked by integer `indices`: y[...] = weight[indices[...]].
+
+    dL/dweight = zeros with each g row scatter-added at its index (repeated indices add up); the
+    gather's backward (IndexAdd) does the scatter-add through `backend.scatter_add`.
+    Shapes: indices (...) integer, weight (V, D) -> (..., D).
+    """
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be 2-D (V, D), got shape {weight.shape}")
+    if not isinstance(indices, Tensor):
+        indices = Tensor(indices, device=weight.device)
+    xp = backend.namespace(indices.data)
+    if not xp.isdtype(indices.dtype, "integral"):
+        raise TypeError(
+            f"embedding: indices must be integers, got dtype {backend.dtype_name(indices.dtype)}"
+        )
+    rows = weight.shape[0]
+    if indices.ndim == 0:
+        indices = indices.reshape(1)
+        return embedding(indices, weight).reshape(weight.shape[1])
+    if indices.size:
+        low, high = int(xp.min(indices.data)), int(xp.max(indices.data))
+        # Negative indices are rejected, not wrapped: -1 is almost always a padding bug.
+        if low < 0 or high >= rows:
+            bad = low if low < 0 else high
+            raise IndexError(
+                f"embedding: index {bad} is out of range for {rows} embeddings "
+                f"(valid 0..{rows - 1}); indices have shape {indices.shape}"
+            )
+    return weight[indices]
+
+
+# ------------------------------------------------------------------------ normalisation, dropout
+
+
+def layer_norm(
+    x: Tensor,
+    normalized_shape: int | tuple[int, ...],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing `normalized_shape` axes.
+
+    Composed from mean, var (biased, as in PyTorch), sqrt and division, so dL/dx
+    = (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) / sqrt(var + eps) with g_hat = g * weight
+    comes from those ops. Shapes: x (..., *normalized_shape) -> same; weight, bias normalized_shape.
+    """
+    x = _check_float("layer_norm", x)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or len(shape) > x.ndim or x.shape[x.ndim - len(shape) :] != shape:
+        raise ValueError(
+            f"layer_norm: normalized_shape {shape} does not match the trailing axes of input "
+            f"shape {x.shape}"
+        )
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None and param.shape != shape:
+            raise ValueError(
+                f"layer_norm: {name} has shape {param.shape}, expected normalized_shape {shape}"
+            )
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    centered = x - x.mean(axis=axes, keepdims=True)
+    variance = (centered * centered).mean(axis=axes, keepdims=True)
+    y = centered / (variance + eps).sqrt()
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p) (inverted dropout,
+    so evaluation needs no rescaling); the identity when not training or p == 0.
+
+    dL/dx = g * mask / (1 - p). The mask comes from the host RNG (`ta.manual_seed`).
+    Shapes: x (...) -> (...).
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: probability p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    keep = backend.bernoulli_mask(x.shape, 1.0 - p, like=x.data)
+    xp = backend.namespace(x.data)
+    return x * x.constant(xp.astype(keep, x.dtype) * (1.0 / (1.0 - p)))
+
+
+# --------------------------------------------------------------------------------- activations
+
+
+def relu(x: Tensor) -> Tensor:
+    """y = max(x, 0);  dL/dx = g * [x > 0].  Shapes: any."""
+    return x.relu()
+
+
+# W. J. Cody's rational Chebyshev approximations for erf/erfc (Math. Comp. 23, 1969; Netlib
+# SPECFUN CALERF). Relative error below 1e-16 in float64 over the whole line: measured against
+# math.erf, the worst absolute error is 2.2e-16, so exact GELU matches PyTorch to ~1e-15.
+_ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
+          3.20937758913846947e03, 1.85777706184603153e-1)  # fmt: skip
+_ERF_B = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
+          2.84423683343917062e03)  # fmt: skip
+_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
+          2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
+          2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8)  # fmt: skip
+_ERF_D = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
+          1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
+          3.43936767414372164e03, 1.23033935480374942e03)  # fmt: skip
+_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
+          1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2)  # fmt: skip
+_ERF_Q = (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1,
+          6.05183413124413191e-2, 2.33520497626869185e-3)  # fmt: skip
+_SMALL, _MIDDLE = 0.46875, 4.0
+
+
+def _ratio(z: Any, num: tuple, den: tuple) -> Any:
+    """Cody's nested evaluation: (num[-1]z^k + ... + num[k-1]) / (z^k + ... + den[k-1])."""
+    top, bottom = num[-1] * z, z
+    for a, b in zip(num[: len(den) - 1], den[:-1], strict=True):
+        top, bottom = (top + a) * z, (bottom + b) * z
+    return (top + num[len(den) - 1]) / (bottom + den[-1])
+
+
+def _erf_array(xp: Any, x: Any) -> Any:
+    """erf on an array: three ranges of |x|, each evaluated on its own clipped copy (no inf)."""
+    y = xp.abs(x)
+    small = xp.clip(y, 0.0, _SMALL)
+    erf_small = x * _ratio(small * small, _ERF_A, _ERF_B)
+    middle = xp.clip(y, _SMALL, _MIDDLE)
+    large = xp.clip(y, _MIDDLE, None)
+    inv_sq = 1.0 / (large * large)
+    erfc_scaled_large = (1.0 / math.sqrt(math.pi) - inv_sq * _ratio(inv_sq, _ERF_P, _ERF_Q)) / large
+    tail_at = xp.where(y <= _MIDDLE, middle, large)
+    tail = xp.where(y <= _MIDDLE, _ratio(middle, _ERF_C, _ERF_D), erfc_scaled_large)
+    # exp(-y^2) split as exp(-r^2) exp(-(y-r)(y+r)) with r = y rounded down to 1/16: keeps the
+    # rounding error of y^2 out of the exponent (Cody's trick).
+    rounded = xp.trunc(tail_at * 16.0) / 16.0
+    erfc = xp.exp(-rounded * rounded) * xp.exp(-(tail_at - rounded) * (tail_at + rounded)) * tail
+    erf_large = xp.sign(x) * ((0.5 - erfc) + 0.5)
+    return xp.where(y <= _SMALL, erf_small, erf_large)
+
+
+class Erf(Function):
+    """y = erf(x) = 2/sqrt(pi) * integral_0^x exp(-t^2) dt;  dL/dx = g * 2/sqrt(pi) * exp(-x^2)."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return _erf_array(backend.namespace(x), x)
+
+    def backward(self, grad: Tensor) -> Tensor:
+        x = self.inputs[0]
+        return grad * ((-(x * x)).exp() * (2.0 / math.sqrt(math.pi)))
+
+
+def erf(x: Tensor) -> Tensor:
+    """The error function (the array API has none): Cody's approximation, float64-exact.
+
+    Shapes: any.
+    """
+    return Erf.apply(_check_float("erf", x))
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """GELU: y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))) ("none", exact), or PyTorch's
+    "tanh" form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Gradients come from the ops:
+    exact dL/dx = g * (Phi(x) + x * phi(x)). Shapes: any.
+    """
+    x = _check_float("gelu", x)
+    if approximate == "none":
+        return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+    if approximate == "tanh":
+        inner = (x + 0.044715 * x * x * x) * math.sqrt(2.0 / math.pi)
+        return 0.5 * x * (1.0 + inner.tanh())
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+# ----------------------------------------------------------------------------------- attention
+
+
+def causal_mask(tq: int, tk: int | None = None, device: Any = None) -> Tensor:
+    """Bool (Tq, Tk) mask, True = may attend: query i sees keys j <= i (aligned top-left, as
+    PyTorch's ``is_causal``). Shapes: -> (Tq, Tk).
+    """
+    tk = tq if tk is None else tk
+    if tq < 0 or tk < 0:
+        raise ValueError(f"causal_mask: sizes must be non-negative, got Tq={tq}, Tk={tk}")
+    rows = arange(tq, device=device).reshape(tq, 1)  # (Tq, 1)
+    cols = arange(tk, device=device).reshape(1, tk)  # (1, Tk)
+    return cols <= rows
+
+
+def _attention_mask(mask: Any, is_causal: bool, scores: Tensor) -> Tensor | None:
+    """Combine the user mask and the causal mask into one bool tensor broadcastable to scores."""
+    op = "scaled_dot_product_attention"
+    allowed = None
+    if mask is not None:
+        if not isinstance(mask, Tensor):
+            mask = Tensor(mask, device=scores.device)
+        if backend.dtype_name(mask.dtype) != "bool":
+            raise TypeError(
+                f"{op}: mask must be bool (True = may attend), got dtype "
+                f"{backend.dtype_name(mask.dtype)}; an additive float mask is not supported"
+            )
+        if mask.device != scores.device:
+            raise RuntimeError(
+                f"{op}: mask is on device '{mask.device}' but the scores are on '{scores.device}'"
+            )
+        if mask.ndim > scores.ndim or any(
+            m != 1 and m != s
+            for m, s in zip(reversed(mask.shape), reversed(scores.shape), strict=False)
+        ):
+            raise ValueError(
+                f"{op}: mask of shape {mask.shape} cannot be broadcast to the scores shape "
+                f"{scores.shape} (..., Tq, Tk)"
+            )
+        allowed = mask
+    if is_causal:
+        tq, tk = scores.shape[-2:]
+        causal = causal_mask(tq, tk, device=scores.device)
+        allowed = causal if allowed is None else allowed.constant(allowed.data & causal.data)
+    return allowed
+
+
+def _check_attention_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
+    op = "scaled_dot_product_attention"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_float(op, t)
+        if t.ndim < 2:
+            raise ValueError(f"{op}: {name} must have shape (..., T, D), got {t.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"{op}: q of shape {q.shape} and k of shape {k.shape} differ in the feature size D "
+            f"({q.shape[-1]} != {k.shape[-1]})"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"{op}: k of shape {k.shape} and v of shape {v.shape} differ in the number of keys Tk "
+            f"({k.shape[-2]} != {v.shape[-2]})"
+        )
+    try:
+        batch = broadcast_shapes(op, q.shape[:-2], k.shape[:-2])
+        broadcast_shapes(op, batch, v.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"{op}: the leading (batch) axes of q {q.shape}, k {k.shape} and v {v.shape} "
+            "cannot be broadcast together"
+        ) from None
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Any = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    return_weights: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """out = softmax(q k^T * scale, masked over keys) @ v, with scale = 1/sqrt(D) by default.
+
+    The mask (bool, True = may attend, broadcastable to (..., Tq, Tk)) and the causal mask are
+    ANDed; disallowed scores become -inf, so their weights are exactly 0 and a query with no
+    allowed key gets output 0 and gradient 0. Dropout (p = dropout_p, always applied when > 0,
+    like PyTorch) acts on the weights; the returned weights are the ones multiplied with v.
+    Gradients come from matmul, where and the fused softmax (dL/dscores = w * (g_w - sum g_w w)).
+    Shapes: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv),
+    weights (..., Tq, Tk).
+    """
+    _check_attention_shapes(q, k, v)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.mT) * scale  # (..., Tq, D) @ (..., D, Tk) -> (..., Tq, Tk)
+    allowed = _attention_mask(mask, is_causal, scores)
+    if allowed is not None:
+        scores = where(allowed, scores, -math.inf)
+    weights = softmax(scores, axis=-1)  # over the keys: each query's weights sum to 1 (or 0)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p, training=True)
+    out = weights @ v  # (..., Tq, Tk) @ (..., Tk, Dv) -> (..., Tq, Dv)
+    return (out, weights) if return_weights else out
+
+
+__all__ = [
+    "Erf",
+    "LogSoftmax",
+    "Softmax",
+    "causal_mask",
+    "cross_entropy",
+    "dropout",
+    "embedding",
+    "erf",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "log_softmax",
+    "relu",
+    "scaled_dot_product_attention",
+    "softmax",
+]
