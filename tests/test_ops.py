@@ -1,0 +1,466 @@
+"""One table of ops: every row is a tinyattn call, a NumPy reference and the input shapes.
+
+Each row gets a forward check against NumPy (float64 inputs built on the host, moved with
+``ta.tensor(..., device=device)``), a gradcheck and, where the op is twice differentiable, a
+gradgradcheck, on every backend through the ``device`` fixture. Adding an op is adding a row.
+
+Inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log, sqrt, pow);
+``distinct`` (all values of all inputs distinct, at least 0.1 apart and at least 0.05 from 0, so
+relu/abs/clip are away from their kinks and max/min/maximum away from ties, where finite
+differences see a one-sided derivative). Constants that are not differentiated (a where condition,
+an index array) are ``Const`` entries: they are passed as tensors without grad.
+Comparisons and factories have their own small tables at the end; max/min tie splitting is
+checked against hand-computed gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+from tinyattn.backend import dtype_name
+
+
+# --------------------------------------------------------------------------------- generators
+def normal(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    return [rng.standard_normal(shape) for shape in shapes]
+
+
+def positive(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    return [rng.uniform(0.5, 2.0, shape) for shape in shapes]
+
+
+def distinct(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    """Values ..., -0.15, -0.05, 0.05, 0.15, ... shuffled across all inputs: no ties, no zeros."""
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    total = sum(sizes)
+    values = (rng.permutation(total) - total / 2 + 0.5) * 0.1
+    arrays, start = [], 0
+    for shape, size in zip(shapes, sizes, strict=True):
+        arrays.append(values[start : start + size].reshape(shape))
+        start += size
+    return arrays
+
+
+@dataclass(frozen=True)
+class Const:
+    """An input that is not differentiated: a bool condition or an integer index array."""
+
+    value: Any
+
+    def array(self) -> np.ndarray:
+        return np.asarray(self.value)
+
+
+@dataclass
+class Row:
+    name: str
+    call: Callable  # tinyattn tensors -> tensor
+    reference: Callable  # NumPy arrays -> array
+    inputs: list  # a shape (float64 input that requires grad) or a Const
+    make: Callable = normal
+    twice: bool = True  # run gradgradcheck
+    check: dict = field(default_factory=dict)  # gradcheck keyword arguments (tolerances)
+    casts: bool = False  # the row changes the dtype itself
+
+
+SAME = None  # the row's expression, evaluated by NumPy on the host arrays, is the reference
+
+CONDITION = Const(np.array([[True], [False], [True]]))  # (3, 1), broadcasts against (3, 4)
+REPEATED = Const(np.array([2, 0, 2, 2, 1]))  # gather with repeats: the gradient adds them
+NEGATIVE = Const(np.array([-1, 0, -1]))
+INDEX_2D = Const(np.array([[0, 3], [3, 3], [1, 2]]))
+A = (3, 4)  # the default operand shape
+B3 = (2, 3, 4)  # a 3-d operand for axes
+
+# fmt: off
+ROWS = [
+    # ------------------------------------------------------------------------------ arithmetic
+    Row("add",                 lambda a, b: a + b,  SAME, [A, A]),
+    Row("add broadcast",       lambda a, b: a + b,  SAME, [(2, 1, 4), (3, 1)]),
+    Row("add scalar",          lambda a: a + 2.5,   SAME, [A]),
+    Row("radd scalar",         lambda a: 2.5 + a,   SAME, [A]),
+    Row("add 0-d",             lambda a, b: a + b,  SAME, [(), (3,)]),
+    Row("sub",                 lambda a, b: a - b,  SAME, [A, A]),
+    Row("sub broadcast",       lambda a, b: a - b,  SAME, [(4,), (2, 3, 1)]),
+    Row("rsub scalar",         lambda a: 1.5 - a,   SAME, [A]),
+    Row("mul",                 lambda a, b: a * b,  SAME, [A, A]),
+    Row("mul broadcast",       lambda a, b: a * b,  SAME, [(2, 3, 1), (1, 4)]),
+    Row("mul scalar",          lambda a: a * -3.0,  SAME, [A]),
+    Row("rmul scalar",         lambda a: 0.5 * a,   SAME, [A]),
+    Row("div",                 lambda a, b: a / b,  SAME, [A, A], make=distinct),
+    Row("div broadcast",       lambda a, b: a / b,  SAME, [(2, 3), (3,)], make=distinct),
+    Row("div scalar",          lambda a: a / 4.0,   SAME, [A]),
+    Row("rdiv scalar",         lambda a: 1.5 / a,   SAME, [A], make=distinct),
+    Row("pow",                 lambda a, b: a**b,   SAME, [A, A], make=positive),
+    Row("pow broadcast",       lambda a, b: a**b,   SAME, [(2, 3), (3,)], make=positive),
+    Row("pow int scalar",      lambda a: a**3,      SAME, [A]),
+    Row("pow float scalar",    lambda a: a**0.5,    SAME, [A], make=positive),
+    Row("pow negative scalar", lambda a: a**-2.0,   SAME, [A], make=positive),
+    Row("rpow scalar",         lambda a: 2.0**a,    SAME, [A]),
+    Row("neg",                 lambda a: -a,        SAME, [A]),
+    # ----------------------------------------------------------------------------------- unary
+    Row("exp",     lambda a: a.exp(),     np.exp,                      [A]),
+    Row("log",     lambda a: a.log(),     np.log,                      [A], make=positive),
+    Row("sqrt",    lambda a: a.sqrt(),    np.sqrt,                     [A], make=positive),
+    Row("tanh",    lambda a: a.tanh(),    np.tanh,                     [A]),
+    Row("sigmoid", lambda a: a.sigmoid(), lambda a: 1 / (1 + np.exp(-a)), [A]),
+    Row("relu",    lambda a: a.relu(),    lambda a: np.maximum(a, 0),  [A], make=distinct),
+    Row("abs",     lambda a: a.abs(),     np.abs,                      [A], make=distinct),
+    # ------------------------------------------------------------------ maximum, clip, where, cast
+    Row("maximum",           ta.maximum, np.maximum, [A, A], make=distinct),
+    Row("maximum broadcast", ta.maximum, np.maximum, [(2, 3, 1), (4,)], make=distinct),
+    Row("maximum scalar",    lambda a: a.maximum(0.02), lambda a: np.maximum(a, 0.02), [A],
+        make=distinct),
+    Row("clip",              lambda a: a.clip(-0.32, 0.27), SAME, [(3, 5)], make=distinct),
+    Row("clip min only",     lambda a: a.clip(min=0.0),     SAME, [A], make=distinct),
+    Row("clip max only",     lambda a: a.clip(max=0.12),    SAME, [A], make=distinct),
+    Row("where",             ta.where, np.where, [CONDITION, A, (4,)]),
+    Row("where scalar",      lambda c, a: ta.where(c, a, 0.0), lambda c, a: np.where(c, a, 0.0),
+        [CONDITION, A]),
+    Row("to float32",        lambda a: a.to("float32"), lambda a: a.astype(np.float32), [A],
+        check={"atol": 1e-4}, casts=True),
+    # ------------------------------------------------------------------------------ reductions
+    Row("sum all",                 lambda a: a.sum(),                           SAME, [A]),
+    Row("sum axis",                lambda a: a.sum(axis=1),                     SAME, [B3]),
+    Row("sum negative axis keep",  lambda a: a.sum(axis=-1, keepdims=True),     SAME, [B3]),
+    Row("sum axes tuple",          lambda a: a.sum(axis=(0, 2)),                SAME, [B3]),
+    Row("sum axes tuple keep",     lambda a: a.sum(axis=(2, 0), keepdims=True), SAME, [B3]),
+    Row("mean all",                lambda a: a.mean(),                          SAME, [A]),
+    Row("mean axis",               lambda a: a.mean(axis=0),                    SAME, [A]),
+    Row("mean axes tuple keep",    lambda a: a.mean(axis=(1, 2), keepdims=True), SAME, [B3]),
+    Row("max all",                 lambda a: a.max(),                SAME, [A], make=distinct),
+    Row("max axis",                lambda a: a.max(axis=1),          SAME, [B3], make=distinct),
+    Row("max axes tuple keep",     lambda a: a.max(axis=(0, 2), keepdims=True), SAME, [B3],
+        make=distinct),
+    Row("min all",                 lambda a: a.min(),                SAME, [A], make=distinct),
+    Row("min axis keep",           lambda a: a.min(axis=-1, keepdims=True), SAME, [B3],
+        make=distinct),
+    Row("min axes tuple",          lambda a: a.min(axis=(0, 1)),     SAME, [B3], make=distinct),
+    Row("var all",                 lambda a: a.var(),                           SAME, [A]),
+    Row("var axis",                lambda a: a.var(axis=1),                     SAME, [B3]),
+    Row("var axes tuple keep",     lambda a: a.var(axis=(0, 2), keepdims=True), SAME, [B3]),
+    Row("var correction",          lambda a: a.var(axis=0, correction=1),
+        lambda a: a.var(axis=0, ddof=1), [(4, 3)]),
+    # ---------------------------------------------------------------------------------- matmul
+    Row("matmul",                  lambda a, b: a @ b, SAME, [(3, 4), (4, 5)]),
+    Row("matmul batched",          lambda a, b: a @ b, SAME, [(2, 3, 4), (2, 4, 5)]),
+    Row("matmul broadcast batch",  lambda a, b: a @ b, SAME, [(2, 1, 3, 4), (3, 4, 2)]),
+    Row("matmul batch and matrix", lambda a, b: a @ b, SAME, [(2, 3, 4), (4, 2)]),
+    Row("matmul vector left",      lambda a, b: a @ b, SAME, [(4,), (4, 3)]),
+    Row("matmul vector right",     lambda a, b: a @ b, SAME, [(3, 4), (4,)]),
+    Row("matmul vector both",      lambda a, b: a @ b, SAME, [(4,), (4,)]),
+    Row("matmul vector and batch", lambda a, b: a @ b, SAME, [(4,), (2, 4, 3)]),
+    Row("matmul batch and vector", lambda a, b: a @ b, SAME, [(2, 3, 4), (4,)]),
+    # ----------------------------------------------------------------------------------- shape
+    Row("reshape",            lambda a: a.reshape(4, 6),        SAME, [B3]),
+    Row("reshape -1 tuple",   lambda a: a.reshape((3, -1)),     SAME, [B3]),
+    Row("reshape to 0-d",     lambda a: a.reshape(()),          SAME, [(1, 1)]),
+    Row("transpose reversed", lambda a: a.transpose(),          SAME, [B3]),
+    Row("transpose axes",     lambda a: a.transpose(1, 0, 2),   SAME, [B3]),
+    Row("permute",            lambda a: a.permute(2, 0, 1),     lambda a: a.transpose(2, 0, 1),
+        [B3]),
+    Row("permute negative",   lambda a: a.permute((-1, 0, 1)),  lambda a: a.transpose(2, 0, 1),
+        [B3]),
+    Row("mT",                 lambda a: a.mT,                   SAME, [B3]),
+    Row("swapaxes",           lambda a: a.swapaxes(0, -1),      SAME, [B3]),
+    Row("expand_dims",        lambda a: a.expand_dims(1),       lambda a: np.expand_dims(a, 1),
+        [(2, 3)]),
+    Row("expand_dims last",   lambda a: a.expand_dims(-1),      lambda a: np.expand_dims(a, -1),
+        [(2, 3)]),
+    Row("squeeze all",        lambda a: a.squeeze(),            SAME, [(1, 3, 1, 2)]),
+    Row("squeeze axis",       lambda a: a.squeeze(2),           SAME, [(1, 3, 1, 2)]),
+    Row("squeeze axes tuple", lambda a: a.squeeze((0, -2)),     SAME, [(1, 3, 1, 2)]),
+    Row("broadcast_to",       lambda a: a.broadcast_to((2, 3, 4)),
+        lambda a: np.broadcast_to(a, (2, 3, 4)), [(3, 1)]),
+    Row("broadcast_to new axes", lambda a: a.broadcast_to(2, 3, 4),
+        lambda a: np.broadcast_to(a, (2, 3, 4)), [(4,)]),
+    # -------------------------------------------------------------------------------- indexing
+    Row("index int",              lambda a: a[1],              SAME, [A]),
+    Row("index negative int",     lambda a: a[-1, 2],          SAME, [A]),
+    Row("index slices",           lambda a: a[1:, ::2],        SAME, [A]),
+    Row("index negative step",    lambda a: a[::-1, 1:3],      SAME, [A]),
+    Row("index None",             lambda a: a[:, None, 1],     SAME, [A]),
+    Row("index ellipsis",         lambda a: a[..., 1],         SAME, [B3]),
+    Row("index ellipsis None",    lambda a: a[None, ..., 0:2], SAME, [B3]),
+    Row("gather repeated",        lambda a, i: a[i],           SAME, [A, REPEATED]),
+    Row("gather repeated list",   lambda a: a[[2, 0, 2, 2]],   SAME, [A]),
+    Row("gather negative",        lambda a, i: a[i],           SAME, [A, NEGATIVE]),
+    Row("gather inner axis",      lambda a, i: a[:, i],        SAME, [B3, REPEATED]),
+    Row("gather 2-d index",       lambda a, i: a[1:, i],       SAME, [A, INDEX_2D]),
+    Row("gather with int",        lambda a, i: a[i, 1],        SAME, [A, REPEATED]),
+    Row("gather split from int",  lambda a, i: a[0, :, i],     SAME, [B3, REPEATED]),
+    Row("gather after ellipsis",  lambda a, i: a[..., i],      SAME, [(2, 3), REPEATED]),
+    # ------------------------------------------------------------------------------ join
+    Row("concat",  lambda a, b, c: ta.concat([a, b, c], axis=1),
+        lambda a, b, c: np.concatenate([a, b, c], axis=1), [(2, 1, 3), (2, 3, 3), (2, 2, 3)]),
+    Row("concat negative axis", lambda a, b: ta.concat([a, b], axis=-1),
+        lambda a, b: np.concatenate([a, b], axis=-1), [(2, 3), (2, 1)]),
+    Row("stack",   lambda a, b: ta.stack([a, b]), lambda a, b: np.stack([a, b]), [(2, 3), (2, 3)]),
+    Row("stack axis", lambda a, b, c: ta.stack([a, b, c], axis=-1),
+        lambda a, b, c: np.stack([a, b, c], axis=-1), [(2, 3), (2, 3), (2, 3)]),
+    # ---------------------------------------------------------------------------- compositions
+    Row("softmax composed", lambda a: a.exp() / a.exp().sum(axis=-1, keepdims=True),
+        lambda a: np.exp(a) / np.exp(a).sum(axis=-1, keepdims=True), [B3]),
+    Row("fan-out product", lambda a, b: a * a + a * b - b / (a * a + 1.0), SAME, [A, (4,)]),
+]
+# fmt: on
+
+
+def _reference(row: Row) -> Callable:
+    return row.reference if row.reference is not None else row.call
+
+
+def _host_inputs(row: Row, seed: int = 0) -> list[np.ndarray]:
+    shapes = [spec for spec in row.inputs if not isinstance(spec, Const)]
+    drawn = iter(row.make(np.random.default_rng(seed), shapes))
+    return [spec.array() if isinstance(spec, Const) else next(drawn) for spec in row.inputs]
+
+
+def _device_inputs(row: Row, host: list[np.ndarray], device: str, dtype: str = "float64"):
+    return [
+        ta.tensor(array, device=device)
+        if isinstance(spec, Const)
+        else ta.tensor(array, dtype=dtype, device=device, requires_grad=True)
+        for spec, array in zip(row.inputs, host, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_forward_matches_numpy(device, row):
+    host = _host_inputs(row)
+    out = row.call(*_device_inputs(row, host, device))
+    expected = np.asarray(_reference(row)(*host))
+    assert out.shape == expected.shape
+    assert dtype_name(out.dtype) == expected.dtype.name
+    assert out.device == ta.tensor(0.0, device=device).device
+    assert out.requires_grad
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_forward_keeps_float32(device, row):
+    """float32 inputs (and Python scalars) give float32 results, close to the float64 values."""
+    host = _host_inputs(row)
+    out = row.call(*_device_inputs(row, host, device, dtype="float32"))
+    expected = np.asarray(_reference(row)(*host))
+    if not row.casts:
+        assert dtype_name(out.dtype) == "float32"
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_gradcheck(device, row):
+    inputs = _device_inputs(row, _host_inputs(row), device)
+    assert ta.gradcheck(row.call, inputs, **row.check)
+
+
+TWICE = [row for row in ROWS if row.twice]
+
+
+@pytest.mark.parametrize("row", TWICE, ids=[row.name for row in TWICE])
+def test_gradgradcheck(device, row):
+    inputs = _device_inputs(row, _host_inputs(row), device)
+    assert ta.gradgradcheck(row.call, inputs, **row.check)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_gradcheck_float32(device, row):
+    """The rules in the dtype users train in pass the checker's float32 defaults."""
+    inputs = _device_inputs(row, _host_inputs(row), device, dtype="float32")
+    assert ta.gradcheck(row.call, inputs)
+
+
+# ------------------------------------------------------------------------------------- ties
+# max/min split the gradient evenly between tied extremes (docs/autograd.md): hand-computed.
+TIES = [
+    # (name, call, input, expected gradient of out.sum())
+    (
+        "max axis",
+        lambda x: x.max(axis=1),
+        [[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]],
+        [[0.0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]],
+    ),
+    ("max all", lambda x: x.max(), [[1.0, 3.0], [3.0, 0.0]], [[0.0, 0.5], [0.5, 0.0]]),
+    (
+        "max axes tuple",
+        lambda x: x.max(axis=(1, 2)),
+        [[[4.0, 4.0], [4.0, 1.0]], [[0.0, 4.0], [2.0, 3.0]]],
+        [[[1 / 3, 1 / 3], [1 / 3, 0.0]], [[0.0, 1.0], [0.0, 0.0]]],
+    ),
+    (
+        "min axis keepdims",
+        lambda x: x.min(axis=0, keepdims=True),
+        [[-1.0, 5.0], [-1.0, 6.0]],
+        [[0.5, 1.0], [0.5, 0.0]],
+    ),
+    ("min all", lambda x: x.min(), [2.0, -4.0, -4.0, -4.0], [0.0, 1 / 3, 1 / 3, 1 / 3]),
+    (
+        "maximum",
+        lambda x: ta.maximum(x, ta.tensor([1.0, 0.0, 2.0], dtype="float64", device=x.device)),
+        [1.0, 1.0, 2.0],
+        [0.5, 1.0, 0.5],
+    ),
+]
+
+
+@pytest.mark.parametrize("name,call,values,expected", TIES, ids=[t[0] for t in TIES])
+def test_ties_split_the_gradient_evenly(device, name, call, values, expected):
+    x = ta.tensor(values, dtype="float64", device=device, requires_grad=True)
+    call(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.array(expected), rtol=1e-15)
+
+
+def test_maximum_tie_gives_each_side_half(device):
+    a = ta.tensor([2.0, 1.0], dtype="float64", device=device, requires_grad=True)
+    b = ta.tensor([2.0, 0.0], dtype="float64", device=device, requires_grad=True)
+    ta.maximum(a, b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [0.5, 1.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [0.5, 0.0])
+
+
+# ------------------------------------------------------------------------------- comparisons
+COMPARISONS = [
+    ("lt", lambda a, b: a < b),
+    ("le", lambda a, b: a <= b),
+    ("gt", lambda a, b: a > b),
+    ("ge", lambda a, b: a >= b),
+    ("lt scalar", lambda a, b: a < 0.5),
+    ("ge scalar", lambda a, b: a >= 0.5),
+    ("gt reflected scalar", lambda a, b: 0.5 > a),
+    ("eq", lambda a, b: a.eq(b) if isinstance(a, ta.Tensor) else a == b),
+]
+
+
+@pytest.mark.parametrize("name,call", COMPARISONS, ids=[c[0] for c in COMPARISONS])
+def test_comparison_gives_bool_without_grad(device, name, call):
+    rng = np.random.default_rng(0)
+    a_host = rng.integers(0, 3, (3, 4)).astype(np.float64) * 0.5  # values repeat: ties exist
+    b_host = rng.integers(0, 3, (4,)).astype(np.float64) * 0.5  # broadcasts against (3, 4)
+    a = ta.tensor(a_host, device=device, requires_grad=True)
+    b = ta.tensor(b_host, device=device, requires_grad=True)
+    out = call(a, b)
+    expected = call(a_host, b_host)
+    assert dtype_name(out.dtype) == "bool"
+    assert not out.requires_grad and out.is_leaf
+    assert out.shape == expected.shape
+    np.testing.assert_array_equal(out.numpy(), expected)
+
+
+# --------------------------------------------------------------------------------- factories
+def _seeded(kind: str, shape: tuple) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    draw = rng.standard_normal(shape) if kind == "normal" else rng.random(shape)
+    return draw.astype(np.float32)
+
+
+FACTORIES = [
+    # (name, call(device), expected values, expected dtype)
+    ("tensor floats", lambda d: ta.tensor([[1.0, 2.5]], device=d), [[1.0, 2.5]], "float32"),
+    ("tensor ints", lambda d: ta.tensor([1, 2, 3], device=d), [1, 2, 3], "int64"),
+    ("tensor bools", lambda d: ta.tensor([True, False], device=d), [True, False], "bool"),
+    ("tensor scalar", lambda d: ta.tensor(1.5, device=d), 1.5, "float32"),
+    ("tensor dtype", lambda d: ta.tensor([1, 2], dtype="float64", device=d), [1.0, 2.0], "float64"),
+    (
+        "tensor ndarray keeps dtype",
+        lambda d: ta.tensor(np.arange(3.0), device=d),
+        [0.0, 1.0, 2.0],
+        "float64",
+    ),
+    ("zeros", lambda d: ta.zeros(2, 3, device=d), np.zeros((2, 3)), "float32"),
+    (
+        "zeros tuple",
+        lambda d: ta.zeros((2, 3), dtype="float64", device=d),
+        np.zeros((2, 3)),
+        "float64",
+    ),
+    ("ones", lambda d: ta.ones(3, device=d), np.ones(3), "float32"),
+    ("full", lambda d: ta.full((2, 2), 1.5, device=d), np.full((2, 2), 1.5), "float32"),
+    ("arange int", lambda d: ta.arange(4, device=d), [0, 1, 2, 3], "int64"),
+    (
+        "arange float",
+        lambda d: ta.arange(0.0, 1.0, 0.25, device=d),
+        [0.0, 0.25, 0.5, 0.75],
+        "float32",
+    ),
+    ("arange start stop", lambda d: ta.arange(2, 5, device=d), [2, 3, 4], "int64"),
+    (
+        "zeros_like",
+        lambda d: ta.zeros_like(ta.ones(2, 3, dtype="float64", device=d)),
+        np.zeros((2, 3)),
+        "float64",
+    ),
+    ("ones_like", lambda d: ta.ones_like(ta.zeros(2, device=d)), np.ones(2), "float32"),
+    (
+        "ones_like dtype",
+        lambda d: ta.ones_like(ta.zeros(2, device=d), dtype="float64"),
+        np.ones(2),
+        "float64",
+    ),
+    (
+        "from_numpy",
+        lambda d: ta.from_numpy(np.array([1, 2], dtype=np.int32), device=d),
+        [1, 2],
+        "int32",
+    ),
+    (
+        "randn",
+        lambda d: (ta.manual_seed(7), ta.randn(2, 3, device=d))[1],
+        _seeded("normal", (2, 3)),
+        "float32",
+    ),
+    (
+        "rand",
+        lambda d: (ta.manual_seed(7), ta.rand((3,), device=d))[1],
+        _seeded("uniform", (3,)),
+        "float32",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,call,expected,dtype", FACTORIES, ids=[f[0] for f in FACTORIES])
+def test_factory(device, name, call, expected, dtype):
+    out = call(device)
+    expected = np.asarray(expected)
+    assert out.device == ta.tensor(0.0, device=device).device
+    assert dtype_name(out.dtype) == dtype
+    assert out.shape == expected.shape
+    assert out.is_leaf and not out.requires_grad
+    np.testing.assert_array_equal(out.numpy(), expected.astype(dtype))
+
+
+REQUIRES_GRAD_FACTORIES = [
+    ("tensor", lambda d: ta.tensor([1.0], device=d, requires_grad=True)),
+    ("zeros", lambda d: ta.zeros(2, device=d, requires_grad=True)),
+    ("ones", lambda d: ta.ones(2, device=d, requires_grad=True)),
+    ("full", lambda d: ta.full(2, 3.0, device=d, requires_grad=True)),
+    ("randn", lambda d: ta.randn(2, device=d, requires_grad=True)),
+    ("rand", lambda d: ta.rand(2, device=d, requires_grad=True)),
+    ("zeros_like", lambda d: ta.zeros_like(ta.ones(2, device=d), requires_grad=True)),
+    ("ones_like", lambda d: ta.ones_like(ta.ones(2, device=d), requires_grad=True)),
+    ("from_numpy", lambda d: ta.from_numpy(np.ones(2), device=d, requires_grad=True)),
+]
+
+
+@pytest.mark.parametrize(
+    "name,call", REQUIRES_GRAD_FACTORIES, ids=[f[0] for f in REQUIRES_GRAD_FACTORIES]
+)
+def test_factory_requires_grad_makes_a_leaf_parameter(device, name, call):
+    out = call(device)
+    assert out.requires_grad and out.is_leaf
+    (out * 2.0).sum().backward()
+    np.testing.assert_array_equal(out.grad.numpy(), np.full(out.shape, 2.0))
+
+
+def test_randn_is_reproducible_and_identical_across_devices(device):
+    ta.manual_seed(3)
+    first = ta.randn(4, 5, device=device).numpy()
+    ta.manual_seed(3)
+    on_host = ta.randn(4, 5).numpy()
+    np.testing.assert_array_equal(first, on_host)
+    assert not np.array_equal(first, ta.randn(4, 5, device=device).numpy())
