@@ -77,3 +77,8 @@ __all__ = [
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck, numerical_grad  # noqa: E402
 
 __all__ += ["GradcheckError", "gradcheck", "gradgradcheck", "numerical_grad"]
+
+from . import functional, nn, optim  # noqa: E402  (the layers above the core, in import order)
+from .serialization import load, save  # noqa: E402
+
+__all__ += ["functional", "load", "nn", "optim", "save"]

@@ -278,3 +278,48 @@ def scatter_add(target: Any, indices: Any, values: Any) -> Any:
     )
     added = xp.reshape(xp.matrix_transpose(one_hot) @ flat_values, (rows, *rest))
     return target + added
+
+
+# ----------------------------------------------------------------------------------- checkpoints
+# The .npz container (used by tinyattn.serialization): NumPy's own format, written and read here
+# because only this module may touch NumPy. Pickle is never written and never accepted.
+NPZ_METADATA_ENTRY = "__metadata__"
+
+
+def save_npz(file: Any, arrays: dict[str, Any], metadata: str) -> None:
+    """Write host copies of `arrays` and a UTF-8 `metadata` string (stored as a uint8 array
+    named NPZ_METADATA_ENTRY) to the open binary `file` as an uncompressed .npz archive."""
+    import zipfile  # noqa: PLC0415  (only checkpoints need it)
+
+    entries = {NPZ_METADATA_ENTRY: np.frombuffer(metadata.encode("utf-8"), dtype=np.uint8)}
+    entries.update((name, to_numpy(array)) for name, array in arrays.items())
+    with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in entries.items():
+            # What np.savez does, minus its keyword names: a key may be "file" or "allow_pickle".
+            with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
+    """Read every array of an .npz archive with allow_pickle=False, and its metadata string
+    (None when the archive has no NPZ_METADATA_ENTRY). Anything that is not a complete,
+    pickle-free .npz raises ValueError saying why; a missing file raises FileNotFoundError."""
+    import zipfile  # noqa: PLC0415
+    import zlib  # noqa: PLC0415
+
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single .npy array, not an .npz archive")
+        with archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, KeyError, OSError, zlib.error) as exc:
+        raise ValueError(f"not a complete .npz archive ({type(exc).__name__}: {exc})") from None
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    metadata = arrays.pop(NPZ_METADATA_ENTRY, None)
+    if metadata is not None:
+        metadata = metadata.tobytes().decode("utf-8", errors="replace")
+    return arrays, metadata

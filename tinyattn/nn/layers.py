@@ -1,0 +1,139 @@
+"""nn layer, part 2: the basic layers Linear, Embedding, LayerNorm, Dropout and activations.
+
+Imports `tensor`, `functional` and `nn.module`. Invariants: weights are drawn from the host RNG
+(`ta.manual_seed`), so every backend starts from identical numbers; layouts and initialisations
+are PyTorch's, so state dicts map one to one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import functional as F
+from ..tensor import Tensor, ones, rand, randn, zeros
+from .module import Module, Parameter
+
+
+def _check_sizes(op: str, **sizes: int) -> None:
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+
+
+def uniform(shape: tuple[int, ...], bound: float) -> Tensor:
+    """U(-bound, bound) from the host RNG: drawn in float64, stored as float32 (the default)."""
+    return ((rand(*shape, dtype="float64") * 2.0 - 1.0) * bound).to("float32")
+
+
+class Linear(Module):
+    """y = x @ weight^T + bias, weight (out, in) and bias (out,) as in PyTorch.
+
+    Init (PyTorch's): weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
+    Shapes: x (..., in_features) -> (..., out_features).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        super().__init__()
+        _check_sizes("Linear", in_features=in_features, out_features=out_features)
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight = Parameter(uniform((out_features, in_features), bound))
+        self.register_parameter(
+            "bias", Parameter(uniform((out_features,), bound)) if bias else None
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        has_bias = self.bias is not None
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}"
+
+
+class Embedding(Module):
+    """A (V, D) table of learned vectors looked up by integer index; init N(0, 1) (PyTorch's).
+
+    Shapes: indices (...) integer -> (..., D).
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        super().__init__()
+        _check_sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Parameter(randn(num_embeddings, embedding_dim))
+
+    def forward(self, indices: Any) -> Tensor:
+        return F.embedding(indices, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class LayerNorm(Module):
+    """Normalise the trailing axes to mean 0, variance 1, then scale by weight and shift by bias
+    (init ones and zeros). Shapes: x (..., *normalized_shape) -> same.
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | tuple[int, ...],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+    ) -> None:
+        super().__init__()
+        shape = (
+            (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        )
+        _check_sizes("LayerNorm", **{f"normalized_shape[{i}]": n for i, n in enumerate(shape)})
+        if eps <= 0:
+            raise ValueError(f"LayerNorm: eps must be positive, got {eps}")
+        self.normalized_shape, self.eps = shape, eps
+        weight = Parameter(ones(*shape)) if elementwise_affine else None
+        bias = Parameter(zeros(*shape)) if elementwise_affine else None
+        self.register_parameter("weight", weight)
+        self.register_parameter("bias", bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class Dropout(Module):
+    """Zero elements with probability p in training mode (scaling the rest by 1/(1-p));
+    the identity in eval mode. Shapes: any."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: probability p must be in [0, 1], got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class ReLU(Module):
+    """y = max(x, 0). Shapes: any."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(x)
+
+
+class GELU(Module):
+    """y = x * Phi(x) (approximate="none") or its tanh approximation. Shapes: any."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x, self.approximate)
+
+
+__all__ = ["GELU", "Dropout", "Embedding", "LayerNorm", "Linear", "ReLU", "uniform"]
