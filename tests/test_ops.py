@@ -5,7 +5,7 @@ Each row gets a forward check against NumPy (float64 inputs built on the host, m
 gradgradcheck, on every backend through the ``device`` fixture. Adding an op is adding a row.
 
 Inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log, sqrt, pow);
-``distinct`` (all values of all inputs distinct, at least 0.1 apart and at least 0.05 from 0, so
+``distinct`` (all values of all inputs distinct, at least 0.1 apart and at least 0.1 from 0, so
 relu/abs/clip are away from their kinks and max/min/maximum away from ties, where finite
 differences see a one-sided derivative). Constants that are not differentiated (a where condition,
 an index array) are ``Const`` entries: they are passed as tensors without grad.
@@ -36,15 +36,12 @@ def positive(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
 
 
 def distinct(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
-    """Values ..., -0.15, -0.05, 0.05, 0.15, ... shuffled across all inputs: no ties, no zeros."""
+    """Values 0.1, -0.2, 0.3, -0.4, ... shuffled across all inputs: no ties, no zeros."""
     sizes = [int(np.prod(shape)) for shape in shapes]
-    total = sum(sizes)
-    values = (rng.permutation(total) - total / 2 + 0.5) * 0.1
-    arrays, start = [], 0
-    for shape, size in zip(shapes, sizes, strict=True):
-        arrays.append(values[start : start + size].reshape(shape))
-        start += size
-    return arrays
+    ranks = rng.permutation(sum(sizes)) + 1
+    values = 0.1 * ranks * np.where(ranks % 2, 1.0, -1.0)
+    splits = np.split(values, np.cumsum(sizes)[:-1])
+    return [part.reshape(shape) for part, shape in zip(splits, shapes, strict=True)]
 
 
 @dataclass(frozen=True)
