@@ -1,0 +1,155 @@
+"""Source guard: the backend boundary and the portability rules hold in the code itself.
+
+An AST scan (so comments, strings and docstrings never trip it):
+- only ``tinyattn/backend.py`` imports NumPy, CuPy, array_api_strict or array_api_compat;
+- ops, functional and nn code uses none of the calls that break on a non-NumPy device or that
+  read past the array API: ``.T`` (``.mT`` is the array API spelling), ``.item()`` (a hidden
+  device sync), ``from_dlpack``, and ``._array`` (array_api_strict's private NumPy array).
+The scanner itself is tested on planted violations, so a broken scanner cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tinyattn"
+BACKEND = PACKAGE / "backend.py"
+BACKEND_LIBRARIES = {"numpy", "cupy", "cupyx", "array_api_strict", "array_api_compat"}
+
+
+def _sources() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _portable_sources() -> list[Path]:
+    """ops, functional and nn: the code that must run unchanged on every device."""
+    return [
+        path
+        for path in _sources()
+        if path.relative_to(PACKAGE).parts[0] in ("ops", "nn", "functional", "functional.py")
+    ]
+
+
+def _imported_module(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module]
+    if (  # importlib.import_module("numpy") or __import__("numpy")
+        isinstance(node, ast.Call)
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+        and getattr(node.func, "attr", getattr(node.func, "id", None))
+        in ("import_module", "__import__")
+    ):
+        return [node.args[0].value]
+    return []
+
+
+def backend_imports(source: str, filename: str = "<source>") -> list[str]:
+    """Every import of a backend library in `source`, as 'file:line: module'."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        for module in _imported_module(node):
+            if module.split(".")[0] in BACKEND_LIBRARIES:
+                found.append(f"{filename}:{node.lineno}: imports {module}")
+    return found
+
+
+def non_portable_uses(source: str, filename: str = "<source>") -> list[str]:
+    """Every ``.T``, ``.item()``, ``from_dlpack`` and ``._array`` in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        name = None
+        if isinstance(node, ast.Attribute) and node.attr in ("T", "_array", "from_dlpack"):
+            name = "." + node.attr
+        elif isinstance(node, ast.Name) and node.id == "from_dlpack":
+            name = "from_dlpack"
+        elif isinstance(node, ast.alias) and node.name.split(".")[-1] == "from_dlpack":
+            name = "from_dlpack"
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "item"
+        ):
+            name = ".item()"
+        if name is not None:
+            found.append(f"{filename}:{getattr(node, 'lineno', '?')}: uses {name}")
+    return found
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- the package
+def test_the_package_is_scanned():
+    names = {path.relative_to(PACKAGE).as_posix() for path in _sources()}
+    assert {"backend.py", "autograd.py", "tensor.py", "ops/elementwise.py"} <= names
+    assert "ops/elementwise.py" in {p.relative_to(PACKAGE).as_posix() for p in _portable_sources()}
+
+
+def test_backend_is_the_only_module_importing_array_libraries():
+    found = [
+        problem
+        for path in _sources()
+        if path != BACKEND
+        for problem in backend_imports(_read(path), path.relative_to(PACKAGE.parent).as_posix())
+    ]
+    assert not found, "import these only in tinyattn/backend.py:\n" + "\n".join(found)
+    assert backend_imports(_read(BACKEND))  # the backend does import them: the scan sees imports
+
+
+def test_portable_code_avoids_non_portable_calls():
+    found = [
+        problem
+        for path in _portable_sources()
+        for problem in non_portable_uses(_read(path), path.relative_to(PACKAGE.parent).as_posix())
+    ]
+    assert not found, "not portable across array libraries:\n" + "\n".join(found)
+
+
+# ------------------------------------------------------------------------- the scanner itself
+IMPORT_CASES = [
+    # (source, number of backend imports the scanner must report)
+    ("import numpy as np", 1),
+    ("import numpy.linalg", 1),
+    ("from numpy import asarray", 1),
+    ("import cupy, os", 1),
+    ("from cupyx.scipy import special", 1),
+    ("def f():\n    import array_api_strict\n", 1),
+    ("import array_api_compat.numpy as xp", 1),
+    ("import importlib\nxp = importlib.import_module('cupy')", 1),
+    ("np = __import__('numpy')", 1),
+    ("from . import backend\nfrom .backend import namespace", 0),
+    ("import numbers\nimport math", 0),
+    ('"""Uses numpy: import numpy as np."""\n# import cupy', 0),
+]
+
+
+@pytest.mark.parametrize("source,count", IMPORT_CASES, ids=[c[0] for c in IMPORT_CASES])
+def test_scanner_finds_backend_imports(source, count):
+    assert len(backend_imports(source)) == count
+
+
+USE_CASES = [
+    ("y = x.T", 1),
+    ("y = x.data.T @ w", 1),
+    ("value = loss.item()", 1),
+    ("value = xp.max(x).item()", 1),
+    ("y = xp.from_dlpack(x)", 1),
+    ("from numpy import from_dlpack", 1),
+    ("raw = x._array", 1),
+    ("y = x.mT\nz = xp.matrix_transpose(x)", 0),
+    ("items = d.items()\nT = 3\nself.T_max = T", 0),
+    ("'''call .item() and .T here'''", 0),
+]
+
+
+@pytest.mark.parametrize("source,count", USE_CASES, ids=[c[0] for c in USE_CASES])
+def test_scanner_finds_non_portable_uses(source, count):
+    assert len(non_portable_uses(source)) == count
