@@ -702,6 +702,7 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     if not tensors:
         raise ValueError("stack: expected at least one tensor")
     for position, t in enumerate(tensors[1:], start=1):
+        tensors[0]._operand(t, "stack")  # a device mismatch names stack, not concat
         if t.shape != tensors[0].shape:
             raise ValueError(
                 f"stack: tensor {position} has shape {t.shape}, but tensor 0 has shape {tensors[0].shape}"
