@@ -1,0 +1,180 @@
+"""Errors teach: each mistake raises a specific exception whose message names the op and the facts.
+
+One table: a call that must fail, the exception type, and the fragments the message must hold
+(the op's name and both shapes, both devices, the dtype, the reason). Runs on every backend; the
+device-mixing rows pair the host with the strict device and need no GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import tinyattn as ta
+
+
+def _ones(*shape, device, grad=False):
+    return ta.ones(*shape, dtype="float64", device=device, requires_grad=grad)
+
+
+ERRORS = [
+    # (name, call(device), exception type, fragments the message must contain)
+    # ------------------------------------------------------------------ shape mismatches
+    ("matmul inner", lambda d: _ones(2, 3, device=d) @ _ones(4, 5, device=d),
+     ValueError, ["matmul", "(2, 3)", "(4, 5)", "3 != 4"]),
+    ("matmul vectors", lambda d: _ones(3, device=d) @ _ones(4, device=d),
+     ValueError, ["matmul", "(3,)", "(4,)"]),
+    ("matmul batch", lambda d: _ones(2, 3, 4, device=d) @ _ones(3, 4, 5, device=d),
+     ValueError, ["matmul", "(2, 3, 4)", "(3, 4, 5)", "broadcast"]),
+    ("matmul 0-d", lambda d: _ones(3, device=d) @ _ones(device=d),
+     ValueError, ["matmul", "(3,)", "()", "at least 1 dimension"]),
+    ("add broadcast", lambda d: _ones(2, 3, device=d) + _ones(4, device=d),
+     ValueError, ["add", "(2, 3)", "(4,)", "broadcast"]),
+    ("sub broadcast", lambda d: _ones(2, 3, device=d) - _ones(2, 1, 2, device=d),
+     ValueError, ["sub", "(2, 3)", "(2, 1, 2)"]),
+    ("mul broadcast", lambda d: _ones(2, 3, device=d) * _ones(3, 2, device=d),
+     ValueError, ["mul", "(2, 3)", "(3, 2)"]),
+    ("div broadcast", lambda d: 1.0 / _ones(3, device=d) / _ones(2, device=d),
+     ValueError, ["div", "(3,)", "(2,)"]),
+    ("maximum broadcast", lambda d: ta.maximum(_ones(2, device=d), _ones(3, device=d)),
+     ValueError, ["maximum", "(2,)", "(3,)"]),
+    ("where broadcast", lambda d: ta.where(_ones(3, device=d) > 0, _ones(2, device=d), 0.0),
+     ValueError, ["where", "(3,)", "(2,)"]),
+    ("comparison broadcast", lambda d: _ones(2, device=d) < _ones(3, device=d),
+     ValueError, ["lt", "(2,)", "(3,)"]),
+    ("reshape count", lambda d: _ones(2, 3, device=d).reshape(4, 2),
+     ValueError, ["reshape", "(2, 3)", "(4, 2)", "6 elements", "8 elements"]),
+    ("reshape -1", lambda d: _ones(2, 3, device=d).reshape(-1, 4),
+     ValueError, ["reshape", "(2, 3)", "(-1, 4)"]),
+    ("broadcast_to", lambda d: _ones(2, 3, device=d).broadcast_to(3, 3),
+     ValueError, ["broadcast_to", "(2, 3)", "(3, 3)"]),
+    ("concat", lambda d: ta.concat([_ones(2, 3, device=d), _ones(3, 3, device=d)], axis=1),
+     ValueError, ["concat", "(2, 3)", "(3, 3)"]),
+    ("stack", lambda d: ta.stack([_ones(2, 3, device=d), _ones(3, 3, device=d)]),
+     ValueError, ["stack", "(2, 3)", "(3, 3)"]),
+    ("permute", lambda d: _ones(2, 3, device=d).permute(0, 0),
+     ValueError, ["permute", "(0, 0)", "(2, 3)"]),
+    ("squeeze", lambda d: _ones(2, 3, device=d).squeeze(0),
+     ValueError, ["squeeze", "axis 0", "(2, 3)"]),
+    ("axis out of range", lambda d: _ones(2, 3, device=d).sum(axis=2),
+     ValueError, ["sum", "axis 2", "2 dimension"]),
+    ("index out of range", lambda d: _ones(2, 3, device=d)[2],
+     IndexError, ["getitem", "index 2", "size 2"]),
+    ("gather out of range", lambda d: _ones(2, 3, device=d)[[0, 5]],
+     IndexError, ["getitem", "index 5", "size 2"]),
+    ("too many indices", lambda d: _ones(2, 3, device=d)[0, 0, 0],
+     IndexError, ["getitem", "too many indices", "(2, 3)"]),
+    # -------------------------------------------------------------------------- backward
+    ("backward non-scalar", lambda d: (_ones(2, 3, device=d, grad=True) * 2.0).backward(),
+     RuntimeError, ["backward", "(2, 3)", "single-element", "gradient"]),
+    ("backward without grad", lambda d: _ones(2, device=d).sum().backward(),
+     RuntimeError, ["backward", "does not require grad"]),
+    ("backward under no_grad", lambda d: _no_grad_loss(d).backward(),
+     RuntimeError, ["does not require grad", "no_grad"]),
+    ("backward wrong gradient shape",
+     lambda d: (_ones(2, device=d, grad=True) * 2.0).backward(_ones(3, device=d)),
+     RuntimeError, ["backward", "(3,)", "(2,)"]),
+    ("grad non-scalar", lambda d: ta.grad(_ones(2, device=d, grad=True) * 2.0, []),
+     RuntimeError, ["grad", "(2,)", "single-element"]),
+    ("grad input without grad", lambda d: ta.grad(_ones(2, device=d, grad=True).sum(),
+                                                  _ones(2, device=d)),
+     RuntimeError, ["grad", "input 0", "does not require grad"]),
+    # ---------------------------------------------------------------------------- dtypes
+    ("int requires_grad", lambda d: ta.tensor([1, 2], device=d, requires_grad=True),
+     TypeError, ["floating-point", "int64"]),
+    ("int requires_grad_", lambda d: ta.arange(3, device=d).requires_grad_(),
+     TypeError, ["requires_grad_", "floating-point", "int64"]),
+    ("exp of int", lambda d: ta.arange(3, device=d).exp(),
+     TypeError, ["exp", "floating-point", "int64"]),
+    ("where non-bool", lambda d: ta.where(_ones(2, device=d), _ones(2, device=d), 0.0),
+     TypeError, ["where", "bool", "float64"]),
+    ("bool mask index", lambda d: _ones(3, device=d)[_ones(3, device=d) > 0],
+     IndexError, ["boolean", "ta.where"]),
+    ("float index", lambda d: _ones(3, device=d)[ta.tensor([0.0, 1.0], device=d)],
+     IndexError, ["getitem", "integers", "float32"]),
+    # ----------------------------------------------------------------------- conversions
+    ("item of many", lambda d: _ones(2, 3, device=d).item(),
+     ValueError, ["item", "one-element", "(2, 3)"]),
+    ("bool of many", lambda d: bool(_ones(2, device=d)),
+     ValueError, ["ambiguous", "(2,)"]),
+    ("ragged data", lambda d: ta.tensor([[1.0, 2.0], [3.0]], device=d),
+     ValueError, ["ragged"]),
+    ("string data", lambda d: ta.tensor("abc", device=d),
+     TypeError, ["tensor", "str"]),
+    ("string operand", lambda d: _ones(2, device=d) + "a",
+     TypeError, ["add", "str"]),
+    ("unknown device", lambda d: _ones(2, device=d).to("tpu"),
+     ValueError, ["unknown device 'tpu'", "'cpu'", "'cuda'"]),
+]  # fmt: skip
+
+
+def _no_grad_loss(device):
+    x = _ones(2, device=device, grad=True)
+    with ta.no_grad():
+        return (x * 2.0).sum()
+
+
+@pytest.mark.parametrize("name,call,error,fragments", ERRORS, ids=[e[0] for e in ERRORS])
+def test_error_names_the_op_and_the_facts(device, name, call, error, fragments):
+    with pytest.raises(error) as info:
+        call(device)
+    message = str(info.value)
+    missing = [fragment for fragment in fragments if fragment not in message]
+    assert not missing, f"message {message!r} lacks {missing}"
+
+
+# ------------------------------------------------------------------------------- devices
+MIXED = [
+    # (name, call(host tensor, strict tensor), op name in the message)
+    ("add", lambda h, s: h + s, "add"),
+    ("reflected add", lambda h, s: s + h, "add"),
+    ("mul", lambda h, s: h * s, "mul"),
+    ("matmul", lambda h, s: h @ s, "matmul"),
+    ("maximum", lambda h, s: ta.maximum(s, h), "maximum"),
+    ("comparison", lambda h, s: h < s, "lt"),
+    ("where", lambda h, s: ta.where(h > 0, s, s), "where"),
+    ("concat", lambda h, s: ta.concat([h, s]), "concat"),
+    ("stack", lambda h, s: ta.stack([h, s]), "stack"),
+    ("gather", lambda h, s: h[ta.tensor([0, 1], device="strict")], "getitem"),
+]
+
+
+@pytest.mark.parametrize("name,call,op", MIXED, ids=[m[0] for m in MIXED])
+def test_mixing_devices_names_both(name, call, op):
+    host, strict = _ones(3, device="cpu", grad=True), _ones(3, device="strict", grad=True)
+    with pytest.raises(RuntimeError) as info:
+        call(host, strict)
+    message = str(info.value)
+    assert message.startswith(f"{op}: ")
+    assert "'cpu'" in message and "'strict:device1'" in message and ".to(device)" in message
+
+
+def test_mixing_two_strict_devices_names_both():
+    with pytest.raises(RuntimeError, match=r"'strict:device1' and 'strict:device2'"):
+        _ones(2, device="strict") + _ones(2, device="strict:device2")
+
+
+def test_implicit_conversion_to_numpy_is_refused_off_the_host():
+    import numpy as np
+
+    with pytest.raises(TypeError, match=r"device 'strict:device1'.*\.numpy\(\)"):
+        np.asarray(_ones(2, device="strict"))
+
+
+CUDA_CALLS = [
+    ("to", lambda: _ones(2, device="cpu").to("cuda")),
+    ("to ordinal", lambda: _ones(2, device="cpu").to("cuda:1")),
+    ("factory", lambda: ta.zeros(2, device="cuda")),
+    ("tensor", lambda: ta.tensor([1.0], device="cuda")),
+]
+
+
+@pytest.mark.parametrize("name,call", CUDA_CALLS, ids=[c[0] for c in CUDA_CALLS])
+def test_cuda_without_a_gpu_says_why(name, call):
+    module, reason = ta.cupy_status()
+    if module is not None:
+        pytest.skip(f"a GPU is usable here ({reason})")
+    with pytest.raises(RuntimeError) as info:
+        call()
+    message = str(info.value)
+    assert "is not available" in message and "'cuda" in message
+    assert reason in message  # the probe's reason, not a CUDA traceback
