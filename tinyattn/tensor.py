@@ -554,8 +554,11 @@ def _index_key(tensor: Tensor, key: Any) -> Any:
                 part = int(part.item())
             else:
                 part = tensor._operand(part, "getitem").data
+        elif hasattr(part, "__array_interface__") and part.ndim == 0 and part.dtype.kind in "iu":
+            part = int(part)  # a NumPy integer scalar indexes like an int on every backend
         elif isinstance(part, list) or hasattr(part, "__array_interface__"):
-            part = backend.asarray(part, device=tensor.device)
+            empty = isinstance(part, list) and not part  # x[[]] selects nothing, as in NumPy
+            part = backend.asarray(part, dtype="int64" if empty else None, device=tensor.device)
         elif not (part is None or part is Ellipsis or isinstance(part, int | slice)):
             if hasattr(part, "__index__"):
                 part = int(part)
