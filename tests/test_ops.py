@@ -193,6 +193,8 @@ ROWS = [
     Row("gather with int",        lambda a, i: a[i, 1],        SAME, [A, REPEATED]),
     Row("gather split from int",  lambda a, i: a[0, :, i],     SAME, [B3, REPEATED]),
     Row("gather after ellipsis",  lambda a, i: a[..., i],      SAME, [(2, 3), REPEATED]),
+    Row("gather empty list",      lambda a: a[[]],             SAME, [A]),
+    Row("index NumPy integers",   lambda a: a[np.int64(1), np.int32(-1)], SAME, [A]),
     # ------------------------------------------------------------------------------ join
     Row("concat",  lambda a, b, c: ta.concat([a, b, c], axis=1),
         lambda a, b, c: np.concatenate([a, b, c], axis=1), [(2, 1, 3), (2, 3, 3), (2, 2, 3)]),
