@@ -282,6 +282,10 @@ class Tensor:
             broadcast_shapes(op, a.shape, b.shape)
         if a.data.dtype != b.data.dtype:
             a, b = _promote(a, b, op)
+        if function is Div and not backend.is_floating(backend.namespace(a.data), a.dtype):
+            # True division of integers gives the default float dtype on every backend (NumPy
+            # would give float64, array_api_strict refuses), as in PyTorch.
+            a, b = a._cast("float32"), b._cast("float32")
         return function.apply(a, b)
 
     def __add__(self, other: Any) -> Tensor:
