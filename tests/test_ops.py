@@ -463,3 +463,29 @@ def test_randn_is_reproducible_and_identical_across_devices(device):
     on_host = ta.randn(4, 5).numpy()
     np.testing.assert_array_equal(first, on_host)
     assert not np.array_equal(first, ta.randn(4, 5, device=device).numpy())
+
+
+# --------------------------------------------------------------------------------- promotion
+PROMOTIONS = [
+    # (name, call(device), expected values, expected dtype)
+    ("int / int", lambda d: ta.arange(3, device=d) / ta.tensor([2, 2, 4], device=d),
+     [0.0, 0.5, 0.5], "float32"),
+    ("int / Python int", lambda d: ta.arange(3, device=d) / 2, [0.0, 0.5, 1.0], "float32"),
+    ("Python int / int", lambda d: 1 / ta.arange(1, 3, device=d), [1.0, 0.5], "float32"),
+    ("int * Python float", lambda d: ta.arange(3, device=d) * 2.5, [0.0, 2.5, 5.0], "float32"),
+    ("int + int", lambda d: ta.arange(3, device=d) + 1, [1, 2, 3], "int64"),
+    ("int ** Python int", lambda d: ta.arange(3, device=d) ** 2, [0, 1, 4], "int64"),
+    ("float64 + int", lambda d: ta.ones(2, dtype="float64", device=d) + ta.arange(2, device=d),
+     [1.0, 2.0], "float64"),
+    ("float32 * float64", lambda d: ta.ones(2, device=d) * ta.full(2, 3.0, dtype="float64",
+                                                                      device=d),
+     [3.0, 3.0], "float64"),
+    ("float32 * Python float", lambda d: ta.ones(2, device=d) * 0.5, [0.5, 0.5], "float32"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,call,expected,dtype", PROMOTIONS, ids=[p[0] for p in PROMOTIONS])
+def test_dtype_promotion(device, name, call, expected, dtype):
+    out = call(device)
+    assert dtype_name(out.dtype) == dtype
+    np.testing.assert_array_equal(out.numpy(), np.array(expected, dtype=dtype))
