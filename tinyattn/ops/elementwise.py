@@ -185,13 +185,19 @@ class Tanh(Function):
 
 
 class Sigmoid(Function):
-    """y = 1 / (1 + exp(-x)), computed as (1 + tanh(x/2)) / 2, which never overflows;
-    dL/dx = g * y * (1 - y)."""
+    """y = 1 / (1 + exp(-x));  dL/dx = g * y * (1 - y).
+
+    Computed from e = exp(-|x|) <= 1, as 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0: it
+    never overflows and keeps full relative precision in the tails (the tanh form
+    (1 + tanh(x/2)) / 2 cancels to 0 for x below about -17 in float32, so log(sigmoid) gave -inf).
+    """
 
     __slots__ = ()
 
     def forward(self, x: Any) -> Any:
-        return 0.5 * (namespace(x).tanh(0.5 * x) + 1.0)
+        xp = namespace(x)
+        e = xp.exp(-xp.abs(x))
+        return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
     def backward(self, grad: Any) -> Any:
         y = self.output
