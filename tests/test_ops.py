@@ -5,6 +5,7 @@ Each row gets a forward check against NumPy (float64 inputs built on the host, m
 gradgradcheck, on every backend through the ``device`` fixture. Adding an op is adding a row.
 
 Inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log, sqrt, pow);
+``tails`` (|x| from 15 to 40, where cancelling formulas lose relative precision);
 ``distinct`` (all values of all inputs distinct, at least 0.1 apart and at least 0.1 from 0, so
 relu/abs/clip are away from their kinks and max/min/maximum away from ties, where finite
 differences see a one-sided derivative). Constants that are not differentiated (a where condition,
@@ -42,6 +43,11 @@ def distinct(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
     values = 0.1 * ranks * np.where(ranks % 2, 1.0, -1.0)
     splits = np.split(values, np.cumsum(sizes)[:-1])
     return [part.reshape(shape) for part, shape in zip(splits, shapes, strict=True)]
+
+
+def tails(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    """Values far out in both tails, where a formula that cancels loses relative precision."""
+    return [rng.uniform(15.0, 40.0, shape) * rng.choice([-1.0, 1.0], shape) for shape in shapes]
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,8 @@ ROWS = [
     Row("sqrt",    lambda a: a.sqrt(),    np.sqrt,                     [A], make=positive),
     Row("tanh",    lambda a: a.tanh(),    np.tanh,                     [A]),
     Row("sigmoid", lambda a: a.sigmoid(), lambda a: 1 / (1 + np.exp(-a)), [A]),
+    Row("sigmoid tails", lambda a: a.sigmoid(), lambda a: 1 / (1 + np.exp(-a)), [A], make=tails),
+    Row("tanh tails", lambda a: a.tanh(), np.tanh,                     [A], make=tails),
     Row("relu",    lambda a: a.relu(),    lambda a: np.maximum(a, 0),  [A], make=distinct),
     Row("abs",     lambda a: a.abs(),     np.abs,                      [A], make=distinct),
     # ------------------------------------------------------------------ maximum, clip, where, cast
