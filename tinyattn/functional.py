@@ -1,12 +1,10 @@
-"""Functional layer: the softmax family, losses, linear maps, normalisation, dropout, activations
-and scaled dot-product attention, as functions of Tensors.
-
-Imports `backend`, `autograd` and `tensor` only (never numpy: arrays go through the array API
-namespace of their backend). Almost everything here is a composition of Tensor ops, so gradients
-of every order come from the ops layer; three fused Functions (Softmax, LogSoftmax, Erf) exist
-because their numerics demand it, each with a closed-form backward written with Tensor ops.
-Masks are bool, True = may attend; masked scores are filled with -inf and a row with no finite
-score gets softmax weights of exactly 0, so fully masked rows are 0 in value and gradient.
+"""Functional layer: softmax family, losses, linear, embedding, layer norm, dropout, activations
+and scaled dot-product attention. Imports `backend`, `autograd`, `ops` (shape helpers) and
+`tensor`; arrays only through their array API namespace. Most functions compose Tensor ops, so
+every order of gradient comes from the ops layer; Softmax, LogSoftmax and Erf are fused for their
+numerics, each with a closed-form backward written in Tensor ops. Masks are bool, True = may
+attend; masked scores become -inf and a row with no finite score gets softmax weights of exactly
+0, so fully masked rows are 0 in value and in gradient, never NaN.
 """
 
 from __future__ import annotations

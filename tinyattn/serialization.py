@@ -3,12 +3,6 @@
 Imports `backend` and `tensor`; NumPy's file format is read and written by `backend`. Invariants:
 pickle is never written or accepted (arrays only, plus a JSON manifest); a save is atomic (a temp
 file in the same directory, fsync, os.replace), so a failed save leaves the old file intact.
-
-Format: an uncompressed .npz. Each Tensor is an entry named by its dotted path in the nested
-structure ("q_proj.weight", "state.0.exp_avg"); the entry "__metadata__" holds UTF-8 JSON
-{"format": "tinyattn-checkpoint", "version": 1, "tree": ...} describing the structure: dicts
-(str or int keys, order kept), lists, tuples, Python numbers, strings and None, and tensors by
-entry name. `np.load(path)` can read the arrays without tinyattn.
 """
 
 from __future__ import annotations
@@ -22,6 +16,12 @@ from typing import Any
 from . import backend
 from .tensor import Tensor
 
+# The format: an uncompressed .npz. Each Tensor is an entry named by its dotted path in the
+# nested structure ("q_proj.weight", "state.0.exp_avg"), so `numpy.load(path)` reads the arrays
+# without tinyattn. The entry "__metadata__" holds UTF-8 JSON {"format": FORMAT, "version":
+# VERSION, "tree": node}, where a node is {"dict": [[key, node], ...]} (str or int keys, order
+# kept), {"list": [node, ...]}, {"tuple": [...]}, {"value": number | str | bool | None} or
+# {"tensor": entry name}. The file is written exactly at `path` (no suffix is added).
 FORMAT = "tinyattn-checkpoint"
 VERSION = 1
 

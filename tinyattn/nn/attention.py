@@ -98,7 +98,9 @@ class MultiHeadAttention(Module):
             query, key, value = (
                 t.expand_dims(0) for t in (query, key, value)
             )  # (T, C) -> (1, T, C)
-        if mask is not None and getattr(mask, "ndim", 0) == 3:
+        if mask is not None and not isinstance(mask, Tensor):
+            mask = Tensor(mask, device=query.device)  # a NumPy or nested-list bool mask
+        if mask is not None and mask.ndim == 3:
             mask = mask.expand_dims(1)  # (B, Tq, Tk) -> (B, 1, Tq, Tk): the same for every head
         batch, length_q, width = query.shape
         q = self._split_heads(self.q_proj(query))  # (B, Tq, C) -> (B, H, Tq, D)
