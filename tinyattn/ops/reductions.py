@@ -18,7 +18,12 @@ def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     """Turn ``axis`` into a sorted tuple of non-negative ints, or raise naming the op."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if isinstance(axis, int):
+        axes = (axis,)
+    elif isinstance(axis, tuple | list):
+        axes = tuple(axis)
+    else:  # a float or a string would otherwise fail deep inside with "not iterable"
+        raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
     result = []
     for a in axes:
         if not isinstance(a, int) or isinstance(a, bool):
