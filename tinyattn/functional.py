@@ -268,6 +268,8 @@ def layer_norm(
             f"layer_norm: normalized_shape {shape} does not match the trailing axes of input "
             f"shape {x.shape}"
         )
+    if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0 <= eps < math.inf:
+        raise ValueError(f"layer_norm: eps must be a finite number >= 0, got {eps!r}")
     for name, param in (("weight", weight), ("bias", bias)):
         if param is not None and param.shape != shape:
             raise ValueError(

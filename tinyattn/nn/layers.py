@@ -86,8 +86,8 @@ class LayerNorm(Module):
             (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         )
         _check_sizes("LayerNorm", **{f"normalized_shape[{i}]": n for i, n in enumerate(shape)})
-        if eps <= 0:
-            raise ValueError(f"LayerNorm: eps must be positive, got {eps}")
+        if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0 < eps < math.inf:
+            raise ValueError(f"LayerNorm: eps must be a positive finite number, got {eps!r}")
         self.normalized_shape, self.eps = shape, eps
         weight = Parameter(ones(*shape)) if elementwise_affine else None
         bias = Parameter(zeros(*shape)) if elementwise_affine else None
