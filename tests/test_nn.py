@@ -51,22 +51,23 @@ def test_parameters_are_in_attribute_order_and_listed_once():
     assert "tied.weight" in tiny.state_dict()  # but the state dict has every name, as in PyTorch
 
 
-def test_operations_on_parameters_give_plain_tensors():
-    linear = nn.Linear(2, 3)
+def test_operations_on_parameters_give_plain_tensors(device):
+    linear = nn.Linear(2, 3).to(device)
     assert isinstance(linear.weight, nn.Parameter) and linear.weight.requires_grad
     derived = linear.weight * 2.0
     assert type(derived) is ta.Tensor
-    linear(ta.ones(1, 2)).sum().backward()
-    assert type(linear.weight.grad) is ta.Tensor
+    (ta.ones(1, 3, device=device) * linear(ta.ones(1, 2, device=device))).sum().backward()
+    assert type(linear.weight.grad) is ta.Tensor and type(linear.bias.grad) is ta.Tensor
+    assert type(linear.bias.grad.data) is not ta.Tensor  # an array, not a wrapped Tensor
     assert "Parameter containing" in repr(linear.bias)
 
 
-def test_train_eval_zero_grad_and_dtype_move():
-    tiny = Tiny()
+def test_train_eval_zero_grad_and_dtype_move(device):
+    tiny = Tiny().to(device)
     assert tiny.eval() is tiny and not tiny.drop.training
     tiny.train()
     assert tiny.drop.training
-    tiny(ta.ones(2, 3)).sum().backward()
+    tiny(ta.ones(2, 3, device=device)).sum().backward()
     assert tiny.first.weight.grad is not None
     tiny.zero_grad()
     assert all(p.grad is None for p in tiny.parameters())
@@ -112,8 +113,8 @@ def test_state_dict_round_trip(device):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
 
 
-def test_load_state_dict_names_bad_keys_and_changes_nothing():
-    tiny = Tiny()
+def test_load_state_dict_names_bad_keys_and_changes_nothing(device):
+    tiny = Tiny().to(device)
     before = {k: v.numpy() for k, v in tiny.state_dict().items()}
     state = {k: v * 0.0 for k, v in tiny.state_dict().items()}
     del state["first.bias"]
@@ -343,15 +344,15 @@ def test_transformer_block_is_causal(device):
     assert not np.allclose(before[:, 4], after[:, 4])
 
 
-def test_sequential_and_module_list():
+def test_sequential_and_module_list(device):
     ta.manual_seed(0)
-    stack = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    stack = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)).to(device)
     assert [name for name, _ in stack.named_parameters()] == [
         "0.weight",
         "0.bias",
         "2.weight",
         "2.bias",
     ]
-    x = ta.ones(4, 2)
+    x = ta.ones(4, 2, device=device)
     np.testing.assert_allclose(stack(x).numpy(), stack[2](F.relu(stack[0](x))).numpy())
     assert len(nn.ModuleList([nn.GELU()])) == 1
