@@ -488,6 +488,10 @@ def scaled_dot_product_attention(
     weights (..., Tq, Tk).
     """
     _check_attention_shapes(q, k, v)
+    if not isinstance(dropout_p, int | float) or not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(
+            f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p!r}"
+        )
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.mT) * scale  # (..., Tq, D) @ (..., D, Tk) -> (..., Tq, Tk)
