@@ -293,8 +293,9 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     dL/dx = g * mask / (1 - p). The mask comes from the host RNG (`ta.manual_seed`).
     Shapes: x (...) -> (...).
     """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: probability p must be in [0, 1], got {p}")
+    x = _check_float("dropout", x)  # an integer tensor cannot be scaled by 1 / (1 - p)
+    if not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: probability p must be in [0, 1], got {p!r}")
     if not training or p == 0.0:
         return x
     if p == 1.0:

@@ -107,8 +107,8 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: probability p must be in [0, 1], got {p}")
+        if not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: probability p must be in [0, 1], got {p!r}")
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
