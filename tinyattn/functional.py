@@ -403,8 +403,8 @@ def causal_mask(tq: int, tk: int | None = None, device: Any = None) -> Tensor:
     PyTorch's ``is_causal``). Shapes: -> (Tq, Tk).
     """
     tk = tq if tk is None else tk
-    if tq < 0 or tk < 0:
-        raise ValueError(f"causal_mask: sizes must be non-negative, got Tq={tq}, Tk={tk}")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (tq, tk)):
+        raise ValueError(f"causal_mask: sizes must be non-negative ints, got Tq={tq!r}, Tk={tk!r}")
     rows = arange(tq, device=device).reshape(tq, 1)  # (Tq, 1)
     cols = arange(tk, device=device).reshape(1, tk)  # (1, Tk)
     return cols <= rows
