@@ -1,0 +1,136 @@
+"""tinyattn.viz: the DOT text of a graph, exactly, and rendering with or without Graphviz.
+
+The DOT text is compared line for line, so a change in numbering, labels, colours or edge order is
+a visible regression, not a silent one. Rendering runs only where the `dot` program exists; the
+"not installed" message is tested everywhere by hiding it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import tinyattn as ta
+from tinyattn import viz
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def small_graph():
+    x = ta.tensor([1.0, 2.0], dtype="float64", requires_grad=True)
+    w = ta.tensor([0.5, -1.0], dtype="float64", requires_grad=True)
+    one = ta.tensor(1.0, dtype="float64")  # a constant tensor (a Python 1.0 may become a scalar op)
+    loss = ((x * w).tanh() - one).sum()
+    return loss, x, w
+
+
+def test_dot_text_of_a_small_graph_exactly():
+    loss, x, w = small_graph()
+    expected = r"""digraph tinyattn {
+  node [fontname="Helvetica", fontsize=10, style=filled];
+  edge [fontsize=8];
+  n0 [label="Sum\n() float64", shape=box, fillcolor="#f6c28b"];
+  n1 [label="Sub\n(2,) float64", shape=box, fillcolor="#e8e8e8"];
+  n2 [label="Tanh\n(2,) float64", shape=box, fillcolor="#e8e8e8"];
+  n3 [label="1.0\n() float64", shape=ellipse, fillcolor="#ffffff"];
+  n4 [label="Mul\n(2,) float64", shape=box, fillcolor="#e8e8e8"];
+  n5 [label="x\n(2,) float64\nrequires_grad", shape=ellipse, fillcolor="#a9d3f5"];
+  n6 [label="w\n(2,) float64\nrequires_grad", shape=ellipse, fillcolor="#a9d3f5"];
+  n1 -> n0;
+  n2 -> n1 [label="0"];
+  n3 -> n1 [label="1"];
+  n4 -> n2;
+  n5 -> n4 [label="0"];
+  n6 -> n4 [label="1"];
+}
+"""
+    assert viz.to_dot(loss, {"x": x, "w": w}) == expected
+
+
+def test_unnamed_leaves_dtypes_and_constants():
+    x = ta.ones(2, 3, requires_grad=True)  # float32 by default
+    frozen = ta.zeros(2, 3)  # a leaf that does not require grad
+    text = viz.to_dot(x + frozen)
+    assert 'n1 [label="leaf\\n(2, 3) float32\\nrequires_grad", shape=ellipse' in text
+    assert 'n2 [label="constant\\n(2, 3) float32", shape=ellipse, fillcolor="#ffffff"]' in text
+
+
+def test_named_op_output_keeps_the_op_name():
+    x = ta.ones(2, requires_grad=True)
+    hidden = x.exp()
+    text = viz.to_dot(hidden.sum(), {"hidden": hidden})
+    assert 'n1 [label="Exp\\nhidden\\n(2,) float32", shape=box' in text
+
+
+def test_fan_out_is_one_node_with_two_numbered_edges():
+    x = ta.tensor([3.0], requires_grad=True)
+    text = viz.to_dot(x * x)
+    assert text.count("n1 [") == 1
+    assert '  n1 -> n0 [label="0"];\n  n1 -> n0 [label="1"];' in text
+
+
+def test_a_leaf_alone_is_one_root_node():
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    lines = viz.to_dot(x, {"x": x}).splitlines()
+    root = '  n0 [label="x\\n(2,) float32\\nrequires_grad", shape=ellipse, fillcolor="#f6c28b"];'
+    assert lines[3] == root
+    assert len(lines) == 5  # header (3 lines), the node, the closing brace
+
+
+def test_deep_graph_walks_without_recursion():
+    x = ta.tensor([1.0], requires_grad=True)
+    y = x
+    for _ in range(5_000):  # far past Python's recursion limit
+        y = y.tanh()
+    text = viz.to_dot(y)
+    assert text.count("Tanh") == 5_000 and text.count(" -> ") == 5_000
+
+
+def test_a_released_graph_is_a_clear_error():
+    loss, _, _ = small_graph()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="freed by backward.*retain_graph=True"):
+        viz.to_dot(loss)
+
+
+def test_to_dot_rejects_non_tensors():
+    with pytest.raises(TypeError, match="to_dot: expected a Tensor, got list"):
+        viz.to_dot([1.0])
+
+
+def test_render_format_is_checked():
+    loss, _, _ = small_graph()
+    with pytest.raises(ValueError, match="format must be one of"):
+        viz.render(loss, "graph.pdf")
+
+
+def test_render_without_graphviz_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(viz.shutil, "which", lambda name: None)
+    monkeypatch.setitem(sys.modules, "graphviz", None)  # makes `import graphviz` fail
+    loss, _, _ = small_graph()
+    with pytest.raises(RuntimeError, match="apt-get install graphviz"):
+        viz.render(loss, tmp_path / "graph.svg")
+    assert not (tmp_path / "graph.svg").exists()
+
+
+@pytest.mark.skipif(
+    shutil.which("dot") is None, reason="the Graphviz 'dot' program is not installed"
+)
+def test_render_svg_and_png_with_dot(tmp_path):
+    loss, x, w = small_graph()
+    svg = viz.render(loss, tmp_path / "graph.svg", names={"x": x, "w": w})
+    assert "<svg" in svg.read_text() and ">Tanh<" in svg.read_text()
+    png = viz.render(loss, tmp_path / "graph.out", format="png")
+    assert png.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_importing_tinyattn_and_viz_pulls_in_no_plotting_library():
+    code = (
+        "import sys, tinyattn, tinyattn.viz; "
+        "bad = [m for m in ('matplotlib', 'graphviz', 'tqdm') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
