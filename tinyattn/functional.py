@@ -110,6 +110,11 @@ def _check_targets(logits: Tensor, targets: Any, ignore_index: int | None) -> Te
     """Targets as an integer Tensor of shape logits.shape[:-1], every value a class or ignored."""
     if not isinstance(targets, Tensor):
         targets = Tensor(targets, device=logits.device)
+    if targets.device != logits.device:
+        raise RuntimeError(
+            f"cross_entropy: targets are on device '{targets.device}' but logits are on "
+            f"'{logits.device}'; move one with .to(device)"
+        )
     xp = backend.namespace(targets.data)
     if not xp.isdtype(targets.dtype, "integral"):
         raise TypeError(
@@ -224,6 +229,11 @@ def embedding(indices: Any, weight: Tensor) -> Tensor:
         raise ValueError(f"embedding: weight must be 2-D (V, D), got shape {weight.shape}")
     if not isinstance(indices, Tensor):
         indices = Tensor(indices, device=weight.device)
+    if indices.device != weight.device:
+        raise RuntimeError(
+            f"embedding: indices are on device '{indices.device}' but weight is on "
+            f"'{weight.device}'; move one with .to(device)"
+        )
     xp = backend.namespace(indices.data)
     if not xp.isdtype(indices.dtype, "integral"):
         raise TypeError(
