@@ -211,8 +211,26 @@ def dtype_name(dtype: Any) -> str:
         return str(dtype).rsplit(".", 1)[-1]
 
 
+_FLOATING: dict = {}
+
+
+def is_float_array(array: Any) -> bool:
+    """Whether an array has a real floating dtype (one dict lookup once the dtype is known)."""
+    dtype = array.dtype
+    known = _FLOATING.get((type(dtype), dtype))
+    if known is None:
+        known = is_floating(namespace(array), dtype)
+    return known
+
+
 def is_floating(xp: Any, dtype: Any) -> bool:
-    return xp.isdtype(dtype, "real floating")
+    """Whether `dtype` is a real floating dtype (cached: isdtype is slow for a hot path)."""
+    # Keyed with the dtype's type: NumPy and array_api_strict dtypes must never be compared.
+    key = (type(dtype), dtype)
+    known = _FLOATING.get(key)
+    if known is None:
+        known = _FLOATING[key] = bool(xp.isdtype(dtype, "real floating"))
+    return known
 
 
 # ------------------------------------------------------------------------------------------- RNG

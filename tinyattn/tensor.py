@@ -17,6 +17,13 @@ from .autograd import RemovableHandle, default_root_grad, run_backward
 from .ops import (
     Abs,
     Add,
+    AddScalar,
+    DivScalar,
+    MulScalar,
+    PowScalar,
+    RDivScalar,
+    RPowScalar,
+    RSubScalar,
     BroadcastTo,
     Cast,
     Clip,
@@ -51,6 +58,9 @@ from .ops import (
 )
 
 _HOST_ARRAY = backend.HOST_ARRAY
+# Python numbers that go straight to the array library as the other operand of a float tensor.
+_SCALARS = (float, int)
+_is_float = backend.is_float_array
 
 
 class Tensor:
@@ -95,7 +105,7 @@ class Tensor:
     # ------------------------------------------------------------------------------- properties
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.data.shape)
+        return self.data.shape
 
     @property
     def ndim(self) -> int:
@@ -279,43 +289,64 @@ class Tensor:
         other = self._operand(other, op)
         a, b = (other, self) if reverse else (self, other)
         if a.data.shape != b.data.shape:
-            broadcast_shapes(op, a.shape, b.shape)
+            broadcast_shapes(op, a.data.shape, b.data.shape)
         if a.data.dtype != b.data.dtype:
             a, b = _promote(a, b, op)
-        if function is Div and not backend.is_floating(backend.namespace(a.data), a.dtype):
+        if function is Div and not _is_float(a.data):
             # True division of integers gives the default float dtype on every backend (NumPy
             # would give float64, array_api_strict refuses), as in PyTorch.
             a, b = a._cast("float32"), b._cast("float32")
         return function.apply(a, b)
 
+    # A Python number with a float tensor takes the scalar ops (no constant tensor, no sum_to).
     def __add__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return AddScalar.apply(self, c=other)
         return self._binary(Add, other, "add")
 
     def __radd__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return AddScalar.apply(self, c=other)
         return self._binary(Add, other, "add", reverse=True)
 
     def __sub__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return AddScalar.apply(self, c=-other)
         return self._binary(Sub, other, "sub")
 
     def __rsub__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return RSubScalar.apply(self, c=other)
         return self._binary(Sub, other, "sub", reverse=True)
 
     def __mul__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return MulScalar.apply(self, c=other)
         return self._binary(Mul, other, "mul")
 
     def __rmul__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return MulScalar.apply(self, c=other)
         return self._binary(Mul, other, "mul", reverse=True)
 
     def __truediv__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return DivScalar.apply(self, c=other)
         return self._binary(Div, other, "div")
 
     def __rtruediv__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return RDivScalar.apply(self, c=other)
         return self._binary(Div, other, "div", reverse=True)
 
     def __pow__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return PowScalar.apply(self, c=other)
         return self._binary(Pow, other, "pow")
 
     def __rpow__(self, other: Any) -> Tensor:
+        if type(other) in _SCALARS and _is_float(self.data):
+            return RPowScalar.apply(self, c=other)
         return self._binary(Pow, other, "pow", reverse=True)
 
     def __matmul__(self, other: Any) -> Tensor:

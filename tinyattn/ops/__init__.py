@@ -5,6 +5,13 @@ rules use the Tensor methods of the tensors they are given, never the `tensor` m
 """
 
 from .elementwise import (
+    AddScalar,
+    DivScalar,
+    MulScalar,
+    PowScalar,
+    RDivScalar,
+    RPowScalar,
+    RSubScalar,
     Abs,
     Add,
     Cast,
@@ -37,6 +44,13 @@ from .shape import (
 )
 
 __all__ = [
+    "AddScalar",
+    "DivScalar",
+    "MulScalar",
+    "PowScalar",
+    "RDivScalar",
+    "RPowScalar",
+    "RSubScalar",
     "Abs",
     "Add",
     "BroadcastTo",

@@ -7,6 +7,8 @@ can itself be differentiated. A broadcast input's gradient is summed back to its
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from ..autograd import Function
@@ -279,3 +281,99 @@ class Cast(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad.to(self.inputs[0].dtype)
+
+
+# ------------------------------------------------------------------------------- with a scalar
+# A Python number as the other operand: it is passed straight to the array library (which keeps
+# the tensor's dtype, NEP 50), so no constant tensor is built and no gradient is summed for it.
+
+
+class AddScalar(Function):
+    """y = x + c (also x - c as x + (-c), exact in IEEE arithmetic);  dL/dx = g."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any, c: float = 0.0) -> Any:
+        return x + c
+
+    def backward(self, grad: Any) -> Any:
+        return grad
+
+
+class MulScalar(Function):
+    """y = x * c;  dL/dx = g * c."""
+
+    __slots__ = ("c",)
+
+    def forward(self, x: Any, c: float = 1.0) -> Any:
+        self.c = c
+        return x * c
+
+    def backward(self, grad: Any) -> Any:
+        return grad * self.c
+
+
+class DivScalar(Function):
+    """y = x / c;  dL/dx = g / c."""
+
+    __slots__ = ("c",)
+
+    def forward(self, x: Any, c: float = 1.0) -> Any:
+        self.c = c
+        return x / c
+
+    def backward(self, grad: Any) -> Any:
+        return grad / self.c
+
+
+class RSubScalar(Function):
+    """y = c - x;  dL/dx = -g."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any, c: float = 0.0) -> Any:
+        return c - x
+
+    def backward(self, grad: Any) -> Any:
+        return -grad
+
+
+class RDivScalar(Function):
+    """y = c / x;  dL/dx = -g * c / x**2 = -g * y / x."""
+
+    __slots__ = ()
+
+    def forward(self, x: Any, c: float = 1.0) -> Any:
+        return c / x
+
+    def backward(self, grad: Any) -> Any:
+        return -grad * self.output / self.inputs[0]
+
+
+class PowScalar(Function):
+    """y = x ** c;  dL/dx = g * c * x**(c - 1)."""
+
+    __slots__ = ("c",)
+
+    def forward(self, x: Any, c: float = 1.0) -> Any:
+        self.c = c
+        return x**c
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        if self.c == 2:
+            return grad * (x * 2.0)  # the common square, without a pow
+        return grad * (x ** (self.c - 1) * self.c)
+
+
+class RPowScalar(Function):
+    """y = c ** x;  dL/dx = g * y * log(c)."""
+
+    __slots__ = ("log_c",)
+
+    def forward(self, x: Any, c: float = 1.0) -> Any:
+        self.log_c = math.log(c) if c > 0 else math.nan
+        return c**x
+
+    def backward(self, grad: Any) -> Any:
+        return grad * self.output * self.log_c

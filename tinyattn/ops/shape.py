@@ -107,6 +107,10 @@ class MatMul(Function):
     def forward(self, a: Any, b: Any) -> Any:
         matmul_shape(a.shape, b.shape)
         xp = namespace(a)
+        if b.ndim == 2 and a.ndim > 2:
+            # One (N, k) @ (k, m) GEMM instead of a loop of small ones over the batch dims.
+            flat = xp.matmul(xp.reshape(a, (-1, a.shape[-1])), b)  # (..., n, k) -> (N, m)
+            return xp.reshape(flat, (*a.shape[:-1], b.shape[-1]))
         return xp.asarray(xp.matmul(a, b))
 
     def backward(self, grad: Any) -> tuple:
@@ -119,7 +123,13 @@ class MatMul(Function):
         if a.requires_grad:
             grad_a = (grad2 @ b2.mT).sum_to(a2.shape).reshape(a.shape)
         if b.requires_grad:
-            grad_b = (a2.mT @ grad2).sum_to(b2.shape).reshape(b.shape)
+            if b2.ndim == 2 and a2.ndim > 2:
+                # a's batch dims broadcast over b: fold them into the rows, one GEMM sums them.
+                rows = a2.reshape((-1, a2.shape[-1]))  # (..., n, k) -> (N, k)
+                grad_b = rows.mT @ grad2.reshape((-1, grad2.shape[-1]))  # (k, N) @ (N, m)
+                grad_b = grad_b.reshape(b.shape)
+            else:
+                grad_b = (a2.mT @ grad2).sum_to(b2.shape).reshape(b.shape)
         return grad_a, grad_b
 
 
