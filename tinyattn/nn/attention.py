@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import backend
 from .. import functional as F
 from ..tensor import Tensor
 from .layers import Linear
@@ -76,6 +77,26 @@ class MultiHeadAttention(Module):
                 "batch sizes"
             )
 
+    def _check_mask(self, mask: Tensor, batch: int, length_q: int, length_k: int) -> None:
+        """Name the user's mask shape (not the per-head one) when it does not fit the scores."""
+        op = "MultiHeadAttention"
+        if backend.dtype_name(mask.dtype) != "bool":
+            raise TypeError(
+                f"{op}: mask must be bool (True = may attend), got dtype "
+                f"{backend.dtype_name(mask.dtype)}"
+            )
+        full = (batch, self.num_heads, length_q, length_k)
+        # A 3-D mask is (B, Tq, Tk), shared by the heads; 2-D and lower align with the end.
+        expected = full if mask.ndim == 4 else (batch, length_q, length_k)[3 - mask.ndim :]
+        if mask.ndim > 4 or any(
+            m != 1 and m != n for m, n in zip(mask.shape, expected, strict=True)
+        ):
+            raise ValueError(
+                f"{op}: mask of shape {mask.shape} cannot be broadcast to the attention scores "
+                f"(B, H, Tq, Tk) = {full}; expected (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk), "
+                "any axis may be 1"
+            )
+
     def _split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
         x = x.reshape(batch, length, self.num_heads, self.head_dim)  # (B, T, C) -> (B, T, H, D)
@@ -100,6 +121,8 @@ class MultiHeadAttention(Module):
             )  # (T, C) -> (1, T, C)
         if mask is not None and not isinstance(mask, Tensor):
             mask = Tensor(mask, device=query.device)  # a NumPy or nested-list bool mask
+        if mask is not None:
+            self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1])
         if mask is not None and mask.ndim == 3:
             mask = mask.expand_dims(1)  # (B, Tq, Tk) -> (B, 1, Tq, Tk): the same for every head
         batch, length_q, width = query.shape
