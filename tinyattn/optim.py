@@ -98,15 +98,31 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter that has a gradient (parameters without one are skipped)."""
+        position = -1
         for group in self.param_groups:
             for p in group["params"]:
+                position += 1
                 if p.grad is None:
                     continue
+                self._check_grad(position, p)
                 state = self.state.setdefault(p, {})
                 p.data = self._update(p.data, p.grad.data, group, state)
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         raise NotImplementedError
+
+    def _check_grad(self, position: int, p: Tensor) -> None:
+        """A gradient set by hand must match its parameter (NumPy would broadcast it silently)."""
+        if p.grad.shape != p.shape:
+            raise ValueError(
+                f"{self.name}.step: parameter {position} has shape {p.shape} but its gradient "
+                f"has shape {p.grad.shape}"
+            )
+        if p.grad.device != p.device:
+            raise RuntimeError(
+                f"{self.name}.step: parameter {position} is on device '{p.device}' but its "
+                f"gradient is on '{p.grad.device}'"
+            )
 
     # ------------------------------------------------------------------------- state dict
     def _all_params(self) -> list[Tensor]:
