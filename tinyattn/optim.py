@@ -161,6 +161,14 @@ class Optimizer:
             )
         new_groups = []
         for number, (saved, mine) in enumerate(zip(groups, self.param_groups, strict=True)):
+            if not isinstance(saved, dict) or "params" not in saved:
+                raise ValueError(f"{op}: parameter group {number} has no 'params' list")
+            unknown = set(saved) - set(self.defaults) - {"params"}
+            if unknown:
+                raise ValueError(
+                    f"{op}: parameter group {number} has option(s) {sorted(unknown)} that "
+                    f"{self.name} does not have (a checkpoint of another optimizer?)"
+                )
             if len(saved["params"]) != len(mine["params"]):
                 raise ValueError(
                     f"{op}: parameter group {number} has {len(saved['params'])} parameter(s) in "
@@ -177,7 +185,12 @@ class Optimizer:
         params = self._all_params()
         new_state: dict[Tensor, dict[str, Any]] = {}
         for raw_index, entries in saved.items():
-            index = int(raw_index)
+            try:
+                index = int(raw_index)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"{op}: state key {raw_index!r} is not a parameter index"
+                ) from None
             if not 0 <= index < len(params):
                 raise ValueError(f"{op}: state for parameter {index}, but there are {len(params)}")
             unexpected = set(entries) - set(self.state_keys)
