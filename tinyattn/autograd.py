@@ -359,6 +359,12 @@ def grad(
     grad_outputs = _as_sequence(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad: got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    for kind, tensors in (("output", outputs), ("input", inputs)):
+        for position, tensor in enumerate(tensors):
+            if not hasattr(tensor, "_ctx"):  # the engine cannot import Tensor (layering)
+                raise TypeError(
+                    f"grad: {kind} {position} is a {type(tensor).__name__}, not a Tensor"
+                )
     for position, tensor in enumerate(inputs):
         if not tensor.requires_grad:
             raise RuntimeError(
