@@ -142,7 +142,8 @@ class Function:
     """
 
     # Built-in ops add their own __slots__; a user subclass without __slots__ gets a __dict__.
-    __slots__ = ("inputs", "output", "_saved", "_released", "_trace")
+    # `inputs` is None once the node is released (after a backward without retain_graph).
+    __slots__ = ("inputs", "output", "_saved", "_trace")
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -153,19 +154,16 @@ class Function:
     @classmethod
     def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
         """Run forward on the inputs' arrays and, if grad mode is on, record the node."""
-        tensor_type = type(inputs[0])
         fn = cls.__new__(cls)
         fn.inputs = inputs
-        fn._saved = None
-        fn._released = False
         data = fn.forward(*[t.data for t in inputs], **kwargs)
         if _anomaly_mode:
             _check_forward(fn, data)
         if _grad_enabled:
             for t in inputs:
                 if t.requires_grad:
-                    return tensor_type._from_op(data, fn)
-        return tensor_type._from_op(data, None)
+                    return inputs[0]._from_op(data, fn)
+        return inputs[0]._from_op(data, None)
 
     def save_for_backward(self, *values: Any) -> None:
         """Keep values (Tensors, or arrays that become constant Tensors) for the backward rule."""
@@ -173,12 +171,12 @@ class Function:
 
     @property
     def saved_tensors(self) -> tuple:
-        if self._released:
+        if self.inputs is None:
             raise RuntimeError(_freed_message(self))
-        tensor_type = type(self.inputs[0])
+        anchor = self.inputs[0]
         return tuple(
-            v if isinstance(v, tensor_type) or v is None else tensor_type._from_op(v, None)
-            for v in (self._saved or ())
+            v if v is None or hasattr(v, "_ctx") else anchor.constant(v)
+            for v in getattr(self, "_saved", None) or ()
         )
 
     @property
@@ -189,11 +187,14 @@ class Function:
     def name(self) -> str:
         return type(self).__name__
 
+    @property
+    def released(self) -> bool:
+        return self.inputs is None
+
     def release(self) -> None:
         """Drop what backward needed; a second backward through this node then raises."""
         self._saved = None
         self.inputs = None
-        self._released = True
 
 
 def _freed_message(fn: Function) -> str:
@@ -206,48 +207,43 @@ def _freed_message(fn: Function) -> str:
 
 # ----------------------------------------------------------------------------------------- engine
 def _topological_order(roots: Sequence[Any]) -> list[Any]:
-    """Non-leaf tensors reachable from `roots`, each after all the tensors it was computed from."""
+    """Non-leaf tensors reachable from `roots`, each after all the tensors it was computed from.
+
+    An iterative depth-first search (a recursive one would hit Python's recursion limit on a
+    long chain): a tensor is appended once all its parents have been, so the reversed list visits
+    every tensor after all the tensors that consumed it. Tensors hash by identity.
+    """
     order: list[Any] = []
-    visited: set[int] = set()
+    visited: set = set()
     stack = [(root, False) for root in roots if root._ctx is not None]
     while stack:
         tensor, expanded = stack.pop()
         if expanded:
             order.append(tensor)
             continue
-        if id(tensor) in visited:
+        if tensor in visited:
             continue
-        visited.add(id(tensor))
-        fn = tensor._ctx
-        if fn._released:
-            raise RuntimeError(_freed_message(fn))
+        visited.add(tensor)
+        parents = tensor._ctx.inputs
+        if parents is None:
+            raise RuntimeError(_freed_message(tensor._ctx))
         stack.append((tensor, True))
-        for parent in fn.inputs:
-            if parent._ctx is not None and parent.requires_grad and id(parent) not in visited:
+        for parent in parents:
+            if parent._ctx is not None and parent.requires_grad and parent not in visited:
                 stack.append((parent, False))
     return order
 
 
-def _as_tuple(fn: Function, grads: Any) -> tuple:
-    if not isinstance(grads, tuple | list):
-        grads = (grads,)
-    if len(grads) != len(fn.inputs):
-        raise RuntimeError(
-            f"{fn.name}.backward returned {len(grads)} gradient(s) for {len(fn.inputs)} input(s)"
-        )
-    return tuple(grads)
-
-
 def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
     """Wrap arrays, check the shape (a wrong broadcast sum is caught here), match the dtype."""
-    if not isinstance(grad, type(parent)):
-        grad = type(parent)._from_op(grad, None)
-    if grad.shape != parent.shape:
+    if not hasattr(grad, "_ctx"):
+        grad = parent.constant(grad)
+    if grad.data.shape != parent.data.shape:
         raise RuntimeError(
             f"{fn.name}.backward returned a gradient of shape {grad.shape} for input {position} "
             f"of shape {parent.shape}"
         )
-    if grad.dtype != parent.dtype:
+    if grad.data.dtype != parent.data.dtype:
         grad = grad.to(parent.dtype)
     return grad
 
@@ -260,15 +256,24 @@ def _run_hooks(tensor: Any, grad: Any) -> Any:
     return grad
 
 
-def _run_rule(fn: Function, grad: Any) -> Any:
+def _run_rule(fn: Function, grad: Any) -> tuple:
+    """Call the backward rule; one gradient (or None) per input comes back as a tuple."""
     global _in_rule
-    if not _anomaly_mode:
-        return fn.backward(grad)
-    previous, _in_rule = _in_rule, True
-    try:
-        return fn.backward(grad)
-    finally:
-        _in_rule = previous
+    if _anomaly_mode:
+        previous, _in_rule = _in_rule, True
+        try:
+            grads = fn.backward(grad)
+        finally:
+            _in_rule = previous
+    else:
+        grads = fn.backward(grad)
+    if type(grads) is not tuple:
+        grads = tuple(grads) if isinstance(grads, list) else (grads,)
+    if len(grads) != len(fn.inputs):
+        raise RuntimeError(
+            f"{fn.name}.backward returned {len(grads)} gradient(s) for {len(fn.inputs)} input(s)"
+        )
+    return grads
 
 
 def run_backward(
@@ -284,53 +289,45 @@ def run_backward(
     tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
     """
     order = _topological_order(roots)
-    pending: dict[int, Any] = {}  # id(non-leaf) -> summed gradient so far
-    leaves: dict[int, list] = {}  # id(leaf) -> [leaf, summed gradient]
-    wanted = None if capture is None else {id(t) for t in capture}
+    pending: dict = {}  # non-leaf tensor -> its summed gradient so far
+    leaves: dict = {}  # leaf tensor -> its summed gradient
+    wanted = None if capture is None else set(capture)
     captured: dict[int, Any] = {}
-
-    def send(parent: Any, grad: Any) -> None:
-        slot = leaves if parent._ctx is None else None
-        if slot is not None:
-            entry = slot.get(id(parent))
-            if entry is None:
-                slot[id(parent)] = [parent, grad]
-            else:
-                entry[1] = entry[1] + grad
-        else:
-            previous = pending.get(id(parent))
-            pending[id(parent)] = grad if previous is None else previous + grad
-
     for root, grad in zip(roots, root_grads):
-        send(root, grad)
+        target = leaves if root._ctx is None else pending
+        target[root] = grad if root not in target else target[root] + grad
     with set_grad_enabled(create_graph):
         for tensor in reversed(order):
-            grad = pending.pop(id(tensor), None)
+            grad = pending.pop(tensor, None)
             if grad is None:
                 continue  # not on a path from the roots' gradients
             if tensor._hooks:
                 grad = _run_hooks(tensor, grad)
-            if wanted is not None and id(tensor) in wanted:
+            if wanted is not None and tensor in wanted:
                 captured[id(tensor)] = grad
             fn = tensor._ctx
-            fn.output = tensor
+            fn.output = tensor  # lent to the rule for this call only: no lasting cycle
             try:
-                input_grads = _as_tuple(fn, _run_rule(fn, grad))
+                input_grads = _run_rule(fn, grad)
             finally:
                 fn.output = None
-            for position, (parent, parent_grad) in enumerate(zip(fn.inputs, input_grads)):
-                if parent_grad is not None and parent.requires_grad:
-                    parent_grad = _checked(fn, position, parent, parent_grad)
-                    if _anomaly_mode:
-                        _check_backward(fn, position, parent_grad)
-                    send(parent, parent_grad)
+            for position, parent in enumerate(fn.inputs):
+                parent_grad = input_grads[position]
+                if parent_grad is None or not parent.requires_grad:
+                    continue
+                parent_grad = _checked(fn, position, parent, parent_grad)
+                if _anomaly_mode:
+                    _check_backward(fn, position, parent_grad)
+                target = leaves if parent._ctx is None else pending
+                previous = target.get(parent)
+                target[parent] = parent_grad if previous is None else previous + parent_grad
             if not retain_graph:
                 fn.release()
-        for leaf, grad in leaves.values():
+        for leaf, grad in leaves.items():
             if leaf._hooks:
                 grad = _run_hooks(leaf, grad)
             if wanted is not None:
-                if id(leaf) in wanted:
+                if leaf in wanted:
                     captured[id(leaf)] = grad
             elif leaf.grad is None:
                 # Gradients may share arrays (Add passes one gradient to both inputs): tinyattn
