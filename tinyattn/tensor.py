@@ -630,20 +630,33 @@ def _filled(shape: Any, value: float, dtype: Any, device: Any, requires_grad: bo
     )
 
 
+def _checked_shape(op: str, shape: tuple) -> tuple:
+    """Sizes must be non-negative ints (NumPy's own error names neither the op nor the shape)."""
+    for n in shape:
+        if isinstance(n, bool) or not hasattr(n, "__index__"):
+            raise TypeError(f"{op}: sizes must be ints, got shape {shape!r}")
+        if n < 0:
+            raise ValueError(f"{op}: sizes must be non-negative, got shape {shape!r}")
+    return tuple(int(n) for n in shape)
+
+
 def zeros(
     *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
-    return _filled(_shape_arg(shape), 0, dtype, device, requires_grad)
+    return _filled(_checked_shape("zeros", _shape_arg(shape)), 0, dtype, device, requires_grad)
 
 
 def ones(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _filled(_shape_arg(shape), 1, dtype, device, requires_grad)
+    return _filled(_checked_shape("ones", _shape_arg(shape)), 1, dtype, device, requires_grad)
 
 
 def full(
     shape: Any, value: float, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
-    return _filled(_shape_arg((shape,)), value, dtype, device, requires_grad)
+    if not hasattr(value, "__float__"):
+        raise TypeError(f"full: the fill value must be a number, got {type(value).__name__}")
+    shape = _checked_shape("full", _shape_arg((shape,)))
+    return _filled(shape, value, dtype, device, requires_grad)
 
 
 def zeros_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
@@ -660,6 +673,8 @@ def arange(
     """Evenly spaced values in [start, stop); integers give int64, floats float32."""
     if stop is None:
         start, stop = 0, start
+    if step == 0:
+        raise ValueError(f"arange: step must not be zero (start={start}, stop={stop})")
     if dtype is None:
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
         dtype = "int64" if all_ints else "float32"
@@ -672,13 +687,15 @@ def randn(
     *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
     """Standard normal samples from the host generator seeded by ``ta.manual_seed``."""
-    out = Tensor._from_op(backend.random_array("normal", _shape_arg(shape), dtype, device), None)
+    shape = _checked_shape("randn", _shape_arg(shape))
+    out = Tensor._from_op(backend.random_array("normal", shape, dtype, device), None)
     return out.requires_grad_() if requires_grad else out
 
 
 def rand(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1) from the host generator seeded by ``ta.manual_seed``."""
-    out = Tensor._from_op(backend.random_array("uniform", _shape_arg(shape), dtype, device), None)
+    shape = _checked_shape("rand", _shape_arg(shape))
+    out = Tensor._from_op(backend.random_array("uniform", shape, dtype, device), None)
     return out.requires_grad_() if requires_grad else out
 
 
