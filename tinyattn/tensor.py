@@ -727,11 +727,22 @@ def maximum(a: Tensor, b: Any) -> Tensor:
     return a.maximum(b)
 
 
-def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Join tensors along an existing axis; all other axes must match."""
+def _tensor_list(op: str, tensors: Sequence[Tensor]) -> list[Tensor]:
+    """A non-empty list of Tensors, or an error naming the op and the first bad element."""
+    if isinstance(tensors, Tensor):
+        raise TypeError(f"{op}: expected a sequence of Tensors, got a single Tensor")
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("concat: expected at least one tensor")
+        raise ValueError(f"{op}: expected at least one tensor")
+    for position, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: element {position} is a {type(t).__name__}, not a Tensor")
+    return tensors
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis; all other axes must match."""
+    tensors = _tensor_list("concat", tensors)
     first = tensors[0]
     axis = normalize_axes("concat", axis, first.ndim)[0]
     for position, t in enumerate(tensors[1:], start=1):
@@ -753,9 +764,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Join same-shape tensors along a new axis."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("stack: expected at least one tensor")
+    tensors = _tensor_list("stack", tensors)
     for position, t in enumerate(tensors[1:], start=1):
         tensors[0]._operand(t, "stack")  # a device mismatch names stack, not concat
         if t.shape != tensors[0].shape:
