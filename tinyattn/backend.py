@@ -318,6 +318,19 @@ def save_npz(file: Any, arrays: dict[str, Any], metadata: str) -> None:
                 np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
 
 
+def _pickle_free(archive: Any, name: str) -> np.ndarray:
+    """One entry of an open archive; an object (pickled) array raises naming the entry."""
+    try:
+        return archive[name]
+    except ValueError as exc:
+        if "allow_pickle" not in str(exc):
+            raise
+        raise ValueError(
+            f"entry {name!r} holds pickled Python objects (an object array); tinyattn never "
+            "unpickles"
+        ) from None
+
+
 def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
     """Read every array of an .npz archive with allow_pickle=False, and its metadata string
     (None when the archive has no NPZ_METADATA_ENTRY). Anything that is not a complete,
@@ -326,11 +339,17 @@ def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
     import zlib  # noqa: PLC0415
 
     try:
+        with open(path, "rb") as file:
+            magic = file.read(6)
+        # np.load takes any unknown bytes for a pickle, so a text file would be reported as
+        # "contains pickled (object) data": check the zip (and .npy) signatures first.
+        if not magic.startswith(b"PK\x03\x04") and magic != b"\x93NUMPY":
+            raise ValueError(f"not an .npz archive (it starts with {magic!r}, not a zip header)")
         archive = np.load(path, allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):
             raise ValueError("it holds a single .npy array, not an .npz archive")
         with archive:
-            arrays = {name: archive[name] for name in archive.files}
+            arrays = {name: _pickle_free(archive, name) for name in archive.files}
     except FileNotFoundError:
         raise
     except (zipfile.BadZipFile, EOFError, KeyError, OSError, zlib.error) as exc:
