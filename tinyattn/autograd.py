@@ -156,7 +156,10 @@ class Function:
         """Run forward on the inputs' arrays and, if grad mode is on, record the node."""
         fn = cls.__new__(cls)
         fn.inputs = inputs
-        data = fn.forward(*[t.data for t in inputs], **kwargs)
+        if len(inputs) == 1:  # the common unary case, without building an argument list
+            data = fn.forward(inputs[0].data, **kwargs)
+        else:
+            data = fn.forward(*[t.data for t in inputs], **kwargs)
         if _anomaly_mode:
             _check_forward(fn, data)
         if _grad_enabled:

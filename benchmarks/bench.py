@@ -1,0 +1,446 @@
+"""Benchmarks: tinyattn side by side with PyTorch (when importable) and raw NumPy (the floor).
+
+Run by hand, never as a test:  python benchmarks/bench.py [--quick] [--only NAME ...]
+Sections: overhead, step, attention, copytask, import. Every number is a median over repeats
+measured in this one run, and the tables print ratios, because the machine is shared and noisy.
+Attention configurations each run in a fresh process so that peak memory is their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+try:
+    import torch
+except ImportError:  # the benchmark still runs: PyTorch columns show "-"
+    torch = None
+
+try:
+    from threadpoolctl import threadpool_limits
+except ImportError:
+    threadpool_limits = None
+
+import tinyattn as ta  # noqa: E402
+from tinyattn import functional as F  # noqa: E402
+from tinyattn import nn, optim  # noqa: E402
+
+
+def median_time(fn, repeats: int, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def paired_times(fns: dict, repeats: int, warmup: int = 5) -> dict:
+    """Median seconds of each function, sampled in alternation so that machine drift (other
+    jobs on a shared machine) hits every column alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def table(title: str, header: list[str], rows: list[list]) -> None:
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def fmt(seconds: float | None, unit: str = "us", scale: float = 1.0) -> str:
+    if seconds is None:
+        return "-"
+    factor = {"us": 1e6, "ms": 1e3, "s": 1.0}[unit]
+    return f"{seconds * factor / scale:.2f}"
+
+
+class Threads:
+    """Limit BLAS threads (NumPy via threadpoolctl, PyTorch via set_num_threads) in a block."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self):
+        self.limit = threadpool_limits(self.n) if threadpool_limits else None
+        if torch is not None:
+            self.torch_before = torch.get_num_threads()
+            torch.set_num_threads(self.n)
+        return self
+
+    def __exit__(self, *exc):
+        if self.limit is not None:
+            self.limit.unregister()
+        if torch is not None:
+            torch.set_num_threads(self.torch_before)
+
+
+# ------------------------------------------------------------------------------ 1. per-op overhead
+def overhead(quick: bool) -> None:
+    """y = x; 50 times: y = y * 1.0001 + 0.0001 (100 elementwise ops), then y.sum().backward()."""
+    rows = []
+    for shape in [(4,), (256, 256)]:
+        repeats = (50 if quick else 300) if shape == (4,) else (20 if quick else 100)
+        host = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+        def numpy_floor(host=host):
+            ys = [host]
+            for _ in range(50):
+                ys.append(ys[-1] * np.float32(1.0001) + np.float32(0.0001))
+            grad = np.ones_like(host)
+            for _ in range(50):
+                grad = grad * np.float32(1.0001)
+            return grad
+
+        x = ta.tensor(host, requires_grad=True)
+
+        def tinyattn_chain(x=x):
+            y = x
+            for _ in range(50):
+                y = y * 1.0001 + 0.0001
+            y.sum().backward()
+            x.grad = None
+
+        fns = {"floor": numpy_floor, "ours": tinyattn_chain}
+        if torch is not None:
+            tx = torch.tensor(host, requires_grad=True)
+
+            def torch_chain(tx=tx):
+                y = tx
+                for _ in range(50):
+                    y = y * 1.0001 + 0.0001
+                y.sum().backward()
+                tx.grad = None
+
+            fns["theirs"] = torch_chain
+        with Threads(1):
+            times = paired_times(fns, repeats)
+        floor, ours = times["floor"] / 100, times["ours"] / 100
+        theirs = times["theirs"] / 100 if "theirs" in times else None
+        rows.append(
+            [str(shape), fmt(floor), fmt(ours), fmt(theirs), ratio(ours, theirs), ratio(ours, floor)]
+        )
+    table(
+        "Per-op overhead: 100 elementwise ops, forward + backward (us per op, median)",
+        ["shape", "NumPy floor", "tinyattn", "PyTorch (1 thr)", "tinyattn/PyTorch", "tinyattn/NumPy"],
+        rows,
+    )
+
+
+# --------------------------------------------------------------------------- 2. training step
+STEP = {"vocab": 16, "T": 16, "C": 64, "H": 4, "d_ff": 256, "blocks": 2, "batch": 64}
+
+
+class TinyattnModel(nn.Module):
+    """Embeddings, post-LN blocks [MHA, +res, LN, MLP (ReLU), +res, LN], unembedding."""
+
+    def __init__(self, cfg: dict) -> None:
+        super().__init__()
+        self.token = nn.Embedding(cfg["vocab"], cfg["C"])
+        self.position = nn.LearnedPositionalEmbedding(cfg["T"], cfg["C"])
+        self.blocks = nn.ModuleList(
+            [nn.TransformerBlock(cfg["C"], cfg["H"], cfg["d_ff"]) for _ in range(cfg["blocks"])]
+        )
+        self.head = nn.Linear(cfg["C"], cfg["vocab"])
+
+    def forward(self, tokens):
+        x = self.position(self.token(tokens))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def torch_model(cfg: dict, state: dict):
+    """The same network in PyTorch eager, loaded with tinyattn's initial weights."""
+    tnn = torch.nn
+
+    class Block(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = tnn.ModuleDict(
+                {n: tnn.Linear(cfg["C"], cfg["C"]) for n in ("q_proj", "k_proj", "v_proj", "out_proj")}
+            )
+            self.norm1, self.norm2 = tnn.LayerNorm(cfg["C"]), tnn.LayerNorm(cfg["C"])
+            self.ff1, self.ff2 = tnn.Linear(cfg["C"], cfg["d_ff"]), tnn.Linear(cfg["d_ff"], cfg["C"])
+
+        def forward(self, x):
+            B, T, C = x.shape
+            H, D = cfg["H"], C // cfg["H"]
+            # (B, T, C) -> (B, H, T, D)
+            q, k, v = (
+                self.attn[n](x).view(B, T, H, D).transpose(1, 2) for n in ("q_proj", "k_proj", "v_proj")
+            )
+            weights = torch.softmax(q @ k.transpose(-1, -2) / D**0.5, dim=-1)
+            attended = (weights @ v).transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C)
+            x = self.norm1(x + self.attn["out_proj"](attended))
+            return self.norm2(x + self.ff2(torch.relu(self.ff1(x))))
+
+    class Model(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token = tnn.Embedding(cfg["vocab"], cfg["C"])
+            self.position = tnn.Parameter(torch.zeros(cfg["T"], cfg["C"]))
+            self.blocks = tnn.ModuleList([Block() for _ in range(cfg["blocks"])])
+            self.head = tnn.Linear(cfg["C"], cfg["vocab"])
+
+        def forward(self, tokens):
+            x = self.token(tokens) + self.position[: tokens.shape[1]]
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    model = Model()
+    mapping = _torch_names(cfg)
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for ours, theirs in mapping.items():
+            params[theirs].copy_(torch.from_numpy(state[ours]))
+    return model
+
+
+def _torch_names(cfg: dict) -> dict:
+    names = {"token.weight": "token.weight", "head.weight": "head.weight", "head.bias": "head.bias"}
+    names["position.weight"] = "position"
+    for b in range(cfg["blocks"]):
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            for kind in ("weight", "bias"):
+                names[f"blocks.{b}.attn.{proj}.{kind}"] = f"blocks.{b}.attn.{proj}.{kind}"
+        pairs = (("norm1", "norm1"), ("norm2", "norm2"), ("linear1", "ff1"), ("linear2", "ff2"))
+        for ours, theirs in pairs:
+            for kind in ("weight", "bias"):
+                names[f"blocks.{b}.{ours}.{kind}"] = f"blocks.{b}.{theirs}.{kind}"
+    return names
+
+
+def step(quick: bool) -> None:
+    cfg = STEP
+    ta.manual_seed(0)
+    model = TinyattnModel(cfg)
+    state = {k: v.numpy() for k, v in model.state_dict().items()}
+    opt = optim.Adam(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"])) for _ in range(8)]
+    repeats = 30 if quick else 200
+    rows = []
+    counter = {"i": 0}
+
+    def ours():
+        tokens = batches[counter["i"] % len(batches)]
+        counter["i"] += 1
+        logits = model(ta.tensor(tokens))
+        loss = F.cross_entropy(logits, ta.tensor(tokens))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    if torch is not None:
+        tmodel = torch_model(cfg, state)
+        topt = torch.optim.Adam(tmodel.parameters(), lr=1e-3)
+        tbatches = [torch.from_numpy(b) for b in batches]
+
+        def theirs():
+            tokens = tbatches[counter["i"] % len(tbatches)]
+            counter["i"] += 1
+            logits = tmodel(tokens)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), tokens.reshape(-1))
+            topt.zero_grad()
+            loss.backward()
+            topt.step()
+            return loss.item()
+
+    for threads in (1, 2):
+        fns = {"ours": ours} | ({"theirs": theirs} if torch is not None else {})
+        with Threads(threads):
+            times = paired_times(fns, repeats, warmup=10)
+        t_ours, t_theirs = times["ours"], times.get("theirs")
+        rows.append([threads, fmt(t_ours, "ms"), fmt(t_theirs, "ms"), ratio(t_ours, t_theirs)])
+    table(
+        "Training step: 2-block Transformer, vocab 16, T 16, width 64, 4 heads, MLP 256, "
+        "batch 64, Adam (ms per step, median)",
+        ["threads", "tinyattn", "PyTorch eager", "tinyattn/PyTorch"],
+        rows,
+    )
+
+
+# ------------------------------------------------------------------------------ 3. attention
+ATTENTION_LENGTHS = (512, 2048, 8192)
+
+
+def attention_worker(framework: str, T: int, threads: int, repeats: int) -> dict:
+    """Runs in its own process: one MHA layer (width 64, 4 heads, batch 1) forward + backward."""
+    import resource
+
+    C, H = 64, 4
+    host = np.random.default_rng(0).standard_normal((1, T, C)).astype(np.float32)
+    with Threads(threads):
+        if framework == "tinyattn":
+            ta.manual_seed(0)
+            layer = nn.MultiHeadAttention(C, H)
+            x = ta.tensor(host, requires_grad=True)
+
+            def run():
+                layer(x).sum().backward()
+                x.grad = None
+                layer.zero_grad()
+
+        elif framework == "torch":
+            layer = torch.nn.MultiheadAttention(C, H, batch_first=True)
+            x = torch.tensor(host, requires_grad=True)
+
+            def run():
+                layer(x, x, x, need_weights=False)[0].sum().backward()
+                x.grad = None
+                layer.zero_grad()
+
+        else:  # plain NumPy: softmax(Q K^T / sqrt(D)) V forward and backward written out
+
+            def run():
+                _numpy_attention(host, H)
+
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        seconds = median_time(run, repeats, warmup=1)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"seconds": seconds, "peak_mb": peak / 1024, "extra_mb": (peak - before) / 1024}
+
+
+def _numpy_attention(x: np.ndarray, H: int) -> None:
+    B, T, C = x.shape
+    D = C // H
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((3, C, C)).astype(np.float32) / np.sqrt(C)
+    q, k, v = ((x @ w[i]).reshape(B, T, H, D).transpose(0, 2, 1, 3) for i in range(3))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.float32(np.sqrt(D))
+    scores -= scores.max(-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(-1, keepdims=True)
+    out = p @ v
+    g = np.ones_like(out)
+    grad_p = g @ v.transpose(0, 1, 3, 2)
+    grad_v = p.transpose(0, 1, 3, 2) @ g
+    grad_s = p * (grad_p - (grad_p * p).sum(-1, keepdims=True))
+    grad_q = grad_s @ k
+    grad_k = grad_s.transpose(0, 1, 3, 2) @ q
+    del grad_v, grad_q, grad_k
+
+
+def attention(quick: bool) -> None:
+    rows = []
+    lengths = ATTENTION_LENGTHS[:2] if quick else ATTENTION_LENGTHS
+    frameworks = ["numpy", "tinyattn"] + (["torch"] if torch is not None else [])
+    results = {}
+    for T in lengths:
+        for framework in frameworks:
+            repeats = 3 if T >= 8192 else 5
+            command = [sys.executable, __file__, "--attention-worker", framework, str(T), "2", str(repeats)]
+            output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            results[(framework, T)] = json.loads(output.strip().splitlines()[-1])
+        ours, theirs, floor = (results.get((f, T)) for f in ("tinyattn", "torch", "numpy"))
+        rows.append(
+            [
+                T,
+                fmt(floor["seconds"], "s"),
+                f"{floor['extra_mb']:.0f}",
+                fmt(ours["seconds"], "s"),
+                f"{ours['extra_mb']:.0f}",
+                fmt(theirs["seconds"], "s") if theirs else "-",
+                f"{theirs['extra_mb']:.0f}" if theirs else "-",
+                ratio(ours["seconds"], theirs["seconds"] if theirs else None),
+            ]
+        )
+    table(
+        "Attention layer forward + backward (width 64, 4 heads, batch 1, 2 threads; "
+        "seconds, and peak extra memory in MB)",
+        ["T", "NumPy s", "NumPy MB", "tinyattn s", "tinyattn MB", "PyTorch s", "PyTorch MB", "tinyattn/PyTorch"],
+        rows,
+    )
+    (ROOT / "benchmarks" / "attention_results.json").write_text(
+        json.dumps({f"{f}/{T}": r for (f, T), r in results.items()}, indent=1)
+    )
+
+
+# ------------------------------------------------------------------------------- 4. copy task
+def copytask(quick: bool) -> None:
+    command = [sys.executable, str(ROOT / "examples" / "copy_task.py"), "--quiet"]
+    start = time.perf_counter()
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    wall = time.perf_counter() - start
+    print("\n### Copy task end to end (default flags)\n")
+    print(output.strip())
+    print(f"\nwhole process wall time: {wall:.2f} s")
+
+
+# ---------------------------------------------------------------------------------- 5. import
+def import_time(quick: bool) -> None:
+    rows = []
+    for module in ("numpy", "tinyattn") + (("torch",) if torch is not None else ()):
+        samples = []
+        for _ in range(3 if quick else 10):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+            samples.append(time.perf_counter() - start)
+        base = []
+        for _ in range(3 if quick else 10):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+            base.append(time.perf_counter() - start)
+        rows.append([module, f"{statistics.median(samples) - statistics.median(base):.3f}"])
+    table("Import time (seconds beyond a bare interpreter start, median)", ["module", "seconds"], rows)
+
+
+SECTIONS = {
+    "overhead": overhead,
+    "step": step,
+    "attention": attention,
+    "copytask": copytask,
+    "import": import_time,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, skip T=8192")
+    parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
+    parser.add_argument("--attention-worker", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.attention_worker:
+        framework, T, threads, repeats = args.attention_worker
+        print(json.dumps(attention_worker(framework, int(T), int(threads), int(repeats))))
+        return
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, NumPy {np.__version__}, "
+          f"PyTorch {torch.__version__ if torch else 'not installed'}, tinyattn {ta.__version__}")
+    for name in args.only or SECTIONS:
+        SECTIONS[name](args.quick)
+
+
+if __name__ == "__main__":
+    main()
