@@ -64,6 +64,8 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     metadata = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):  # else the error would name the temporary file
+        raise FileNotFoundError(f"save: directory {directory!r} does not exist (saving {path!r})")
     handle, temporary = tempfile.mkstemp(
         prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory
     )
