@@ -66,7 +66,8 @@ def _targets(inputs: Sequence[Any], params: Any) -> list[_Target]:
     for target in found:
         if not backend.is_floating(backend.namespace(target.tensor.data), target.tensor.dtype):
             raise TypeError(
-                f"gradcheck: {target.label} has non-floating dtype {target.tensor.dtype}"
+                f"gradcheck: {target.label} has non-floating dtype "
+                f"{backend.dtype_name(target.tensor.dtype)}"
             )
     return found
 

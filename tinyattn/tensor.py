@@ -444,7 +444,9 @@ class Tensor:
 
     def _unary_reduce(self, function: type, op: str, axis: Any, keepdims: bool) -> Tensor:
         if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
-            raise TypeError(f"{op}: expected a floating-point tensor, got dtype {self.dtype}")
+            raise TypeError(
+                f"{op}: expected a floating-point tensor, got dtype {backend.dtype_name(self.dtype)}"
+            )
         return function.apply(self, axis=axis, keepdims=keepdims)
 
     def var(self, axis: Any = None, keepdims: bool = False, correction: float = 0) -> Tensor:

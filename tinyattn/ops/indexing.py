@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ..autograd import Function
-from ..backend import namespace, scatter_add
+from ..backend import dtype_name, namespace, scatter_add
 
 
 class ParsedKey(NamedTuple):
@@ -64,7 +64,9 @@ def _checked_index(index: Any, size: int, axis: int) -> Any:
     """Flatten the index, reject out-of-range values (CuPy would wrap silently), wrap negatives."""
     xp = namespace(index)
     if not xp.isdtype(index.dtype, "integral"):
-        raise IndexError(f"getitem: index arrays must be integers, got dtype {index.dtype}")
+        raise IndexError(
+            f"getitem: index arrays must be integers, got dtype {dtype_name(index.dtype)}"
+        )
     flat = xp.reshape(index, (-1,))
     if flat.shape[0]:
         low, high = int(xp.min(flat)), int(xp.max(flat))
