@@ -283,7 +283,7 @@ class Tensor:
             )
         if isinstance(other, list | tuple) or hasattr(other, "__array_interface__"):
             return Tensor(other, device=self.device)
-        raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
+        raise TypeError(f"{op}: unsupported operand type {_type_name(other)}")
 
     def _binary(self, function: type, other: Any, op: str, reverse: bool = False) -> Tensor:
         other = self._operand(other, op)
@@ -556,12 +556,26 @@ def _shape_arg(args: tuple) -> tuple:
     return tuple(args)
 
 
+def _type_name(value: Any) -> str:
+    """'str', or 'array_api_strict.Array' / 'torch.Tensor' for another library's array, with a
+    hint: such arrays are not converted implicitly (that would hide a device transfer)."""
+    module = type(value).__module__.split(".")[0]
+    if module == "builtins":
+        return type(value).__name__
+    return f"{module}.{type(value).__name__}; wrap it with ta.tensor(array, device=...)"
+
+
 def _device_spec(data: Any, device: Any) -> Any:
     if device is not None:
         return device
     if isinstance(data, _HOST_ARRAY) or isinstance(data, int | float | bool | list | tuple):
         return None
-    return backend.device_name(backend.device_of(data)) if hasattr(data, "device") else None
+    if not hasattr(data, "device"):
+        return None
+    try:
+        return backend.device_name(backend.device_of(data))
+    except AttributeError:  # another library's device (a torch tensor): copy through the host
+        return None
 
 
 def _promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
