@@ -400,11 +400,18 @@ def default_root_grad(output: Any, given: Any, caller: str) -> Any:
                 "gradient of the same shape."
             )
         return output._ones_like_constant()
-    if not isinstance(given, type(output)):
+    if not hasattr(given, "_ctx"):  # a list or an array: a constant on the output's device
+        given = type(output)._from_op(backend.asarray(given, device=output.device), None)
+    elif not isinstance(given, type(output)):
         given = type(output)._from_op(given, None)
     if given.shape != output.shape:
         raise RuntimeError(
             f"{caller}: gradient of shape {given.shape} given for an output of shape {output.shape}"
+        )
+    if given.device != output.device:
+        raise RuntimeError(
+            f"{caller}: gradient on device '{given.device}' given for an output on device "
+            f"'{output.device}'; move it with .to(device)"
         )
     return given
 
