@@ -787,4 +787,5 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
             raise ValueError(
                 f"stack: tensor {position} has shape {t.shape}, but tensor 0 has shape {tensors[0].shape}"
             )
+    axis = normalize_axes("stack", axis, tensors[0].ndim + 1)[0]  # an axis of the result
     return concat([t.expand_dims(axis) for t in tensors], axis=axis)
