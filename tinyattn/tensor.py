@@ -140,7 +140,7 @@ class Tensor:
 
     def __len__(self) -> int:
         if self.ndim == 0:
-            raise TypeError("len() of a 0-d tensor")
+            raise TypeError("len: a 0-d tensor has no length (its shape is ())")
         return self.shape[0]
 
     def __repr__(self) -> str:
@@ -185,8 +185,8 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         if not isinstance(self.data, _HOST_ARRAY):
             raise TypeError(
-                f"cannot convert a tensor on device '{self.device}' to NumPy implicitly; "
-                "call .numpy() for an explicit copy"
+                f"__array__: cannot convert a tensor on device '{self.device}' to NumPy "
+                "implicitly; call .numpy() for an explicit copy"
             )
         return self.data if dtype is None else self.data.astype(dtype)
 
