@@ -107,6 +107,8 @@ def load(path: str | os.PathLike, device: Any = None) -> Any:
     shown = os.fspath(path)
     try:
         arrays, metadata = backend.load_npz(shown)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"load: no file at {shown!r}") from None
     except ValueError as exc:
         raise ValueError(f"load: {shown!r} is not a readable tinyattn checkpoint: {exc}") from None
     if metadata is None:
