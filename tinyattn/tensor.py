@@ -83,10 +83,14 @@ class Tensor:
         if requires_grad:
             self.requires_grad_()
 
-    @classmethod
-    def _from_op(cls, data: Any, ctx: Any) -> Tensor:
-        """Wrap an op's result without copying or validating (the hot path)."""
-        out = cls.__new__(cls)
+    @staticmethod
+    def _from_op(data: Any, ctx: Any) -> Tensor:
+        """Wrap an op's result without copying or validating (the hot path).
+
+        Always a plain Tensor, also when an input was a subclass such as Parameter: the result
+        of an operation on a parameter is not a parameter.
+        """
+        out = Tensor.__new__(Tensor)
         out.data = data
         out.grad = None
         out._ctx = ctx
@@ -95,8 +99,8 @@ class Tensor:
         return out
 
     def constant(self, array: Any) -> Tensor:
-        """Wrap an array as a constant (no grad) Tensor of this class; used by backward rules."""
-        return type(self)._from_op(array, None)
+        """Wrap an array as a constant (no grad) Tensor; used by backward rules."""
+        return Tensor._from_op(array, None)
 
     def _ones_like_constant(self) -> Tensor:
         xp = backend.namespace(self.data)
@@ -357,6 +361,9 @@ class Tensor:
 
     def __rmatmul__(self, other: Any) -> Tensor:
         return self._operand(other, "matmul").__matmul__(self)
+
+    def __abs__(self) -> Tensor:
+        return self.abs()
 
     def __neg__(self) -> Tensor:
         return Neg.apply(self)

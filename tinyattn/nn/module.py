@@ -20,9 +20,7 @@ from ..tensor import Tensor
 class Parameter(Tensor):
     """A leaf Tensor that a Module registers as trainable (requires_grad=True by default).
 
-    Results of operations on a Parameter are plain Tensors: `_from_op` is overridden because the
-    engine builds outputs, gradients and constants with the class of an op's first input (and
-    re-wraps a gradient that is a Tensor but not a Parameter: that one is passed through).
+    Results of operations on a Parameter are plain Tensors (ops always build the base class).
     """
 
     __slots__ = ()
@@ -36,12 +34,6 @@ class Parameter(Tensor):
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_()
-
-    @classmethod
-    def _from_op(cls, data: Any, ctx: Any) -> Tensor:
-        if isinstance(data, Tensor) and ctx is None:
-            return data  # the engine's gradient check wraps Tensor gradients of Parameters
-        return Tensor._from_op(data, ctx)
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
