@@ -462,6 +462,10 @@ class Tensor:
         Composed from mean, sub, mul and sum, so its gradient ``2 (x - mean) / (N - correction)``
         and every higher derivative come from those ops.
         """
+        if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
+            raise TypeError(
+                f"var: expected a floating-point tensor, got dtype {backend.dtype_name(self.dtype)}"
+            )
         axes = normalize_axes("var", axis, self.ndim)
         count = 1
         for a in axes:
