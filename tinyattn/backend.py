@@ -84,6 +84,8 @@ def resolve_device(spec: Any) -> tuple[Any, Any]:
         return namespace_of_device(spec)
     name, _, index = spec.partition(":")
     if name == "cuda":
+        if index and not index.isdigit():
+            raise ValueError(f"unknown device {spec!r}: expected 'cuda' or 'cuda:N', N an int")
         xp, reason = cupy_status()
         if xp is None:
             raise RuntimeError(f"device {spec!r} is not available: {reason}")
@@ -95,7 +97,13 @@ def resolve_device(spec: Any) -> tuple[Any, Any]:
         return xp, cupy.cuda.Device(ordinal)
     if name == "strict":
         strict = _strict()
-        return strict, strict.Device(index or "device1")
+        try:
+            return strict, strict.Device(index or "device1")
+        except ValueError:
+            raise ValueError(
+                f"unknown device {spec!r}: the strict devices are 'strict' ('strict:device1') "
+                "and 'strict:device2'"
+            ) from None
     raise ValueError(f"unknown device {spec!r}: expected 'cpu', 'cuda', 'cuda:N' or 'strict'")
 
 
