@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import backend
+from . import backend, ops
 from .autograd import Function
 from .ops import broadcast_shapes
 from .tensor import Tensor, arange, where
@@ -207,15 +207,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"linear: input of shape {x.shape} has {x.shape[-1] if x.ndim else 0} features, "
             f"but weight of shape {weight.shape} expects {weight.shape[1]}"
         )
-    y = x @ weight.mT  # (..., in) @ (in, out) -> (..., out)
-    if bias is not None:
-        if bias.shape != (weight.shape[0],):
-            raise ValueError(
-                f"linear: bias of shape {bias.shape} does not match weight of shape "
-                f"{weight.shape}: expected ({weight.shape[0]},)"
-            )
-        y = y + bias
-    return y
+    if bias is None:
+        return ops.Linear.apply(x, weight)  # one fused node: (..., in) -> (..., out)
+    if bias.shape != (weight.shape[0],):
+        raise ValueError(
+            f"linear: bias of shape {bias.shape} does not match weight of shape "
+            f"{weight.shape}: expected ({weight.shape[0]},)"
+        )
+    return ops.Linear.apply(x, weight, bias)
 
 
 def embedding(indices: Any, weight: Tensor) -> Tensor:
@@ -267,9 +266,8 @@ def layer_norm(
 ) -> Tensor:
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing `normalized_shape` axes.
 
-    Composed from mean, var (biased, as in PyTorch), sqrt and division, so dL/dx
-    = (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) / sqrt(var + eps) with g_hat = g * weight
-    comes from those ops. Shapes: x (..., *normalized_shape) -> same; weight, bias normalized_shape.
+    One fused op (ops.LayerNorm) with the biased variance, as in PyTorch; dL/dx
+    = (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) / sqrt(var + eps) with g_hat = g * weight. Shapes: x (..., *normalized_shape) -> same; weight, bias normalized_shape.
     """
     x = _check_float("layer_norm", x)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -286,14 +284,8 @@ def layer_norm(
                 f"layer_norm: {name} has shape {param.shape}, expected normalized_shape {shape}"
             )
     axes = tuple(range(x.ndim - len(shape), x.ndim))
-    centered = x - x.mean(axis=axes, keepdims=True)
-    variance = (centered * centered).mean(axis=axes, keepdims=True)
-    y = centered / (variance + eps).sqrt()
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y
+    affine = [p for p in (weight, bias) if p is not None]
+    return ops.LayerNorm.apply(x, *affine, axes=axes, eps=float(eps), has_weight=weight is not None)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

@@ -30,6 +30,7 @@ from .elementwise import (
     Tanh,
     Where,
 )
+from .fused import LayerNorm, Linear
 from .indexing import GetItem, IndexAdd
 from .reductions import BroadcastTo, Max, Mean, Min, Sum, SumTo, normalize_axes
 from .shape import (
@@ -61,6 +62,8 @@ __all__ = [
     "Exp",
     "GetItem",
     "IndexAdd",
+    "LayerNorm",
+    "Linear",
     "Log",
     "MatMul",
     "Max",

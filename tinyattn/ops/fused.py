@@ -1,0 +1,101 @@
+"""Fused primitives: a linear map and layer normalisation as one node each.
+
+Composed from primitives, `x @ W.mT + b` is three graph nodes and layer norm about ten, each with
+its own temporaries and Python overhead. As single Functions they make one node and fewer arrays,
+with the same results. Backward is still written with Tensor operations, so both stay
+differentiable to any order: LayerNorm reuses its saved normalised input when no graph is being
+recorded and recomputes it from the input Tensor when one is (``create_graph=True``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function, is_grad_enabled
+from ..backend import namespace
+
+
+class Linear(Function):
+    """y = x W^T + b;  dL/dx = g W,  dL/dW = g^T x (leading axes folded into rows),  dL/db = sum g.
+
+    Shapes: x (..., in), W (out, in), b (out,) -> (..., out). The bias is an optional third input.
+    """
+
+    __slots__ = ()
+
+    def forward(self, x: Any, weight: Any, bias: Any = None) -> Any:
+        xp = namespace(x)
+        rows = xp.reshape(x, (-1, x.shape[-1]))  # (..., in) -> (N, in): one GEMM for all rows
+        y = xp.matmul(rows, xp.matrix_transpose(weight))  # (N, in) @ (in, out) -> (N, out)
+        if bias is not None:
+            y = y + bias
+        return xp.reshape(y, (*x.shape[:-1], weight.shape[0]))
+
+    def backward(self, grad: Any) -> tuple:
+        x, weight = self.inputs[0], self.inputs[1]
+        grad_rows = grad.reshape((-1, weight.shape[0]))  # (..., out) -> (N, out)
+        grad_x = grad_w = grad_b = None
+        if x.requires_grad:
+            grad_x = grad @ weight  # (..., out) @ (out, in) -> (..., in)
+        if weight.requires_grad:
+            grad_w = grad_rows.mT @ x.reshape((-1, x.shape[-1]))  # (out, N) @ (N, in)
+        if len(self.inputs) == 3 and self.inputs[2].requires_grad:
+            grad_b = grad_rows.sum(axis=0)
+        return (grad_x, grad_w, grad_b)[: len(self.inputs)]
+
+
+def _normalize(xp: Any, x: Any, axes: tuple, eps: float) -> tuple[Any, Any]:
+    """x_hat = (x - mean) * rstd and rstd = 1 / sqrt(var + eps) over `axes` (arrays or Tensors)."""
+    if hasattr(x, "_ctx"):  # a Tensor: build the same values with differentiable ops
+        centered = x - x.mean(axis=axes, keepdims=True)
+        rstd = 1.0 / ((centered * centered).mean(axis=axes, keepdims=True) + eps).sqrt()
+        return centered * rstd, rstd
+    centered = x - xp.mean(x, axis=axes, keepdims=True)
+    rstd = 1.0 / xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True) + eps)
+    return centered * rstd, rstd
+
+
+class LayerNorm(Function):
+    """y = x_hat * w + b with x_hat = (x - mean) / sqrt(var + eps) over the trailing `axes`;
+    dL/dx = rstd * (h - mean(h) - x_hat * mean(h * x_hat)) with h = g * w,
+    dL/dw = sum(g * x_hat), dL/db = sum(g) (sums over the leading axes).
+
+    Shapes: x (..., *normalized), w and b (*normalized) -> (..., *normalized). The variance is
+    the biased one (divided by N), as in PyTorch. Inputs: x, then w and b when present.
+    """
+
+    __slots__ = ("axes", "eps", "has_weight", "has_bias")
+
+    def forward(
+        self, x: Any, *affine: Any, axes: tuple = (-1,), eps: float = 1e-5, has_weight: bool = True
+    ) -> Any:
+        self.axes, self.eps = axes, eps
+        self.has_weight, self.has_bias = has_weight, len(affine) == 1 + has_weight
+        xp = namespace(x)
+        x_hat, rstd = _normalize(xp, x, axes, eps)
+        self.save_for_backward(x_hat, rstd)
+        y = x_hat
+        if self.has_weight:
+            y = y * affine[0]
+        if self.has_bias:
+            y = y + affine[-1]
+        return y
+
+    def backward(self, grad: Any) -> tuple:
+        x = self.inputs[0]
+        if is_grad_enabled():  # create_graph: x_hat must carry its dependence on x
+            x_hat, rstd = _normalize(None, x, self.axes, self.eps)
+        else:
+            x_hat, rstd = self.saved_tensors
+        weight = self.inputs[1] if self.has_weight else None
+        h = grad * weight if weight is not None else grad
+        grads = [None] * len(self.inputs)
+        if x.requires_grad:
+            mean_h = h.mean(axis=self.axes, keepdims=True)
+            mean_hx = (h * x_hat).mean(axis=self.axes, keepdims=True)
+            grads[0] = (h - mean_h - x_hat * mean_hx) * rstd
+        if weight is not None and weight.requires_grad:
+            grads[1] = (grad * x_hat).sum_to(weight.shape)
+        if self.has_bias and self.inputs[-1].requires_grad:
+            grads[-1] = grad.sum_to(self.inputs[-1].shape)
+        return tuple(grads)
