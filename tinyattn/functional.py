@@ -266,8 +266,9 @@ def layer_norm(
 ) -> Tensor:
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing `normalized_shape` axes.
 
-    One fused op (ops.LayerNorm) with the biased variance, as in PyTorch; dL/dx
-    = (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) / sqrt(var + eps) with g_hat = g * weight. Shapes: x (..., *normalized_shape) -> same; weight, bias normalized_shape.
+    One fused op (ops.LayerNorm) with the biased variance, as in PyTorch;
+    dL/dx = (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) / sqrt(var + eps), g_hat = g * w.
+    Shapes: x (..., *normalized_shape) -> same; weight, bias normalized_shape.
     """
     x = _check_float("layer_norm", x)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
