@@ -70,8 +70,10 @@ class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801
     """``with ta.detect_anomaly():`` check every forward and backward result for NaN/Inf.
 
     The first non-finite value raises AnomalyError naming the op (for backward: the op whose
-    rule produced it) and the line of user code that created that op in forward. Off by default;
-    when off it costs one flag test per op.
+    rule produced it) and the line of user code that created that op in forward. In forward,
+    a NaN or Inf that an op only carries from its inputs (the -inf of a masked attention score)
+    is not reported: the op that introduced it is. Off by default; when off it costs one flag
+    test per op.
     """
 
     def __enter__(self) -> None:
@@ -108,11 +110,28 @@ def _nonfinite(array: Any) -> str | None:
     return None
 
 
+def _has(array: Any, test: str) -> bool:
+    xp = backend.namespace(array)
+    return backend.is_floating(xp, array.dtype) and bool(xp.any(getattr(xp, test)(array)))
+
+
+def _introduced(fn: Function, data: Any) -> str | None:
+    """'NaN' or 'Inf' if the output has one and none of the inputs had that kind, else None.
+
+    An op that only carries a value it was given did not produce it: attention fills masked
+    scores with -inf on purpose, and log_softmax of a fully masked row is -inf.
+    """
+    for kind, test in (("NaN", "isnan"), ("Inf", "isinf")):
+        if _has(data, test) and not any(_has(t.data, test) for t in fn.inputs):
+            return kind
+    return None
+
+
 def _check_forward(fn: Function, data: Any) -> None:
     if _in_rule:
         return  # ops run by a backward rule are checked as that rule's result, by the engine
     fn._trace = _user_frame()
-    bad = _nonfinite(data)
+    bad = _introduced(fn, data)
     if bad is not None:
         raise AnomalyError(
             f"{fn.name} forward produced {bad} (output shape {tuple(data.shape)}), "
