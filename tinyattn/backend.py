@@ -375,6 +375,8 @@ def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
         raise
     except (zipfile.BadZipFile, EOFError, KeyError, OSError, zlib.error) as exc:
         raise ValueError(f"not a complete .npz archive ({type(exc).__name__}: {exc})") from None
+    except (NotImplementedError, RuntimeError) as exc:  # zipfile on a flipped flag byte
+        raise ValueError(f"a corrupt .npz archive ({type(exc).__name__}: {exc})") from None
     except ValueError as exc:
         raise ValueError(str(exc)) from None
     metadata = arrays.pop(NPZ_METADATA_ENTRY, None)
