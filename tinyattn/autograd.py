@@ -318,6 +318,7 @@ def run_backward(
     for root, grad in zip(roots, root_grads):
         target = leaves if root._ctx is None else pending
         target[root] = grad if root not in target else target[root] + grad
+    tensor_class = order[0].__class__ if order else None  # op results are all of one class
     with set_grad_enabled(create_graph):
         for tensor in reversed(order):
             grad = pending.pop(tensor, None)
@@ -337,7 +338,12 @@ def run_backward(
                 parent_grad = input_grads[position]
                 if parent_grad is None or not parent.requires_grad:
                     continue
-                parent_grad = _checked(fn, position, parent, parent_grad)
+                if (
+                    parent_grad.__class__ is not tensor_class
+                    or parent_grad.data.shape != parent.data.shape
+                    or parent_grad.data.dtype != parent.data.dtype
+                ):  # the rare case: wrap, check or cast (the common one costs three compares)
+                    parent_grad = _checked(fn, position, parent, parent_grad)
                 if _anomaly_mode:
                     _check_backward(fn, position, parent_grad)
                 target = leaves if parent._ctx is None else pending
