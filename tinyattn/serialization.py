@@ -81,10 +81,25 @@ def save(obj: Any, path: str | os.PathLike) -> None:
         raise
 
 
+def _well_formed(kind: str, body: Any) -> bool:
+    if kind == "tensor":
+        return isinstance(body, str)
+    if kind == "dict":
+        return isinstance(body, list) and all(
+            isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str | int)
+            for pair in body
+        )
+    if kind in ("list", "tuple"):
+        return isinstance(body, list)
+    return kind != "value" or body is None or isinstance(body, bool | int | float | str)
+
+
 def _decode(tree: Any, arrays: dict[str, Any], device: Any, path: str) -> Any:
     if not isinstance(tree, dict) or len(tree) != 1:
         raise ValueError(f"load: {path}: malformed manifest node {tree!r}")
     ((kind, body),) = tree.items()
+    if not _well_formed(kind, body):  # a damaged manifest must not fail with a raw TypeError
+        raise ValueError(f"load: {path}: malformed manifest node {tree!r:.80}")
     if kind == "tensor":
         if body not in arrays:
             raise ValueError(f"load: {path}: the manifest names entry {body!r}, which is missing")
