@@ -340,9 +340,13 @@ def save_npz(file: Any, arrays: dict[str, Any], metadata: str) -> None:
 
 
 def _pickle_free(archive: Any, name: str) -> np.ndarray:
-    """One entry of an open archive; an object (pickled) array raises naming the entry."""
+    """One entry of an open archive; an object (pickled) array raises naming the entry, and so
+    does a member that is not a .npy array (NpzFile hands those back as raw bytes)."""
     try:
-        return archive[name]
+        entry = archive[name]
+        if not isinstance(entry, np.ndarray):
+            raise ValueError(f"entry {name!r} is not a .npy array (a zip, but not an .npz archive)")
+        return entry
     except ValueError as exc:
         if "allow_pickle" not in str(exc):
             raise
