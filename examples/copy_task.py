@@ -277,7 +277,7 @@ def plot_history(history: History, path: Path) -> None:
         check_steps, exact = zip(*history.checks, strict=True)
         right.plot(check_steps, exact, "o-", markersize=3, label="exact-sequence (held out)")
     right.set(title="accuracy", xlabel="step", ylim=(-0.02, 1.02))
-    right.legend(loc="lower right", fontsize=8)
+    right.legend(loc="center right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -360,13 +360,20 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     add("--heads", type=positive_int, default=defaults.heads, help="attention heads per block")
     add("--width", type=positive_int, default=defaults.width, help="model width (d_model)")
     add("--batch", type=positive_int, default=defaults.batch, help="sequences per step")
-    add("--steps", type=positive_int, default=defaults.steps, help="the most training steps")
+    add(
+        "--steps",
+        type=positive_int,
+        default=defaults.steps,
+        help="the most training steps (stops early once held-out checks are perfect)",
+    )
     add("--lr", type=learning_rate, default=defaults.lr, help="AdamW learning rate")
     add("--seed", type=non_negative_int, default=defaults.seed, help="seed for weights and data")
     add("--device", type=device_name, default=defaults.device, help="cpu or cuda")
     add("--no-attention", action="store_true", help="ablation: attention outputs zeros")
     add("--out", type=Path, default=Path("runs/copy_task"), help="output directory")
-    add("--quiet", action="store_true", help="no progress bar, heat-map or pictures' chatter")
+    add(
+        "--quiet", action="store_true", help="no progress bar or heat-map (the report still prints)"
+    )
     args = parser.parse_args(argv)
     if args.vocab < 2:
         parser.error(f"argument --vocab: needs at least 2 digits to be a task, got {args.vocab}")
@@ -435,7 +442,8 @@ def show_copy_head(model: CopyModel, config: Config) -> list[str]:
         f"layer {layer}, head {head} on one example: {share:.0%} of its attention (from SEP on) "
         f"goes {config.seq_len} positions back, to the digit it must output next"
     )
-    return [title, text_heatmap(maps[layer][head], names)]
+    legend = f"shades from weight 0 to 1: '{SHADES}' ('|' is SEP; row p may see keys 0..p)"
+    return [title, legend, text_heatmap(maps[layer][head], names)]
 
 
 def main(argv: list[str] | None = None) -> int:
