@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -92,6 +91,8 @@ def is_anomaly_enabled() -> bool:
 def _user_frame() -> str:
     """Where user code called into tinyattn: the innermost frame outside the package."""
     package = os.path.dirname(__file__)
+    import traceback  # noqa: PLC0415  (anomaly mode only)
+
     for frame in reversed(traceback.extract_stack()[:-1]):
         if not frame.filename.startswith(package):
             return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}: {frame.line}'

@@ -16,7 +16,6 @@ import functools
 import math
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
 DEFAULT_FLOAT = np.float32
@@ -59,6 +58,18 @@ def cupy_status() -> tuple[Any, str]:
     import array_api_compat.cupy as cupy_namespace  # noqa: PLC0415
 
     return cupy_namespace, f"CuPy {cupy.__version__} on {count} device(s)"
+
+
+@functools.cache
+def _compat():
+    """array-api-compat, imported on first use: NumPy arrays never need it (import time)."""
+    import array_api_compat  # noqa: PLC0415
+
+    return array_api_compat
+
+
+def _is_cupy_array(array: Any) -> bool:
+    return type(array).__module__.startswith("cupy") and _compat().is_cupy_array(array)
 
 
 @functools.cache
@@ -140,7 +151,7 @@ def namespace(array: Any) -> Any:
     try:
         return _namespace_of_type(type(array))
     except KeyError:
-        return array_api_compat.array_namespace(array)
+        return _compat().array_namespace(array)
 
 
 def is_host_array(array: Any) -> bool:
@@ -185,7 +196,7 @@ def to_numpy(array: Any) -> np.ndarray:
         return array
     if isinstance(array, np.generic):
         return np.asarray(array)
-    if array_api_compat.is_cupy_array(array):
+    if _is_cupy_array(array):
         return array.get()
     strict = _strict()
     return np.asarray(strict.asarray(array, device=strict.Device("CPU_DEVICE")))
@@ -305,7 +316,7 @@ def scatter_add(target: Any, indices: Any, values: Any) -> Any:
     """
     xp = namespace(target)
     small = indices.shape[0] * target.shape[0] <= ONE_HOT_LIMIT
-    if (xp is np or array_api_compat.is_cupy_array(target)) and not small:
+    if (xp is np or _is_cupy_array(target)) and not small:
         out = target.copy()
         xp.add.at(out, indices, values)
         return out

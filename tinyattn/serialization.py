@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from typing import Any
 
 from . import backend
@@ -66,6 +65,8 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):  # else the error would name the temporary file
         raise FileNotFoundError(f"save: directory {directory!r} does not exist (saving {path!r})")
+    import tempfile  # noqa: PLC0415  (imported when saving: keeps `import tinyattn` fast)
+
     handle, temporary = tempfile.mkstemp(
         prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory
     )
