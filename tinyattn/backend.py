@@ -375,17 +375,21 @@ def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
     import zlib  # noqa: PLC0415
 
     try:
+        # Our own open file: np.load(path) leaks its handle when the zip is truncated.
         with open(path, "rb") as file:
             magic = file.read(6)
-        # np.load takes any unknown bytes for a pickle, so a text file would be reported as
-        # "contains pickled (object) data": check the zip (and .npy) signatures first.
-        if not magic.startswith(b"PK\x03\x04") and magic != b"\x93NUMPY":
-            raise ValueError(f"not an .npz archive (it starts with {magic!r}, not a zip header)")
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError("it holds a single .npy array, not an .npz archive")
-        with archive:
-            arrays = {name: _pickle_free(archive, name) for name in archive.files}
+            # np.load takes any unknown bytes for a pickle, so a text file would be reported as
+            # "contains pickled (object) data": check the zip (and .npy) signatures first.
+            if not magic.startswith(b"PK\x03\x04") and magic != b"\x93NUMPY":
+                raise ValueError(
+                    f"not an .npz archive (it starts with {magic!r}, not a zip header)"
+                )
+            file.seek(0)
+            archive = np.load(file, allow_pickle=False)
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise ValueError("it holds a single .npy array, not an .npz archive")
+            with archive:
+                arrays = {name: _pickle_free(archive, name) for name in archive.files}
     except FileNotFoundError:
         raise
     except (zipfile.BadZipFile, EOFError, KeyError, OSError, zlib.error) as exc:
