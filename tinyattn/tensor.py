@@ -597,6 +597,9 @@ def _promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
         return a, b._cast(a.dtype)
     if b_float and not a_float:
         return a._cast(b.dtype), b
+    a_bool, b_bool = backend.dtype_name(a.dtype) == "bool", backend.dtype_name(b.dtype) == "bool"
+    if a_bool != b_bool:  # True + 1 == 2 as in NumPy and PyTorch (strict alone refused it)
+        return (a._cast(b.dtype), b) if a_bool else (a, b._cast(a.dtype))
     try:
         common = xp.result_type(a.dtype, b.dtype)
     except TypeError as exc:
