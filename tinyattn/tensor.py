@@ -432,6 +432,9 @@ class Tensor:
             raise ValueError("clip: at least one of min and max must be given")
         if min is not None and max is not None and min > max:
             raise ValueError(f"clip: min ({min}) must not exceed max ({max})")
+        if isinstance(min, float) or isinstance(max, float):
+            if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
+                return self._cast("float32").clip(min, max)  # float bounds: a float result
         return Clip.apply(self, low=min, high=max)
 
     clamp = clip
