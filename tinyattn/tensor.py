@@ -379,7 +379,10 @@ class Tensor:
         other = self._operand(other, op)
         if self.data.shape != other.data.shape:
             broadcast_shapes(op, self.shape, other.shape)
-        return type(self)._from_op(compare(self.data, other.data), None)
+        a = self
+        if a.data.dtype != other.data.dtype:  # strict (like CuPy's type rules) will not mix them
+            a, other = _promote(a.detach(), other.detach(), op)
+        return type(self)._from_op(compare(a.data, other.data), None)
 
     def __lt__(self, other: Any) -> Tensor:
         return self._compare(other, "lt", lambda a, b: a < b)
