@@ -366,3 +366,49 @@ def test_programs_cover_the_menu():
     for a, b in zip(host.leaves, strict.leaves, strict=True):
         np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), **TOLERANCE)
     assert math.isfinite(host.registers[-1].sum().item())
+
+
+# ------------------------------------------------------------------- mixed dtypes, same answer
+def _int(device):
+    return ta.tensor([0, 1, 2, 3], device=device)
+
+
+def _flag(device):
+    return ta.tensor([True, False, True, True], device=device)
+
+
+def _f32(device):
+    return ta.tensor([0.5, -1.5, 2.0, 3.0], device=device)
+
+
+def _f64(device):
+    return ta.tensor([0.5, -1.5, 2.0, 3.0], dtype="float64", device=device)
+
+
+MIXED = [
+    ("bool + int", lambda d: _flag(d) + _int(d)),
+    ("int * bool", lambda d: _int(d) * _flag(d)),
+    ("bool * float", lambda d: _flag(d) * _f32(d)),
+    ("int / int", lambda d: _int(d) / (_int(d) + 1)),
+    ("int * Python float", lambda d: _int(d) * 0.5),
+    ("int ** 2", lambda d: _int(d) ** 2),
+    ("float32 + float64", lambda d: _f32(d) + _f64(d)),
+    ("int - float64", lambda d: _int(d) - _f64(d)),
+    ("int clipped by floats", lambda d: _int(d).clip(0.5, 2.5)),
+    ("int clipped by ints", lambda d: _int(d).clip(1, 2)),
+    ("int @ float", lambda d: _int(d) @ _f64(d)),
+    ("where int or float", lambda d: ta.where(_flag(d), _int(d), _f32(d))),
+    ("concat float32 and float64", lambda d: ta.concat([_f32(d), _f64(d)])),
+    ("maximum int and float", lambda d: ta.maximum(_int(d), _f32(d))),
+    ("sum of int", lambda d: _int(d).sum()),
+    ("max of int", lambda d: _int(d).max()),
+    ("comparison int and float", lambda d: _int(d) < _f32(d)),
+    ("abs of int", lambda d: (-_int(d)).abs()),
+]
+
+
+@pytest.mark.parametrize("name,call", MIXED, ids=[m[0] for m in MIXED])
+def test_mixed_dtypes_give_the_same_dtype_and_values(name, call):
+    host, strict = call("cpu"), call("strict")
+    assert ta.backend.dtype_name(host.dtype) == ta.backend.dtype_name(strict.dtype)
+    np.testing.assert_array_equal(strict.numpy(), host.numpy())
