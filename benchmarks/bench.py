@@ -146,11 +146,25 @@ def overhead(quick: bool) -> None:
         floor, ours = times["floor"] / 100, times["ours"] / 100
         theirs = times["theirs"] / 100 if "theirs" in times else None
         rows.append(
-            [str(shape), fmt(floor), fmt(ours), fmt(theirs), ratio(ours, theirs), ratio(ours, floor)]
+            [
+                str(shape),
+                fmt(floor),
+                fmt(ours),
+                fmt(theirs),
+                ratio(ours, theirs),
+                ratio(ours, floor),
+            ]
         )
     table(
         "Per-op overhead: 100 elementwise ops, forward + backward (us per op, median)",
-        ["shape", "NumPy floor", "tinyattn", "PyTorch (1 thr)", "tinyattn/PyTorch", "tinyattn/NumPy"],
+        [
+            "shape",
+            "NumPy floor",
+            "tinyattn",
+            "PyTorch (1 thr)",
+            "tinyattn/PyTorch",
+            "tinyattn/NumPy",
+        ],
         rows,
     )
 
@@ -186,17 +200,24 @@ def torch_model(cfg: dict, state: dict):
         def __init__(self):
             super().__init__()
             self.attn = tnn.ModuleDict(
-                {n: tnn.Linear(cfg["C"], cfg["C"]) for n in ("q_proj", "k_proj", "v_proj", "out_proj")}
+                {
+                    n: tnn.Linear(cfg["C"], cfg["C"])
+                    for n in ("q_proj", "k_proj", "v_proj", "out_proj")
+                }
             )
             self.norm1, self.norm2 = tnn.LayerNorm(cfg["C"]), tnn.LayerNorm(cfg["C"])
-            self.ff1, self.ff2 = tnn.Linear(cfg["C"], cfg["d_ff"]), tnn.Linear(cfg["d_ff"], cfg["C"])
+            self.ff1, self.ff2 = (
+                tnn.Linear(cfg["C"], cfg["d_ff"]),
+                tnn.Linear(cfg["d_ff"], cfg["C"]),
+            )
 
         def forward(self, x):
             B, T, C = x.shape
             H, D = cfg["H"], C // cfg["H"]
             # (B, T, C) -> (B, H, T, D)
             q, k, v = (
-                self.attn[n](x).view(B, T, H, D).transpose(1, 2) for n in ("q_proj", "k_proj", "v_proj")
+                self.attn[n](x).view(B, T, H, D).transpose(1, 2)
+                for n in ("q_proj", "k_proj", "v_proj")
             )
             weights = torch.softmax(q @ k.transpose(-1, -2) / D**0.5, dim=-1)
             attended = (weights @ v).transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C)
@@ -271,7 +292,9 @@ def step(quick: bool) -> None:
             tokens = tbatches[counter["i"] % len(tbatches)]
             counter["i"] += 1
             logits = tmodel(tokens)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), tokens.reshape(-1))
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, cfg["vocab"]), tokens.reshape(-1)
+            )
             topt.zero_grad()
             loss.backward()
             topt.step()
@@ -360,7 +383,15 @@ def attention(quick: bool) -> None:
     for T in lengths:
         for framework in frameworks:
             repeats = 3 if T >= 8192 else 5
-            command = [sys.executable, __file__, "--attention-worker", framework, str(T), "2", str(repeats)]
+            command = [
+                sys.executable,
+                __file__,
+                "--attention-worker",
+                framework,
+                str(T),
+                "2",
+                str(repeats),
+            ]
             output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             results[(framework, T)] = json.loads(output.strip().splitlines()[-1])
         ours, theirs, floor = (results.get((f, T)) for f in ("tinyattn", "torch", "numpy"))
@@ -379,12 +410,51 @@ def attention(quick: bool) -> None:
     table(
         "Attention layer forward + backward (width 64, 4 heads, batch 1, 2 threads; "
         "seconds, and peak extra memory in MB)",
-        ["T", "NumPy s", "NumPy MB", "tinyattn s", "tinyattn MB", "PyTorch s", "PyTorch MB", "tinyattn/PyTorch"],
+        [
+            "T",
+            "NumPy s",
+            "NumPy MB",
+            "tinyattn s",
+            "tinyattn MB",
+            "PyTorch s",
+            "PyTorch MB",
+            "tinyattn/PyTorch",
+        ],
         rows,
     )
     (ROOT / "benchmarks" / "attention_results.json").write_text(
         json.dumps({f"{f}/{T}": r for (f, T), r in results.items()}, indent=1)
     )
+    plot_attention(results, lengths, frameworks)
+
+
+def plot_attention(results: dict, lengths: tuple, frameworks: list) -> None:
+    """docs/images/attention_scaling.png: time and peak extra memory against T, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {"numpy": "NumPy, plain softmax(QK^T)V", "tinyattn": "tinyattn", "torch": "PyTorch"}
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for framework in frameworks:
+        seconds = [results[(framework, T)]["seconds"] for T in lengths]
+        megabytes = [max(results[(framework, T)]["extra_mb"], 1.0) for T in lengths]
+        left.plot(lengths, seconds, marker="o", label=labels[framework])
+        right.plot(lengths, megabytes, marker="o", label=labels[framework])
+    for axis, title in ((left, "forward + backward (s)"), (right, "peak extra memory (MB)")):
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xlabel("sequence length T")
+        axis.set_title(title)
+        axis.grid(True, which="both", alpha=0.3)
+    left.legend()
+    figure.suptitle("One attention layer (width 64, 4 heads, batch 1, 2 threads)")
+    figure.tight_layout()
+    out = ROOT / "docs" / "images" / "attention_scaling.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    print(f"\nplot written to {out.relative_to(ROOT)}")
 
 
 # ------------------------------------------------------------------------------- 4. copy task
@@ -413,7 +483,9 @@ def import_time(quick: bool) -> None:
             subprocess.run([sys.executable, "-c", "pass"], check=True)
             base.append(time.perf_counter() - start)
         rows.append([module, f"{statistics.median(samples) - statistics.median(base):.3f}"])
-    table("Import time (seconds beyond a bare interpreter start, median)", ["module", "seconds"], rows)
+    table(
+        "Import time (seconds beyond a bare interpreter start, median)", ["module", "seconds"], rows
+    )
 
 
 SECTIONS = {
@@ -426,18 +498,24 @@ SECTIONS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repeats, skip T=8192")
-    parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
+    parser.add_argument(
+        "--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections"
+    )
     parser.add_argument("--attention-worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.attention_worker:
         framework, T, threads, repeats = args.attention_worker
         print(json.dumps(attention_worker(framework, int(T), int(threads), int(repeats))))
         return
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}, NumPy {np.__version__}, "
-          f"PyTorch {torch.__version__ if torch else 'not installed'}, tinyattn {ta.__version__}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, NumPy {np.__version__}, "
+        f"PyTorch {torch.__version__ if torch else 'not installed'}, tinyattn {ta.__version__}"
+    )
     for name in args.only or SECTIONS:
         SECTIONS[name](args.quick)
 
