@@ -89,10 +89,11 @@ def test_memory_stays_flat_over_2000_training_steps(no_cyclic_gc):
         f" 2000 ({(rss_2000 - rss_200) / 1024:+.0f} KiB); live tensors {tensors_200} -> "
         f"{tensors_2000}; GC-tracked objects {objects_200} -> {objects_2000}"
     )
-    # One leaked graph per step would be ~1,800 graphs of ~150 tensors (tens of MiB).
+    # A retained graph of this model holds ~17 KiB (measured): one leaked per step would add
+    # ~30 MiB by step 2,000, and one leaked tensor would change the exact counts.
     assert tensors_2000 == tensors_200
     assert objects_2000 - objects_200 < 100  # library caches may settle; graphs may not
-    assert rss_2000 - rss_200 < 2 * 2**20  # allocator free lists, not graphs
+    assert rss_2000 - rss_200 < 4 * 2**20  # allocator arenas and free lists, not graphs
     assert gc.collect() == 0  # and no step created a reference cycle
 
 
