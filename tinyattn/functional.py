@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from . import backend, ops
-from .autograd import Function
+from .autograd import Function, is_grad_enabled
 from .ops import broadcast_shapes
 from .tensor import Tensor, arange, where
 
@@ -413,36 +413,46 @@ def causal_mask(tq: int, tk: int | None = None, device: Any = None) -> Tensor:
     return cols <= rows
 
 
+def _checked_mask(mask: Any, shape: tuple, device: str) -> Tensor | None:
+    """The user mask as a bool Tensor broadcastable to the scores `shape` (..., Tq, Tk), or None."""
+    op = "scaled_dot_product_attention"
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor):
+        mask = Tensor(mask, device=device)
+    if backend.dtype_name(mask.dtype) != "bool":
+        raise TypeError(
+            f"{op}: mask must be bool (True = may attend), got dtype "
+            f"{backend.dtype_name(mask.dtype)}; an additive float mask is not supported"
+        )
+    if mask.device != device:
+        raise RuntimeError(
+            f"{op}: mask is on device '{mask.device}' but the scores are on '{device}'"
+        )
+    if mask.ndim > len(shape) or any(
+        m != 1 and m != s for m, s in zip(reversed(mask.shape), reversed(shape), strict=False)
+    ):
+        raise ValueError(
+            f"{op}: mask of shape {mask.shape} cannot be broadcast to the scores shape "
+            f"{shape} (..., Tq, Tk)"
+        )
+    return mask
+
+
 def _attention_mask(mask: Any, is_causal: bool, scores: Tensor) -> Tensor | None:
     """Combine the user mask and the causal mask into one bool tensor broadcastable to scores."""
-    op = "scaled_dot_product_attention"
-    allowed = None
-    if mask is not None:
-        if not isinstance(mask, Tensor):
-            mask = Tensor(mask, device=scores.device)
-        if backend.dtype_name(mask.dtype) != "bool":
-            raise TypeError(
-                f"{op}: mask must be bool (True = may attend), got dtype "
-                f"{backend.dtype_name(mask.dtype)}; an additive float mask is not supported"
-            )
-        if mask.device != scores.device:
-            raise RuntimeError(
-                f"{op}: mask is on device '{mask.device}' but the scores are on '{scores.device}'"
-            )
-        if mask.ndim > scores.ndim or any(
-            m != 1 and m != s
-            for m, s in zip(reversed(mask.shape), reversed(scores.shape), strict=False)
-        ):
-            raise ValueError(
-                f"{op}: mask of shape {mask.shape} cannot be broadcast to the scores shape "
-                f"{scores.shape} (..., Tq, Tk)"
-            )
-        allowed = mask
+    allowed = _checked_mask(mask, scores.shape, scores.device)
     if is_causal:
         tq, tk = scores.shape[-2:]
         causal = causal_mask(tq, tk, device=scores.device)
         allowed = causal if allowed is None else allowed.constant(allowed.data & causal.data)
     return allowed
+
+
+def _batch_shape(q: Tensor, k: Tensor, v: Tensor) -> tuple:
+    """The broadcast leading (batch) axes of q, k and v; _check_attention_shapes ran before."""
+    op = "scaled_dot_product_attention"
+    return broadcast_shapes(op, broadcast_shapes(op, q.shape[:-2], k.shape[:-2]), v.shape[:-2])
 
 
 def _check_attention_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -462,13 +472,219 @@ def _check_attention_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
             f"({k.shape[-2]} != {v.shape[-2]})"
         )
     try:
-        batch = broadcast_shapes(op, q.shape[:-2], k.shape[:-2])
-        broadcast_shapes(op, batch, v.shape[:-2])
+        _batch_shape(q, k, v)
     except ValueError:
         raise ValueError(
             f"{op}: the leading (batch) axes of q {q.shape}, k {k.shape} and v {v.shape} "
             "cannot be broadcast together"
         ) from None
+
+
+# ------------------------------------------------------------------- memory-efficient attention
+# scaled_dot_product_attention computes block-wise when the score matrix would hold at least this
+# many numbers (batch * Tq * Tk; 2**22 floats are 16 MB in float32) and neither dropout nor the
+# weights are asked for. Set it to 0 to force the block-wise path, to math.inf to force the plain.
+BLOCKWISE_MIN_SCORES = 1 << 22
+# A tile is (queries per block) x (keys per block) for every batch entry. Keys per block is fixed;
+# queries per block follow from the numbers in one tile's scores (batch * Bq * Bk): 2**18 floats
+# (1 MB) stay in a core's L2 cache through the tile's passes (measured in docs/performance.md).
+ATTENTION_BLOCK_KEYS = 256
+ATTENTION_BLOCK_SCORES = 1 << 18
+
+
+def _block_sizes(batch: int, tq: int, tk: int) -> tuple[int, int]:
+    """(queries, keys) per tile, each between 1 and its sequence length."""
+    block_k = max(1, min(tk, ATTENTION_BLOCK_KEYS))
+    block_q = max(1, min(tq, ATTENTION_BLOCK_SCORES // max(1, batch * block_k)))
+    return block_q, block_k
+
+
+def _blocks(stop: int, size: int, start: int = 0) -> list[slice]:
+    """Consecutive slices of `size` covering [start, stop); the last one may be shorter."""
+    return [slice(i, min(i + size, stop)) for i in range(start, stop, size)]
+
+
+def _append_ones(xp: Any, x: Any) -> Any:
+    """(..., T, D) -> (..., T, D + 1) with a last column of ones (see BlockwiseAttention)."""
+    ones = xp.ones((*x.shape[:-1], 1), dtype=x.dtype, device=x.device)
+    return xp.concat([x, ones], axis=-1)
+
+
+class BlockwiseAttention(Function):
+    """out = softmax(q k^T * scale, masked over keys) @ v, computed one tile (a block of queries
+    against a block of keys) at a time, so the (Tq, Tk) score matrix never exists.
+
+    Forward, an online softmax: for each query block, over its key blocks b,
+        S = q k_b^T * scale (disallowed scores -inf),   m' = max(m, rowmax S),
+        acc = acc * exp(m - m') + exp(S - m') [v_b, 1],   m = m'.
+    The ones column makes the last column of acc the normaliser l = sum_j exp(S_ij - m_i); then
+    out = acc[:, :Dv] / l, and lse = m + log l (one number per query) is saved.
+    Backward recomputes the weights tile by tile, P = exp(S - lse), and with D_i = sum_c dO_ic O_ic
+        dV_b += P^T dO,   dS = P * (dO v_b^T - D),   dQ += dS k_b * scale,   dK_b += dS^T q * scale.
+    Memory is O(T): q, k, v, out, lse and one tile. A query with no allowed key has l = 0: out 0
+    and gradient 0. First-order only (the backward runs on arrays): see _FirstOrderOnly.
+    Shapes: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) with equal batch axes, allowed bool
+    broadcastable to (..., Tq, Tk) with at least 2 axes -> out (..., Tq, Dv).
+    """
+
+    __slots__ = ("is_causal", "scale", "block_q", "block_k")
+
+    def forward(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        allowed: Any = None,
+        is_causal: bool = False,
+        scale: float = 1.0,
+        block_q: int = 1,
+        block_k: int = 1,
+    ) -> Any:
+        self.is_causal, self.scale, self.block_q, self.block_k = is_causal, scale, block_q, block_k
+        xp = backend.namespace(q)
+        q_scaled = q * scale  # scaling the (Tq, D) queries once, not every tile's scores
+        v_ones = _append_ones(xp, v)  # (..., Tk, Dv) -> (..., Tk, Dv + 1): P @ v_ones also sums P
+        out = xp.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
+        lse = xp.empty((*q.shape[:-1], 1), dtype=q.dtype, device=q.device)
+        for rows in _blocks(q.shape[-2], block_q):
+            out[..., rows, :], lse[..., rows, :] = self._forward_rows(
+                xp, q_scaled[..., rows, :], k, v_ones, allowed, rows
+            )
+        self.save_for_backward(lse, allowed)
+        return out
+
+    def _forward_rows(
+        self, xp: Any, q_rows: Any, k: Any, v_ones: Any, allowed: Any, rows: slice
+    ) -> tuple[Any, Any]:
+        """The online softmax of one query block over its key blocks: (out rows, lse rows)."""
+        new = {"dtype": q_rows.dtype, "device": q_rows.device}
+        running_max = xp.full((*q_rows.shape[:-1], 1), -math.inf, **new)  # m: (..., Bq, 1)
+        acc = xp.zeros((*q_rows.shape[:-1], v_ones.shape[-1]), **new)  # (..., Bq, Dv + 1)
+        for cols in self._key_blocks(k.shape[-2], rows):
+            scores = q_rows @ k[..., cols, :].mT  # (..., Bq, D) @ (..., D, Bk) -> (..., Bq, Bk)
+            tile = self._tile_mask(xp, allowed, rows, cols, q_rows.device)
+            if tile is not None:
+                scores = xp.where(tile, scores, -math.inf)
+            new_max = xp.maximum(running_max, xp.max(scores, axis=-1, keepdims=True))
+            # A row with no allowed key so far has max -inf: shift it by 0 (exp(-inf - 0) = 0),
+            # never by -inf (-inf - -inf = NaN). exp(m - m') rescales the old sums; it is 0
+            # while m was -inf, when those sums are 0 anyway.
+            shift = xp.where(xp.isfinite(new_max), new_max, 0.0)
+            weighted = (
+                xp.exp(scores - shift) @ v_ones[..., cols, :]
+            )  # (..., Bq, Bk) @ (.., Bk, Dv+1)
+            acc = acc * xp.exp(running_max - shift) + weighted
+            running_max = new_max
+        total = acc[..., -1:]  # l_i = sum_j exp(S_ij - m_i), the ones column's row
+        found = total > 0.0  # False for a query that may attend to nothing
+        total = xp.where(found, total, 1.0)
+        # lse of an empty row is -inf; 0 keeps it finite (backward masks that whole row anyway).
+        return acc[..., :-1] / total, xp.where(found, running_max + xp.log(total), 0.0)
+
+    def _key_blocks(self, tk: int, rows: slice) -> list[slice]:
+        """Key blocks a query block sees: under is_causal query i sees keys j <= i only, so the
+        blocks past the block's last query are skipped (half the work of a square causal layer)."""
+        return _blocks(min(tk, rows.stop) if self.is_causal else tk, self.block_k)
+
+    def _tile_mask(self, xp: Any, allowed: Any, rows: slice, cols: slice, device: Any) -> Any:
+        """The bool mask of one tile, or None when every score in it is allowed.
+
+        The user mask keeps its broadcast axes of size 1 (slicing those would empty them). The
+        causal part, key <= query, is built for the tile only and only where the tile crosses
+        the diagonal (a key past the tile's first query).
+        """
+        tile = None
+        if allowed is not None:
+            row_part = rows if allowed.shape[-2] != 1 else slice(None)
+            col_part = cols if allowed.shape[-1] != 1 else slice(None)
+            tile = allowed[..., row_part, col_part]
+        if self.is_causal and cols.stop - 1 > rows.start:
+            query = xp.arange(rows.start, rows.stop, device=device)[:, None]  # (Bq, 1)
+            key = xp.arange(cols.start, cols.stop, device=device)[None, :]  # (1, Bk)
+            tile = key <= query if tile is None else tile & (key <= query)
+        return tile
+
+    def backward(self, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        lse, allowed = (None if t is None else t.data for t in self.saved_tensors)
+        grads = self._backward_arrays(grad.data, self.output.data, lse, allowed)
+        if is_grad_enabled():  # create_graph=True: the gradients must refuse a second backward
+            return tuple(_FirstOrderOnly.apply(*self.inputs, grad, value=g) for g in grads)
+        return tuple(t.constant(g) for t, g in zip(self.inputs, grads, strict=True))
+
+    def _backward_arrays(self, grad: Any, out: Any, lse: Any, allowed: Any) -> tuple:
+        """(dq, dk, dv) on arrays, recomputing each tile's weights from the saved lse.
+
+        Two extra columns fold two subtractions into the matmuls that need them anyway:
+        [q * scale, -lse] @ [k, 1]^T = S - lse, and [dO, -D] @ [v, 1]^T = dO v^T - D.
+        """
+        q, k, v = (t.data for t in self.inputs)
+        xp = backend.namespace(q)
+        q_scaled = q * self.scale
+        q_shifted = xp.concat([q_scaled, -lse], axis=-1)  # (..., Tq, D + 1)
+        k_ones = _append_ones(xp, k)  # (..., Tk, D + 1)
+        row_dots = xp.sum(grad * out, axis=-1, keepdims=True)  # D_i: (..., Tq, 1)
+        grad_shifted = xp.concat([grad, -row_dots], axis=-1)  # (..., Tq, Dv + 1)
+        v_ones = _append_ones(xp, v)  # (..., Tk, Dv + 1)
+        grad_q, grad_k, grad_v = xp.zeros_like(q), xp.zeros_like(k), xp.zeros_like(v)
+        for rows in _blocks(q.shape[-2], self.block_q):
+            grad_q_rows = grad_q[..., rows, :]
+            for cols in self._key_blocks(k.shape[-2], rows):
+                # P = exp(S - lse): (..., Bq, D + 1) @ (..., D + 1, Bk) -> (..., Bq, Bk)
+                scores = q_shifted[..., rows, :] @ k_ones[..., cols, :].mT
+                tile = self._tile_mask(xp, allowed, rows, cols, q.device)
+                if tile is not None:
+                    scores = xp.where(tile, scores, -math.inf)
+                weights = xp.exp(scores)
+                # (..., Bk, Bq) @ (..., Bq, Dv) -> (..., Bk, Dv)
+                grad_v[..., cols, :] += weights.mT @ grad[..., rows, :]
+                # dS = P * (dP - D): (..., Bq, Dv + 1) @ (..., Dv + 1, Bk) -> (..., Bq, Bk)
+                grad_scores = weights * (grad_shifted[..., rows, :] @ v_ones[..., cols, :].mT)
+                grad_q_rows = grad_q_rows + grad_scores @ k[..., cols, :]  # (.., Bq, D)
+                grad_k[..., cols, :] += grad_scores.mT @ q_scaled[..., rows, :]  # (.., Bk, D)
+            grad_q[..., rows, :] = grad_q_rows * self.scale
+        return grad_q, grad_k, grad_v
+
+
+class _FirstOrderOnly(Function):
+    """y = value, a gradient BlockwiseAttention computed on arrays; recorded under create_graph
+    so that differentiating it again raises instead of silently returning 0."""
+
+    __slots__ = ()
+
+    def forward(self, *arrays: Any, value: Any = None) -> Any:
+        return value
+
+    def backward(self, grad: Tensor) -> None:
+        raise NotImplementedError(
+            "double backward through block-wise attention is not supported: use the plain path "
+            "(set tinyattn.functional.BLOCKWISE_MIN_SCORES = math.inf)"
+        )
+
+
+def _blockwise_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Any, is_causal: bool, scale: float
+) -> Tensor:
+    """scaled_dot_product_attention through BlockwiseAttention (same checks, same results)."""
+    batch = _batch_shape(q, k, v)
+    tq, tk = q.shape[-2], k.shape[-2]
+    allowed = _checked_mask(mask, (*batch, tq, tk), q.device)
+    if allowed is not None and allowed.ndim < 2:
+        allowed = allowed.reshape(*(1,) * (2 - allowed.ndim), *allowed.shape)  # -> (1, Tk)
+    xp = backend.namespace(q.data)
+    dtype = xp.result_type(q.dtype, k.dtype, v.dtype)  # as the plain path's matmuls promote
+    # The Function wants equal batch axes; BroadcastTo's backward sums the gradients back.
+    q, k, v = (t.to(dtype).broadcast_to(*batch, *t.shape[-2:]) for t in (q, k, v))
+    block_q, block_k = _block_sizes(math.prod(batch), tq, tk)
+    return BlockwiseAttention.apply(
+        q,
+        k,
+        v,
+        allowed=None if allowed is None else allowed.data,
+        is_causal=is_causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
+    )
 
 
 def scaled_dot_product_attention(
@@ -488,6 +704,8 @@ def scaled_dot_product_attention(
     allowed key gets output 0 and gradient 0. Dropout (p = dropout_p, always applied when > 0,
     like PyTorch) acts on the weights; the returned weights are the ones multiplied with v.
     Gradients come from matmul, where and the fused softmax (dL/dscores = w * (g_w - sum g_w w)).
+    When batch * Tq * Tk >= BLOCKWISE_MIN_SCORES (and no dropout, no weights), the same result
+    comes from BlockwiseAttention in O(T) memory instead (first-order gradients only).
     Shapes: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv),
     weights (..., Tq, Tk).
     """
@@ -498,6 +716,14 @@ def scaled_dot_product_attention(
         )
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    scores_count = math.prod(_batch_shape(q, k, v)) * q.shape[-2] * k.shape[-2]
+    if (
+        scores_count >= BLOCKWISE_MIN_SCORES
+        and dropout_p == 0.0
+        and not return_weights
+        and q.device == k.device == v.device  # else the plain path's matmul names both devices
+    ):
+        return _blockwise_attention(q, k, v, mask, is_causal, scale)
     scores = (q @ k.mT) * scale  # (..., Tq, D) @ (..., D, Tk) -> (..., Tq, Tk)
     allowed = _attention_mask(mask, is_causal, scores)
     if allowed is not None:
@@ -510,6 +736,7 @@ def scaled_dot_product_attention(
 
 
 __all__ = [
+    "BlockwiseAttention",
     "Erf",
     "LogSoftmax",
     "Softmax",
