@@ -1,0 +1,280 @@
+"""The block-wise (memory-efficient) attention path against the plain softmax(q k^T) v path.
+
+Every comparison runs the same inputs and the same cotangent through both paths of
+F.scaled_dot_product_attention, forced with F.BLOCKWISE_MIN_SCORES (0: block-wise, inf: plain),
+on tiny inputs cut into several tiles by shrinking F.ATTENTION_BLOCK_KEYS and
+F.ATTENTION_BLOCK_SCORES. Float64 agrees to ~1e-12 (only the summation order differs), float32 to
+~1e-5. Runs on every backend through the `device` fixture. No test measures time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+import tinyattn.functional as F
+
+RNG = np.random.default_rng(2024)
+TOLERANCE = {"float64": 1e-12, "float32": 2e-5}
+
+
+def use_path(monkeypatch, path, block_q=2, block_k=3, batch=1):
+    """Force the plain or the block-wise path, with tiles of block_q queries x block_k keys."""
+    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 0 if path == "blockwise" else math.inf)
+    monkeypatch.setattr(F, "ATTENTION_BLOCK_KEYS", block_k)
+    monkeypatch.setattr(F, "ATTENTION_BLOCK_SCORES", batch * block_q * block_k)
+
+
+def run(monkeypatch, path, arrays, blocks, dtype, device, **kwargs):
+    """Output and (dq, dk, dv) of one path for a fixed random cotangent, all as NumPy arrays."""
+    batch = math.prod(np.broadcast_shapes(*(a.shape[:-2] for a in arrays)))
+    use_path(monkeypatch, path, *blocks, batch=batch)
+    q, k, v = (ta.tensor(a, dtype=dtype, device=device).requires_grad_() for a in arrays)
+    out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    cotangent = np.random.default_rng(7).standard_normal(out.shape)
+    (out * ta.tensor(cotangent, dtype=dtype, device=device)).sum().backward()
+    return out.numpy(), [t.grad.numpy() for t in (q, k, v)]
+
+
+def assert_paths_agree(monkeypatch, device, shapes, blocks=(2, 3), dtype="float64", **kwargs):
+    arrays = [RNG.standard_normal(shape) for shape in shapes]
+    out, grads = run(monkeypatch, "blockwise", arrays, blocks, dtype, device, **kwargs)
+    expected_out, expected_grads = run(
+        monkeypatch, "plain", arrays, blocks, dtype, device, **kwargs
+    )
+    tolerance = TOLERANCE[dtype]
+    assert out.dtype == expected_out.dtype
+    np.testing.assert_allclose(out, expected_out, rtol=tolerance, atol=tolerance)
+    for name, grad, expected in zip("qkv", grads, expected_grads, strict=True):
+        assert grad.shape == expected.shape, name
+        assert np.isfinite(grad).all(), name
+        np.testing.assert_allclose(grad, expected, rtol=tolerance, atol=tolerance, err_msg=name)
+    return out, grads
+
+
+def bool_mask(device, array):
+    return ta.tensor(np.asarray(array, dtype=bool), device=device)
+
+
+# ------------------------------------------------------------------- forward and gradients
+@pytest.mark.parametrize("blocks", [(1, 1), (2, 3), (4, 4), (3, 5), (8, 8), (16, 16)])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_blockwise_matches_plain_for_block_sizes(monkeypatch, device, blocks, dtype):
+    # T = 8: (4, 4) and (8, 8) divide it, (3, 5) does not, (16, 16) is one tile larger than T.
+    assert_paths_agree(monkeypatch, device, [(2, 8, 4), (2, 8, 4), (2, 8, 3)], blocks, dtype)
+
+
+@pytest.mark.parametrize("tq, tk", [(5, 11), (11, 5), (1, 7), (7, 1)])
+def test_blockwise_matches_plain_when_query_and_key_lengths_differ(monkeypatch, device, tq, tk):
+    assert_paths_agree(monkeypatch, device, [(2, tq, 3), (2, tk, 3), (2, tk, 2)], (2, 3))
+
+
+@pytest.mark.parametrize(
+    "q_shape, k_shape",
+    [
+        ((6, 4), (7, 4)),  # no batch axes
+        ((3, 6, 4), (3, 7, 4)),  # one batch axis
+        ((2, 3, 6, 4), (2, 3, 7, 4)),  # (B, H, T, D)
+        ((2, 3, 6, 4), (7, 4)),  # keys and values shared by the batch: broadcast
+        ((1, 3, 6, 4), (2, 1, 7, 4)),  # both sides broadcast
+    ],
+)
+def test_blockwise_matches_plain_over_leading_batch_axes(monkeypatch, device, q_shape, k_shape):
+    v_shape = (*k_shape[:-1], 5)
+    assert_paths_agree(monkeypatch, device, [q_shape, k_shape, v_shape], (2, 3), is_causal=True)
+
+
+def test_blockwise_scale(monkeypatch, device):
+    assert_paths_agree(monkeypatch, device, [(2, 7, 4), (2, 9, 4), (2, 9, 4)], (3, 4), scale=0.37)
+
+
+def test_blockwise_promotes_mixed_float_dtypes_like_the_plain_path(monkeypatch, device):
+    arrays = [RNG.standard_normal((5, 3)) for _ in range(3)]
+    results = {}
+    for path in ("blockwise", "plain"):
+        use_path(monkeypatch, path)
+        q = ta.tensor(arrays[0], dtype="float32", device=device).requires_grad_()
+        k, v = (ta.tensor(a, dtype="float64", device=device).requires_grad_() for a in arrays[1:])
+        out = F.scaled_dot_product_attention(q, k, v)
+        out.sum().backward()
+        results[path] = out, q.grad
+    assert results["blockwise"][0].dtype == results["plain"][0].dtype
+    assert results["blockwise"][1].dtype == q.dtype  # the gradient comes back as float32
+    np.testing.assert_allclose(results["blockwise"][0].numpy(), results["plain"][0].numpy())
+
+
+# ------------------------------------------------------------------------------------ masks
+@pytest.mark.parametrize(
+    "mask_shape",
+    [(9,), (1, 9), (6, 9), (6, 1), (2, 1, 6, 9), (1, 3, 6, 9), (2, 3, 6, 9), (3, 1, 1)],
+)
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_blockwise_matches_plain_with_broadcast_masks(monkeypatch, device, mask_shape, is_causal):
+    mask = RNG.random(mask_shape) > 0.3
+    shapes = [(2, 3, 6, 4), (2, 3, 9, 4), (2, 3, 9, 5)]
+    assert_paths_agree(
+        monkeypatch, device, shapes, (2, 4), mask=bool_mask(device, mask), is_causal=is_causal
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fully_masked_rows_are_zero_in_value_and_gradient(monkeypatch, device, dtype):
+    mask = RNG.random((2, 7, 10)) > 0.5
+    mask[0, 1] = False  # queries that may attend to nothing: in the first and in a later tile
+    mask[1, 5] = False
+    mask[:, 3, 4:] = False  # a query whose first tile has keys but later tiles have none
+    out, (grad_q, _, _) = assert_paths_agree(
+        monkeypatch,
+        device,
+        [(2, 7, 3), (2, 10, 3), (2, 10, 4)],
+        (3, 4),
+        dtype,
+        mask=bool_mask(device, mask),
+    )
+    for batch, row in ((0, 1), (1, 5)):
+        np.testing.assert_array_equal(out[batch, row], 0.0)
+        np.testing.assert_array_equal(grad_q[batch, row], 0.0)
+
+
+def test_everything_masked_gives_zeros_and_huge_scores_stay_finite(monkeypatch, device):
+    nothing = bool_mask(device, np.zeros((4, 6)))
+    out, grads = assert_paths_agree(
+        monkeypatch, device, [(4, 3), (6, 3), (6, 3)], (2, 2), mask=nothing
+    )
+    np.testing.assert_array_equal(out, 0.0)
+    for grad in grads:
+        np.testing.assert_array_equal(grad, 0.0)
+    # Scores of +-1e4 (the first tile's max far from a later tile's) must not overflow exp.
+    use_path(monkeypatch, "blockwise", 2, 2)
+    q = ta.tensor(RNG.standard_normal((4, 3)) * 100, dtype="float32", device=device)
+    k = ta.tensor(RNG.standard_normal((6, 3)) * 100, dtype="float32", device=device)
+    out = F.scaled_dot_product_attention(q, k, k, mask=bool_mask(device, RNG.random((4, 6)) > 0.4))
+    assert np.isfinite(out.numpy()).all()
+
+
+# ----------------------------------------------------------------------------------- causal
+@pytest.mark.parametrize("tq, tk", [(9, 9), (5, 12), (12, 5)])
+@pytest.mark.parametrize("blocks", [(1, 1), (2, 3), (4, 4), (5, 2)])
+def test_blockwise_causal_matches_plain(monkeypatch, device, tq, tk, blocks):
+    # The plain convention (top-left aligned): query i sees keys j <= i, so with Tq < Tk the
+    # keys past Tq - 1 are seen by nobody and get gradient 0.
+    _, (_, grad_k, grad_v) = assert_paths_agree(
+        monkeypatch, device, [(2, tq, 3), (2, tk, 3), (2, tk, 2)], blocks, is_causal=True
+    )
+    if tk > tq:
+        np.testing.assert_array_equal(grad_k[:, tq:], 0.0)
+        np.testing.assert_array_equal(grad_v[:, tq:], 0.0)
+
+
+def test_causal_skips_the_tiles_above_the_diagonal(monkeypatch, device):
+    """With 4 x 4 tiles over T = 16, causal attention computes 10 of the 16 tiles."""
+    use_path(monkeypatch, "blockwise", 4, 4)
+    tiles = []
+    original = F.BlockwiseAttention._tile_mask
+
+    def counting(self, xp, allowed, rows, cols, device):
+        tiles.append((rows.start, cols.start))
+        return original(self, xp, allowed, rows, cols, device)
+
+    monkeypatch.setattr(F.BlockwiseAttention, "_tile_mask", counting)
+    q = ta.tensor(RNG.standard_normal((16, 2)), device=device)
+    F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert len(tiles) == 10
+    assert all(key_start <= query_start for query_start, key_start in tiles)
+
+
+# -------------------------------------------------------------------------- gradcheck, graph
+@pytest.mark.parametrize("case", ["plain", "mask", "causal", "cross"])
+def test_blockwise_gradcheck(monkeypatch, device, case):
+    use_path(monkeypatch, "blockwise", 2, 2, batch=2)
+    tk = 5 if case == "cross" else 4
+    q, k, v = (
+        ta.tensor(RNG.standard_normal(shape), dtype="float64", device=device).requires_grad_()
+        for shape in ((2, 4, 3), (2, tk, 3), (2, tk, 2))
+    )
+    mask = RNG.random((4, tk)) > 0.4
+    mask[2] = False
+    kwargs = {"mask": bool_mask(device, mask)} if case == "mask" else {}
+    kwargs["is_causal"] = case == "causal"
+    assert ta.gradcheck(lambda *a: F.scaled_dot_product_attention(*a, **kwargs), [q, k, v])
+
+
+def test_double_backward_through_blockwise_raises_but_first_order_works(monkeypatch, device):
+    use_path(monkeypatch, "blockwise")
+    q, k, v = (
+        ta.tensor(RNG.standard_normal((4, 3)), dtype="float64", device=device).requires_grad_()
+        for _ in range(3)
+    )
+    out = F.scaled_dot_product_attention(q, k, v)
+    grad_q, grad_k, grad_v = ta.grad(out.sum(), [q, k, v], create_graph=True)
+    use_path(monkeypatch, "plain")
+    expected = ta.grad(F.scaled_dot_product_attention(q, k, v).sum(), [q, k, v])
+    for got, want in zip((grad_q, grad_k, grad_v), expected, strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(NotImplementedError, match="double backward through block-wise"):
+        (grad_q * grad_q).sum().backward()
+
+
+def test_backward_twice_needs_retain_graph(monkeypatch, device):
+    use_path(monkeypatch, "blockwise")
+    q = ta.tensor(RNG.standard_normal((5, 3)), dtype="float64", device=device).requires_grad_()
+    out = F.scaled_dot_product_attention(q, q, q).sum()
+    out.backward(retain_graph=True)
+    first = q.grad.numpy()
+    out.backward()
+    np.testing.assert_allclose(q.grad.numpy(), 2 * first, rtol=1e-14)
+    with pytest.raises(RuntimeError, match="second time"):
+        out.backward()
+
+
+def test_blockwise_errors_are_the_plain_path_errors(monkeypatch, device):
+    use_path(monkeypatch, "blockwise")
+    q, k = ta.zeros(2, 3, 4, device=device), ta.zeros(2, 5, 4, device=device)
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(3, 4\) cannot be broadcast .*\(2, 3, 5\)"
+    ):
+        F.scaled_dot_product_attention(q, k, k, mask=ta.ones(3, 4, dtype="bool", device=device))
+    with pytest.raises(TypeError, match="mask must be bool"):
+        F.scaled_dot_product_attention(q, k, k, mask=ta.zeros(3, 5, device=device))
+
+
+# --------------------------------------------------------------------------------- dispatch
+def count_blockwise_calls(monkeypatch):
+    calls = []
+    original = F.BlockwiseAttention.forward
+
+    def spy(self, *arrays, **kwargs):
+        calls.append(arrays[0].shape)
+        return original(self, *arrays, **kwargs)
+
+    monkeypatch.setattr(F.BlockwiseAttention, "forward", spy)
+    return calls
+
+
+def test_auto_dispatch_uses_blockwise_from_the_threshold_on(monkeypatch, device):
+    calls = count_blockwise_calls(monkeypatch)
+    q = ta.tensor(RNG.standard_normal((2, 3, 8, 4)), device=device)  # 2 * 3 * 8 * 8 = 384 scores
+    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 385)
+    F.scaled_dot_product_attention(q, q, q)
+    assert calls == []
+    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 384)
+    F.scaled_dot_product_attention(q, q, q)
+    assert calls == [(2, 3, 8, 4)]
+    # The weights and dropout need the score matrix: those calls keep the plain path.
+    F.scaled_dot_product_attention(q, q, q, return_weights=True)
+    F.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+    assert len(calls) == 1
+
+
+def test_default_threshold_and_tiles_bound_the_score_memory():
+    assert F.BLOCKWISE_MIN_SCORES == 1 << 22
+    # One multi-head attention layer (B = 1, H = 4) at T = 8192 takes the block-wise path, and
+    # one tile's scores hold at most ATTENTION_BLOCK_SCORES numbers (4 MB in float64).
+    batch, length = 4, 8192
+    assert batch * length * length >= F.BLOCKWISE_MIN_SCORES
+    block_q, block_k = F._block_sizes(batch, length, length)
+    assert batch * block_q * block_k <= F.ATTENTION_BLOCK_SCORES <= 1 << 19
+    assert F._block_sizes(1, 3, 2) == (3, 2)  # never larger than the sequences
