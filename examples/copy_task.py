@@ -38,9 +38,11 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import nn, optim
 
-# Seeds of the three data streams, offset from --seed so they never share sequences by design:
-# training batches, the held-out check used for early stopping, and the final evaluation.
-CHECK_STREAM, EVAL_STREAM = 1_000_003, 2_000_003
+# The data streams, each seeded by (--seed, stream): training batches, the held-out checks used
+# for early stopping, the final evaluation, and the example drawn in the pictures. They are
+# independent; with 10^8 possible sequences (defaults), a held-out sequence also appears among
+# the 128,000 of a full 2,000-step training run with probability about 0.1%.
+TRAIN_STREAM, CHECK_STREAM, EVAL_STREAM, EXAMPLE_STREAM = 0, 1, 2, 3
 SHADES = " .:-=+*#%@"  # the text heat-map, from weight 0 to weight 1
 
 
@@ -54,13 +56,15 @@ class Config:
     heads: int = 2
     width: int = 32
     batch: int = 64
-    steps: int = 2000  # the most steps; training stops early once held-out checks are perfect
+    steps: int = 2000  # the most steps; training stops early once held-out checks pass
     lr: float = 3e-3
     seed: int = 0
     device: str = "cpu"
     attention: bool = True  # False: the --no-attention ablation
     check_every: int = 25  # steps between held-out checks (early stopping)
     check_size: int = 1000  # sequences per held-out check
+    confidence: float = 0.75  # a check passes when every correct digit gets at least this
+    patience: int = 2  # passing checks in a row that stop training
     eval_size: int = 2000  # fresh sequences in the final evaluation
 
     @property
@@ -69,6 +73,11 @@ class Config:
 
 
 # ------------------------------------------------------------------------------------------- data
+def stream(config: Config, which: int) -> np.random.Generator:
+    """The random generator of one data stream (see the *_STREAM constants)."""
+    return np.random.default_rng((config.seed, which))
+
+
 def make_batch(
     batch: int, seq_len: int, vocab: int, rng: np.random.Generator, device: str = "cpu"
 ) -> tuple[ta.Tensor, ta.Tensor]:
@@ -106,6 +115,12 @@ class CopyModel(nn.Module):
         width = config.width
         self.tokens = nn.Embedding(config.vocab + 1, width)  # + 1: the SEP token
         self.positions = nn.LearnedPositionalEmbedding(2 * config.seq_len, width)
+        # GPT-2's N(0, 0.02^2) position init assumes token embeddings as small; ours are N(0, 1)
+        # (nn.Embedding's init). The copy is a lookup BY POSITION, so give positions the same
+        # weight: measured over 20 seeds, this reaches 100% in about half the steps, and without
+        # the rare residual errors (1 sequence in 5,000) that the small init left for hundreds
+        # of steps.
+        self.positions.weight = nn.Parameter(ta.randn(2 * config.seq_len, width))
         blocks = [nn.TransformerBlock(width, config.heads, 4 * width) for _ in range(config.layers)]
         if not config.attention:
             for block in blocks:
@@ -139,20 +154,26 @@ def copied_half(model: CopyModel, inputs: ta.Tensor, seq_len: int) -> ta.Tensor:
 def evaluate(
     model: CopyModel, config: Config, size: int, rng: np.random.Generator
 ) -> dict[str, float]:
-    """Exact-sequence and token accuracy on `size` fresh sequences (no graph, eval mode)."""
+    """Exact-sequence and token accuracy on `size` fresh sequences (no graph, eval mode), and
+    `min_prob`, the lowest probability the model gives a correct digit among them."""
     was_training = model.training
     model.eval()
     exact = correct = 0
+    min_prob = 1.0
     with ta.no_grad():
         for start in range(0, size, 500):  # chunks keep the (B, H, T, T) weights small
             count = min(500, size - start)
             inputs, targets = make_batch(count, config.seq_len, config.vocab, rng, config.device)
-            predicted = copied_half(model, inputs, config.seq_len).numpy().argmax(axis=-1)
-            hits = predicted == targets.numpy()  # (B, n), on the host
+            probs = F.softmax(copied_half(model, inputs, config.seq_len), axis=-1).numpy()
+            answers = targets.numpy()  # (B, n), on the host
+            hits = probs.argmax(axis=-1) == answers  # (B, n, V) -> (B, n)
             exact += int(hits.all(axis=1).sum())
             correct += int(hits.sum())
+            right = np.take_along_axis(probs, answers[..., None], axis=-1)  # (B, n, 1)
+            min_prob = min(min_prob, float(right.min()))
     model.train(was_training)
-    return {"exact": exact / size, "token": correct / (size * config.seq_len), "sequences": size}
+    token = correct / (size * config.seq_len)
+    return {"exact": exact / size, "token": token, "min_prob": min_prob, "sequences": size}
 
 
 @dataclass
@@ -161,7 +182,7 @@ class History:
 
     losses: list[float] = field(default_factory=list)
     accuracies: list[float] = field(default_factory=list)
-    checks: list[tuple[int, float]] = field(default_factory=list)  # (step, exact accuracy)
+    checks: list[tuple[int, float, float]] = field(default_factory=list)  # step, exact, min_prob
     seconds: float = 0.0
     stopped_early: bool = False
 
@@ -170,8 +191,10 @@ class History:
         return len(self.losses)
 
 
-def train_step(model: CopyModel, optimizer: optim.Optimizer, config: Config, rng: Any) -> tuple:
-    """One Adam step on a fresh batch; returns (loss, token accuracy) of that batch."""
+def train_step(
+    model: CopyModel, optimizer: Any, config: Config, rng: np.random.Generator
+) -> tuple[float, float]:
+    """One optimizer step on a fresh batch; returns (loss, token accuracy) of that batch."""
     inputs, targets = make_batch(config.batch, config.seq_len, config.vocab, rng, config.device)
     logits = copied_half(model, inputs, config.seq_len)  # (B, n, V)
     loss = F.cross_entropy(logits, targets)
@@ -183,11 +206,16 @@ def train_step(model: CopyModel, optimizer: optim.Optimizer, config: Config, rng
 
 
 def train(model: CopyModel, config: Config, quiet: bool = False) -> History:
-    """Train with AdamW until config.steps, or until two held-out checks in a row are perfect
-    (one perfect check of 1,000 sequences can be luck near the end; two rarely are)."""
-    rng = np.random.default_rng(config.seed)
-    check_rng = np.random.default_rng(config.seed + CHECK_STREAM)
-    optimizer = optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    """Train with AdamW until config.steps, or until `patience` held-out checks in a row pass.
+
+    A check passes when the model gives every correct digit of 1,000 fresh sequences at least
+    `confidence` probability. Accuracy alone stops too early: a model that still gets one
+    sequence in 2,000 wrong (measured: seed 9 at step 300) passes a 1,000-sequence check more
+    often than not, and then fails the final evaluation. A confident model has a margin.
+    """
+    rng = stream(config, TRAIN_STREAM)
+    check_rng = stream(config, CHECK_STREAM)
+    optimizer = optim.AdamW(model.parameters(), lr=config.lr)
     history, start = History(), time.perf_counter()
     bar = _progress(config.steps, quiet)
     for step in range(1, config.steps + 1):
@@ -195,10 +223,12 @@ def train(model: CopyModel, config: Config, quiet: bool = False) -> History:
         history.losses.append(loss)
         history.accuracies.append(accuracy)
         if step % config.check_every == 0 or step == config.steps:
-            exact = evaluate(model, config, config.check_size, check_rng)["exact"]
-            history.checks.append((step, exact))
-            if exact == 1.0 and len(history.checks) > 1 and history.checks[-2][1] == 1.0:
-                history.stopped_early = True
+            check = evaluate(model, config, config.check_size, check_rng)
+            history.checks.append((step, check["exact"], check["min_prob"]))
+            recent = [min_prob for _, _, min_prob in history.checks[-config.patience :]]
+            history.stopped_early = (
+                len(recent) == config.patience and min(recent) >= config.confidence
+            )
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.1%}", refresh=False)
@@ -274,8 +304,11 @@ def plot_history(history: History, path: Path) -> None:
     left.set(title="training loss (copied half)", xlabel="step", ylabel="cross-entropy")
     right.plot(steps, history.accuracies, linewidth=1, label="token accuracy (training batch)")
     if history.checks:
-        check_steps, exact = zip(*history.checks, strict=True)
+        check_steps, exact, min_prob = zip(*history.checks, strict=True)
         right.plot(check_steps, exact, "o-", markersize=3, label="exact-sequence (held out)")
+        right.plot(
+            check_steps, min_prob, "s--", markersize=3, label="lowest p(correct digit), held out"
+        )
     right.set(title="accuracy", xlabel="step", ylim=(-0.02, 1.02))
     right.legend(loc="center right", fontsize=8)
     figure.tight_layout()
@@ -364,7 +397,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
         "--steps",
         type=positive_int,
         default=defaults.steps,
-        help="the most training steps (stops early once held-out checks are perfect)",
+        help="the most training steps (stops early once held-out checks pass)",
     )
     add("--lr", type=learning_rate, default=defaults.lr, help="AdamW learning rate")
     add("--seed", type=non_negative_int, default=defaults.seed, help="seed for weights and data")
@@ -392,7 +425,9 @@ def report(config: Config, history: History, result: dict[str, float]) -> list[s
     chance_token = 1.0 / config.vocab
     attention = "on" if config.attention else "OFF (--no-attention ablation)"
     stop = (
-        "held-out checks perfect twice, stopped early" if history.stopped_early else "no early stop"
+        f"stopped early: {config.patience} confident held-out checks in a row"
+        if history.stopped_early
+        else "no early stop"
     )
     lines = [
         f"copy task: n={config.seq_len}, vocab={config.vocab}, layers={config.layers}, "
@@ -429,7 +464,7 @@ def save_outputs(model: CopyModel, config: Config, history: History, out: Path) 
 
 
 def _example_rng(config: Config) -> np.random.Generator:
-    return np.random.default_rng(config.seed + EVAL_STREAM + 1)  # the same example every run
+    return stream(config, EXAMPLE_STREAM)  # the same example every run
 
 
 def show_copy_head(model: CopyModel, config: Config) -> list[str]:
@@ -450,9 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     config, args = parse_args(argv)
     model = build_model(config)
     history = train(model, config, quiet=args.quiet)
-    result = evaluate(
-        model, config, config.eval_size, np.random.default_rng(config.seed + EVAL_STREAM)
-    )
+    result = evaluate(model, config, config.eval_size, stream(config, EVAL_STREAM))
     lines = report(config, history, result)
     if config.attention and not args.quiet:
         lines += show_copy_head(model, config)
