@@ -40,7 +40,10 @@ def device(request):
     if request.param == "strict":
         import array_api_strict
 
-        with array_api_strict.ArrayAPIStrictFlags(boolean_indexing=False, data_dependent_shapes=False):
+        flags = array_api_strict.ArrayAPIStrictFlags(
+            boolean_indexing=False, data_dependent_shapes=False
+        )
+        with flags:
             yield request.param
     else:
         yield request.param

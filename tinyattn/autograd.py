@@ -1,14 +1,15 @@
 """Autograd layer: the Function base class, grad mode, and the backward engine.
 
-Imports only `backend` (and nothing array-specific: the engine moves Tensors, not arrays). The graph
-is made of Tensors: a Tensor produced by an op holds that op's Function in ``_ctx``, and the Function
-holds its input Tensors. Nothing points back from a Function to its output, so a graph has no
-reference cycles and is freed as soon as the last Tensor of it goes out of scope.
+Imports only `backend` (and nothing array-specific: the engine moves Tensors, not arrays).
+The graph is made of Tensors: a Tensor produced by an op holds that op's Function in ``_ctx``,
+and the Function holds its input Tensors. Nothing points back from a Function to its output, so
+a graph has no reference cycles and is freed as soon as the last Tensor of it goes out of scope.
 
-The engine walks that graph iteratively (no recursion limit) in reverse topological order, runs each
-Function's backward rule once with the summed gradient of its output, and accumulates into leaves.
-Backward rules are written with Tensor operations: under ``create_graph=True`` they record a graph of
-their own (higher-order gradients); otherwise they run with grad mode off and record nothing.
+The engine walks that graph iteratively (no recursion limit) in reverse topological order, runs
+each Function's backward rule once with the summed gradient of its output, and accumulates into
+leaves. Backward rules are written with Tensor operations: under ``create_graph=True`` they
+record a graph of their own (higher-order gradients); otherwise they run with grad mode off and
+record nothing.
 """
 
 from __future__ import annotations

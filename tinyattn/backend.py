@@ -1,9 +1,10 @@
 """Backend layer: which array library and which device.
 
-This is the ONLY module that imports NumPy as the host library, CuPy, or array_api_strict. Every other
-module works with the array API namespace returned by :func:`namespace` and never branches on the
-backend. What the array API standard lacks lives here: device parsing, host <-> device transfer, the
-host random generator, scatter-add, and the cached "is CuPy usable" probe.
+This is the ONLY module that imports NumPy as the host library, CuPy, or array_api_strict.
+Every other module works with the array API namespace returned by :func:`namespace` and never
+branches on the backend. What the array API standard lacks lives here: device parsing,
+host <-> device transfer, the host random generator, scatter-add, and the cached "is CuPy
+usable" probe.
 
 Devices: ``"cpu"`` (NumPy), ``"cuda"`` / ``"cuda:N"`` (CuPy), and the test-only ``"strict"`` /
 ``"strict:deviceN"`` (array_api_strict on a non-default device: it refuses implicit conversion to

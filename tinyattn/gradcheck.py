@@ -208,7 +208,10 @@ def _report(
 ) -> str | None:
     """A failure report for one target, or None when every element is within tolerance."""
     if analytic.shape != numeric.shape:
-        return f"{target.label}: analytic gradient has shape {analytic.shape}, expected {numeric.shape}"
+        return (
+            f"{target.label}: analytic gradient has shape {analytic.shape}, "
+            f"expected {numeric.shape}"
+        )
     if analytic.size == 0:
         return None
     error = abs(analytic - numeric)

@@ -18,17 +18,12 @@ from .ops import (
     Abs,
     Add,
     AddScalar,
-    DivScalar,
-    MulScalar,
-    PowScalar,
-    RDivScalar,
-    RPowScalar,
-    RSubScalar,
     BroadcastTo,
     Cast,
     Clip,
     Concat,
     Div,
+    DivScalar,
     Exp,
     GetItem,
     Log,
@@ -38,11 +33,16 @@ from .ops import (
     Mean,
     Min,
     Mul,
+    MulScalar,
     Neg,
     Permute,
     Pow,
+    PowScalar,
+    RDivScalar,
     Relu,
     Reshape,
+    RPowScalar,
+    RSubScalar,
     Sigmoid,
     Sqrt,
     Sub,
@@ -64,7 +64,7 @@ _is_float = backend.is_float_array
 
 
 class Tensor:
-    """An n-dimensional array that records the operations applied to it for reverse-mode autograd."""
+    """An n-dimensional array that records the operations applied to it, for reverse mode."""
 
     __slots__ = ("data", "grad", "requires_grad", "_ctx", "_hooks", "__weakref__")
     # NumPy must hand `ndarray * Tensor` to Tensor.__rmul__ instead of broadcasting over it.
@@ -251,7 +251,10 @@ class Tensor:
         run_backward([self], [seed], retain, create_graph)
 
     def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
-        """Call ``hook(grad)`` when this tensor's gradient is computed; a returned Tensor replaces it."""
+        """Call ``hook(grad)`` when this tensor's gradient is computed.
+
+        A Tensor returned by the hook replaces the gradient.
+        """
         if not self.requires_grad:
             raise RuntimeError(
                 "register_hook: cannot register a hook on a tensor that does not require grad"
@@ -404,7 +407,8 @@ class Tensor:
     def _unary(self, function: type, op: str) -> Tensor:
         if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
             raise TypeError(
-                f"{op}: expected a floating-point tensor, got dtype {backend.dtype_name(self.dtype)}"
+                f"{op}: expected a floating-point tensor, "
+                f"got dtype {backend.dtype_name(self.dtype)}"
             )
         return function.apply(self)
 
@@ -458,7 +462,8 @@ class Tensor:
     def _unary_reduce(self, function: type, op: str, axis: Any, keepdims: bool) -> Tensor:
         if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
             raise TypeError(
-                f"{op}: expected a floating-point tensor, got dtype {backend.dtype_name(self.dtype)}"
+                f"{op}: expected a floating-point tensor, "
+                f"got dtype {backend.dtype_name(self.dtype)}"
             )
         return function.apply(self, axis=axis, keepdims=keepdims)
 
@@ -610,7 +615,8 @@ def _promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
         common = xp.result_type(a.dtype, b.dtype)
     except TypeError as exc:
         raise TypeError(
-            f"{op}: dtypes {backend.dtype_name(a.dtype)} and {backend.dtype_name(b.dtype)} cannot be combined"
+            f"{op}: dtypes {backend.dtype_name(a.dtype)} and {backend.dtype_name(b.dtype)} "
+            "cannot be combined"
         ) from exc
     return a._cast(common), b._cast(common)
 
@@ -805,7 +811,8 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
         tensors[0]._operand(t, "stack")  # a device mismatch names stack, not concat
         if t.shape != tensors[0].shape:
             raise ValueError(
-                f"stack: tensor {position} has shape {t.shape}, but tensor 0 has shape {tensors[0].shape}"
+                f"stack: tensor {position} has shape {t.shape}, "
+                f"but tensor 0 has shape {tensors[0].shape}"
             )
     axis = normalize_axes("stack", axis, tensors[0].ndim + 1)[0]  # an axis of the result
     return concat([t.expand_dims(axis) for t in tensors], axis=axis)

@@ -8,7 +8,6 @@ can itself be differentiated. A broadcast input's gradient is summed back to its
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 from ..autograd import Function

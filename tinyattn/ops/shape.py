@@ -27,7 +27,8 @@ class Reshape(Function):
 
 
 class Permute(Function):
-    """y = x with axes reordered, y.shape[i] = x.shape[axes[i]];  dL/dx = g permuted by the inverse."""
+    """y = x with axes reordered, y.shape[i] = x.shape[axes[i]];
+    dL/dx = g permuted by the inverse permutation."""
 
     __slots__ = ("axes",)
 
@@ -99,7 +100,8 @@ class MatMul(Function):
     """y = a @ b (batched, broadcast batch dims, 1-D operands as in NumPy);
     dL/da = g @ b^T, dL/db = a^T @ g (each summed over broadcast batch dims).
 
-    Shapes: a (..., n, k), b (..., k, m) -> y (..., n, m); a 1-D a is a row (1, k), a 1-D b a column.
+    Shapes: a (..., n, k), b (..., k, m) -> y (..., n, m); a 1-D `a` is a row (1, k), a 1-D `b`
+    a column (k, 1).
     """
 
     __slots__ = ()
