@@ -286,7 +286,7 @@ def text_heatmap(weights: np.ndarray, names: list[str]) -> str:
     lines = ["     keys: " + " ".join(f"{name:>2}" for name in names)]
     for row, name in enumerate(names):
         cells = [SHADES[min(int(w * len(SHADES)), len(SHADES) - 1)] * 2 for w in weights[row]]
-        lines.append(f"query {name:>2}:  " + " ".join(cells))
+        lines.append((f"query {name:>2}:  " + " ".join(cells)).rstrip())
     return "\n".join(lines)
 
 
