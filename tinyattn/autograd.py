@@ -280,17 +280,18 @@ def _run_hooks(tensor: Any, grad: Any) -> Any:
     return grad
 
 
-def _run_rule(fn: Function, grad: Any) -> tuple:
-    """Call the backward rule; one gradient (or None) per input comes back as a tuple."""
+def _run_rule(fn: Function, grad: Any) -> Any:
+    """Call the backward rule in anomaly mode: ops it runs are checked as its result."""
     global _in_rule
-    if _anomaly_mode:
-        previous, _in_rule = _in_rule, True
-        try:
-            grads = fn.backward(grad)
-        finally:
-            _in_rule = previous
-    else:
-        grads = fn.backward(grad)
+    previous, _in_rule = _in_rule, True
+    try:
+        return fn.backward(grad)
+    finally:
+        _in_rule = previous
+
+
+def _as_gradient_tuple(fn: Function, grads: Any) -> tuple:
+    """One gradient (or None) per input, from whatever a rule returned, or a clear error."""
     if type(grads) is not tuple:
         grads = tuple(grads) if isinstance(grads, list) else (grads,)
     if len(grads) != len(fn.inputs):
@@ -331,12 +332,15 @@ def run_backward(
             if wanted is not None and tensor in wanted:
                 captured[id(tensor)] = grad
             fn = tensor._ctx
+            parents = fn.inputs
             fn.output = tensor  # lent to the rule for this call only: no lasting cycle
             try:
-                input_grads = _run_rule(fn, grad)
+                input_grads = fn.backward(grad) if not _anomaly_mode else _run_rule(fn, grad)
             finally:
                 fn.output = None
-            for position, parent in enumerate(fn.inputs):
+            if type(input_grads) is not tuple or len(input_grads) != len(parents):
+                input_grads = _as_gradient_tuple(fn, input_grads)
+            for position, parent in enumerate(parents):
                 parent_grad = input_grads[position]
                 if parent_grad is None or not parent.requires_grad:
                     continue
