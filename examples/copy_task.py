@@ -18,6 +18,7 @@ on one example). Importable: make_batch, build_model, train, evaluate are the bu
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -414,6 +415,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
         parser.error(f"--width {args.width} must be a multiple of --heads {args.heads}")
     if args.device.startswith("cuda") and ta.cupy_status()[0] is None:
         parser.error(f"--device {args.device}: {ta.cupy_status()[1]}")
+    needed = ["matplotlib"] + ([] if args.quiet else ["tqdm"])  # say so now, not after training
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        parser.error(f"needs {' and '.join(missing)}: pip install -e '.[examples]'")
     fields = {name: getattr(args, name) for name in ("seq_len", "vocab", "layers", "heads")}
     fields.update({name: getattr(args, name) for name in ("width", "batch", "steps", "lr")})
     config = Config(**fields, seed=args.seed, device=args.device, attention=not args.no_attention)

@@ -179,6 +179,25 @@ def test_bad_flags_are_argparse_errors(flags, message, capsys):
     assert message in error and "usage:" in error and "Traceback" not in error
 
 
+@pytest.mark.skipif(ta.cupy_status()[0] is not None, reason="a GPU is usable here")
+def test_cuda_without_a_gpu_is_an_argparse_error_with_the_reason(capsys):
+    with pytest.raises(SystemExit):
+        copy_task.parse_args(["--device", "cuda"])
+    assert f"--device cuda: {ta.cupy_status()[1]}" in capsys.readouterr().err
+
+
+def test_missing_plotting_library_is_reported_before_training(capsys, monkeypatch):
+    real_find_spec = copy_task.importlib.util.find_spec
+    monkeypatch.setattr(
+        copy_task.importlib.util,
+        "find_spec",
+        lambda name: None if name == "matplotlib" else real_find_spec(name),
+    )
+    with pytest.raises(SystemExit):
+        copy_task.parse_args([])
+    assert "needs matplotlib: pip install -e '.[examples]'" in capsys.readouterr().err
+
+
 def test_strict_device_is_accepted_but_not_advertised(capsys):
     config, _ = copy_task.parse_args(["--device", "strict"])
     assert config.device == "strict"
