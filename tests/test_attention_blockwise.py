@@ -40,7 +40,8 @@ def run(monkeypatch, path, arrays, blocks, dtype, device, **kwargs):
 
 
 def assert_paths_agree(monkeypatch, device, shapes, blocks=(2, 3), dtype="float64", **kwargs):
-    arrays = [RNG.standard_normal(shape) for shape in shapes]
+    """Both paths on standard normal inputs of `shapes` (or on the given arrays) agree."""
+    arrays = [RNG.standard_normal(s) if isinstance(s, tuple) else s for s in shapes]
     out, grads = run(monkeypatch, "blockwise", arrays, blocks, dtype, device, **kwargs)
     expected_out, expected_grads = run(
         monkeypatch, "plain", arrays, blocks, dtype, device, **kwargs
@@ -153,6 +154,22 @@ def test_everything_masked_gives_zeros_and_huge_scores_stay_finite(monkeypatch, 
     k = ta.tensor(RNG.standard_normal((6, 3)) * 100, dtype="float32", device=device)
     out = F.scaled_dot_product_attention(q, k, k, mask=bool_mask(device, RNG.random((4, 6)) > 0.4))
     assert np.isfinite(out.numpy()).all()
+
+
+@pytest.mark.parametrize("size", [0.01, 1.0, 30.0])
+def test_blockwise_matches_plain_when_the_row_max_keeps_growing(monkeypatch, device, size):
+    """Keys that grow along the sequence put each tile's largest score far above the shift set
+    by the tiles before it (the forward must then move the shift), or, for small sizes, within
+    F.SHIFT_SLACK of it (the forward keeps the shift); masks and causal on top."""
+    growth = np.linspace(0.5, 8.0, 12)[:, None] * size  # (Tk, 1)
+    q = np.abs(RNG.standard_normal((2, 9, 4))) + 1.0  # positive: scores grow with the keys
+    k = (np.abs(RNG.standard_normal((2, 12, 4))) + 1.0) * growth
+    mask = RNG.random((9, 12)) > 0.3
+    out, _ = assert_paths_agree(
+        monkeypatch, device, [q, k, (2, 12, 3)], (3, 2), mask=bool_mask(device, mask)
+    )
+    assert np.isfinite(out).all()
+    assert_paths_agree(monkeypatch, device, [q, k, (2, 12, 3)], (4, 3), is_causal=True)
 
 
 # ----------------------------------------------------------------------------------- causal

@@ -490,6 +490,9 @@ BLOCKWISE_MIN_SCORES = 1 << 22
 # (1 MB) stay in a core's L2 cache through the tile's passes (measured in docs/performance.md).
 ATTENTION_BLOCK_KEYS = 256
 ATTENTION_BLOCK_SCORES = 1 << 18
+# How far a score may exceed its row's shift in BlockwiseAttention's forward: exp(20) ~ 5e8, so
+# sums over a million keys of values up to 1e20 stay finite even in float32 (max ~3e38).
+SHIFT_SLACK = 20.0
 
 
 def _block_sizes(batch: int, tq: int, tk: int) -> tuple[int, int]:
@@ -514,11 +517,11 @@ class BlockwiseAttention(Function):
     """out = softmax(q k^T * scale, masked over keys) @ v, computed one tile (a block of queries
     against a block of keys) at a time, so the (Tq, Tk) score matrix never exists.
 
-    Forward, an online softmax: for each query block, over its key blocks b,
-        S = q k_b^T * scale (disallowed scores -inf),   m' = max(m, rowmax S),
-        acc = acc * exp(m - m') + exp(S - m') [v_b, 1],   m = m'.
-    The ones column makes the last column of acc the normaliser l = sum_j exp(S_ij - m_i); then
-    out = acc[:, :Dv] / l, and lse = m + log l (one number per query) is saved.
+    Forward, an online softmax: each query row keeps a shift c and, over its key blocks b, sums
+        acc += exp(S_b - c) [v_b, 1]   with S_b = q k_b^T * scale (disallowed scores -inf).
+    The ones column makes the last column of acc the normaliser l = sum_j exp(S_j - c); then
+    out = acc[:, :Dv] / l and lse = c + log l (one number per query) is saved. Any shift gives
+    the same out and lse as long as no exp overflows: see _forward_rows for when c moves.
     Backward recomputes the weights tile by tile, P = exp(S - lse), and with D_i = sum_c dO_ic O_ic
         dV_b += P^T dO,   dS = P * (dO v_b^T - D),   dQ += dS k_b * scale,   dK_b += dS^T q * scale.
     Memory is O(T): q, k, v, out, lse and one tile. A query with no allowed key has l = 0: out 0
@@ -543,43 +546,65 @@ class BlockwiseAttention(Function):
         self.is_causal, self.scale, self.block_q, self.block_k = is_causal, scale, block_q, block_k
         xp = backend.namespace(q)
         q_scaled = q * scale  # scaling the (Tq, D) queries once, not every tile's scores
-        v_ones = _append_ones(xp, v)  # (..., Tk, Dv) -> (..., Tk, Dv + 1): P @ v_ones also sums P
+        keys = (
+            k,
+            _append_ones(xp, k),  # (..., Tk, D) -> (..., Tk, D + 1): [q, -c] @ [k, 1]^T = S - c
+            xp.sqrt(xp.sum(k * k, axis=-1))[..., None, :],  # |k_j|: (..., Tk) -> (..., 1, Tk)
+            _append_ones(xp, v),  # (..., Tk, Dv) -> (..., Tk, Dv + 1): P @ [v, 1] also sums P
+        )
+        q_norms = xp.sqrt(xp.sum(q_scaled * q_scaled, axis=-1, keepdims=True))  # (..., Tq, 1)
         out = xp.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
         lse = xp.empty((*q.shape[:-1], 1), dtype=q.dtype, device=q.device)
         for rows in _blocks(q.shape[-2], block_q):
             out[..., rows, :], lse[..., rows, :] = self._forward_rows(
-                xp, q_scaled[..., rows, :], k, v_ones, allowed, rows
+                xp, rows, q_scaled[..., rows, :], q_norms[..., rows, :], keys, allowed
             )
         self.save_for_backward(lse, allowed)
         return out
 
     def _forward_rows(
-        self, xp: Any, q_rows: Any, k: Any, v_ones: Any, allowed: Any, rows: slice
+        self, xp: Any, rows: slice, q_rows: Any, q_norms: Any, keys: tuple, allowed: Any
     ) -> tuple[Any, Any]:
-        """The online softmax of one query block over its key blocks: (out rows, lse rows)."""
+        """One query block's online softmax over its key blocks: (out rows, lse rows).
+
+        The shift c starts at the first tile's row max m and moves up to the new m (acc is
+        rescaled by exp(c_old - c)) only when a tile could hold a score above c + SHIFT_SLACK:
+        |S_ij| <= |q_i| max_j |k_j| (Cauchy-Schwarz) rules that out for most tiles, which then
+        skip the max and the subtraction, since S - c comes out of [q, -c] @ [k, 1]^T directly.
+        """
+        k, k_ones, k_norms, v_ones = keys
         new = {"dtype": q_rows.dtype, "device": q_rows.device}
         running_max = xp.full((*q_rows.shape[:-1], 1), -math.inf, **new)  # m: (..., Bq, 1)
+        shift = xp.zeros_like(running_max)  # c = m, or 0 while a row has seen no allowed key
+        q_shifted = xp.concat([q_rows, -shift], axis=-1)  # [q * scale, -c]: (..., Bq, D + 1)
         acc = xp.zeros((*q_rows.shape[:-1], v_ones.shape[-1]), **new)  # (..., Bq, Dv + 1)
         for cols in self._key_blocks(k.shape[-2], rows):
-            scores = q_rows @ k[..., cols, :].mT  # (..., Bq, D) @ (..., D, Bk) -> (..., Bq, Bk)
             tile = self._tile_mask(xp, allowed, rows, cols, q_rows.device)
+            largest = q_norms * xp.max(k_norms[..., cols], axis=-1, keepdims=True)  # >= S_ij
+            if bool(xp.all(largest - running_max <= SHIFT_SLACK)):  # false while m is -inf
+                # S - c: (..., Bq, D + 1) @ (..., D + 1, Bk) -> (..., Bq, Bk)
+                scores = q_shifted @ k_ones[..., cols, :].mT
+                if tile is not None:
+                    scores = xp.where(tile, scores, -math.inf)
+                acc = acc + xp.exp(scores) @ v_ones[..., cols, :]  # (.., Bq, Bk) @ (.., Bk, Dv+1)
+                continue
+            scores = q_rows @ k[..., cols, :].mT  # S: (..., Bq, D) @ (..., D, Bk) -> (..., Bq, Bk)
             if tile is not None:
                 scores = xp.where(tile, scores, -math.inf)
             new_max = xp.maximum(running_max, xp.max(scores, axis=-1, keepdims=True))
-            # A row with no allowed key so far has max -inf: shift it by 0 (exp(-inf - 0) = 0),
-            # never by -inf (-inf - -inf = NaN). exp(m - m') rescales the old sums; it is 0
-            # while m was -inf, when those sums are 0 anyway.
-            shift = xp.where(xp.isfinite(new_max), new_max, 0.0)
-            weighted = (
-                xp.exp(scores - shift) @ v_ones[..., cols, :]
-            )  # (..., Bq, Bk) @ (.., Bk, Dv+1)
-            acc = acc * xp.exp(running_max - shift) + weighted
-            running_max = new_max
-        total = acc[..., -1:]  # l_i = sum_j exp(S_ij - m_i), the ones column's row
+            # A row with no allowed key yet keeps c = 0: exp(-inf - 0) = 0, where a shift of
+            # -inf would give -inf - -inf = NaN. exp(m - c) rescales the old sums; it is 0 while
+            # m was -inf, when those sums are 0 anyway.
+            new_shift = xp.where(xp.isfinite(new_max), new_max, 0.0)
+            weighted = xp.exp(scores - new_shift) @ v_ones[..., cols, :]  # (..., Bq, Dv + 1)
+            acc = acc * xp.exp(running_max - new_shift) + weighted
+            running_max, shift = new_max, new_shift
+            q_shifted = xp.concat([q_rows, -shift], axis=-1)
+        total = acc[..., -1:]  # l_i = sum_j exp(S_ij - c_i), the ones column's row
         found = total > 0.0  # False for a query that may attend to nothing
         total = xp.where(found, total, 1.0)
         # lse of an empty row is -inf; 0 keeps it finite (backward masks that whole row anyway).
-        return acc[..., :-1] / total, xp.where(found, running_max + xp.log(total), 0.0)
+        return acc[..., :-1] / total, xp.where(found, shift + xp.log(total), 0.0)
 
     def _key_blocks(self, tk: int, rows: slice) -> list[slice]:
         """Key blocks a query block sees: under is_causal query i sees keys j <= i only, so the
