@@ -470,19 +470,31 @@ def copytask(quick: bool) -> None:
 
 # ---------------------------------------------------------------------------------- 5. import
 def import_time(quick: bool) -> None:
+    """`python -c "import X"` minus a bare interpreter start, with bytecode caching on (as on any
+    installed machine; a PYTHONDONTWRITEBYTECODE environment would otherwise recompile tinyattn
+    at every start) and warmed by one untimed run."""
+    import tempfile
+
     rows = []
-    for module in ("numpy", "tinyattn") + (("torch",) if torch is not None else ()):
-        samples = []
-        for _ in range(3 if quick else 10):
+    with tempfile.TemporaryDirectory() as cache:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = cache
+
+        def run(code: str) -> float:
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
-            samples.append(time.perf_counter() - start)
-        base = []
+            subprocess.run([sys.executable, "-c", code], check=True, env=env)
+            return time.perf_counter() - start
+
+        modules = ("numpy", "tinyattn") + (("torch",) if torch is not None else ())
+        for module in modules:
+            run(f"import {module}")  # warm the bytecode cache
+        samples = {module: [] for module in modules + ("pass",)}
         for _ in range(3 if quick else 10):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "pass"], check=True)
-            base.append(time.perf_counter() - start)
-        rows.append([module, f"{statistics.median(samples) - statistics.median(base):.3f}"])
+            for module in samples:  # interleaved, so drift hits every row alike
+                samples[module].append(run("pass" if module == "pass" else f"import {module}"))
+        bare = statistics.median(samples.pop("pass"))
+        for module, values in samples.items():
+            rows.append([module, f"{statistics.median(values) - bare:.3f}"])
     table(
         "Import time (seconds beyond a bare interpreter start, median)", ["module", "seconds"], rows
     )

@@ -74,11 +74,34 @@ __all__ = [
     "zeros_like",
 ]
 
-from .gradcheck import GradcheckError, gradcheck, gradgradcheck, numerical_grad  # noqa: E402
+# The layers above the core load on first use (PEP 562), so `import tinyattn` stays fast:
+# `ta.nn`, `from tinyattn import optim`, `ta.gradcheck(...)` and `ta.save(...)` all work as usual.
+_LAZY = {
+    "functional": ("tinyattn.functional", None),
+    "nn": ("tinyattn.nn", None),
+    "optim": ("tinyattn.optim", None),
+    "viz": ("tinyattn.viz", None),
+    "GradcheckError": ("tinyattn.gradcheck", "GradcheckError"),
+    "gradcheck": ("tinyattn.gradcheck", "gradcheck"),
+    "gradgradcheck": ("tinyattn.gradcheck", "gradgradcheck"),
+    "numerical_grad": ("tinyattn.gradcheck", "numerical_grad"),
+    "load": ("tinyattn.serialization", "load"),
+    "save": ("tinyattn.serialization", "save"),
+}
+__all__ += [name for name in _LAZY if name != "viz"]
 
-__all__ += ["GradcheckError", "gradcheck", "gradgradcheck", "numerical_grad"]
 
-from . import functional, nn, optim  # noqa: E402  (the layers above the core, in import order)
-from .serialization import load, save  # noqa: E402
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tinyattn' has no attribute {name!r}")
+    import importlib
 
-__all__ += ["functional", "load", "nn", "optim", "save"]
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # cache: the next access is a plain attribute lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
