@@ -203,6 +203,18 @@ def test_causal_skips_the_tiles_above_the_diagonal(monkeypatch, device):
     assert all(key_start <= query_start for query_start, key_start in tiles)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threads_split_the_query_blocks_without_changing_results(monkeypatch, device, threads):
+    """With ATTENTION_THREADS > 1 each thread takes every n-th query block and its own sums for
+    dk and dv; 5 query blocks of 2 leave the threads unequal shares."""
+    monkeypatch.setattr(F, "ATTENTION_THREADS", threads)
+    mask = RNG.random((2, 1, 10, 7)) > 0.3
+    mask[0, 0, 4] = False
+    shapes = [(2, 3, 10, 4), (2, 3, 7, 4), (2, 3, 7, 5)]
+    assert_paths_agree(monkeypatch, device, shapes, (2, 3), mask=bool_mask(device, mask))
+    assert_paths_agree(monkeypatch, device, shapes, (2, 3), "float32", is_causal=True)
+
+
 # -------------------------------------------------------------------------- gradcheck, graph
 @pytest.mark.parametrize("case", ["plain", "mask", "causal", "cross"])
 def test_blockwise_gradcheck(monkeypatch, device, case):

@@ -10,6 +10,7 @@ attend; masked scores become -inf and a row with no finite score gets softmax we
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from . import backend, ops
@@ -495,6 +496,22 @@ ATTENTION_BLOCK_SCORES = 1 << 18
 SHIFT_SLACK = 20.0
 
 
+# Threads that work on different query blocks at once (NumPy releases the GIL inside its kernels).
+# 1 by default: more pays only with a 1-thread BLAS (threadpoolctl), because a multi-threaded BLAS
+# called from every thread oversubscribes the cores (measured in docs/performance.md).
+ATTENTION_THREADS = 1
+
+
+def _parallel_map(function: Callable, items: list) -> list:
+    """[function(item) for item in items], on ATTENTION_THREADS threads when that is above 1."""
+    if ATTENTION_THREADS <= 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415  (only when threads are on)
+
+    with ThreadPoolExecutor(max_workers=ATTENTION_THREADS) as pool:
+        return list(pool.map(function, items))
+
+
 def _block_sizes(batch: int, tq: int, tk: int) -> tuple[int, int]:
     """(queries, keys) per tile, each between 1 and its sequence length."""
     block_k = max(1, min(tk, ATTENTION_BLOCK_KEYS))
@@ -555,10 +572,15 @@ class BlockwiseAttention(Function):
         q_norms = xp.sqrt(xp.sum(q_scaled * q_scaled, axis=-1, keepdims=True))  # (..., Tq, 1)
         out = xp.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
         lse = xp.empty((*q.shape[:-1], 1), dtype=q.dtype, device=q.device)
-        for rows in _blocks(q.shape[-2], block_q):
-            out[..., rows, :], lse[..., rows, :] = self._forward_rows(
+        row_blocks = _blocks(q.shape[-2], block_q)
+        results = _parallel_map(
+            lambda rows: self._forward_rows(
                 xp, rows, q_scaled[..., rows, :], q_norms[..., rows, :], keys, allowed
-            )
+            ),
+            row_blocks,
+        )
+        for rows, (out_rows, lse_rows) in zip(row_blocks, results, strict=True):
+            out[..., rows, :], lse[..., rows, :] = out_rows, lse_rows
         self.save_for_backward(lse, allowed)
         return out
 
@@ -645,18 +667,43 @@ class BlockwiseAttention(Function):
         q, k, v = (t.data for t in self.inputs)
         xp = backend.namespace(q)
         q_scaled = q * self.scale
-        q_shifted = xp.concat([q_scaled, -lse], axis=-1)  # (..., Tq, D + 1)
-        k_ones = _append_ones(xp, k)  # (..., Tk, D + 1)
         row_dots = xp.sum(grad * out, axis=-1, keepdims=True)  # D_i: (..., Tq, 1)
-        grad_shifted = xp.concat([grad, -row_dots], axis=-1)  # (..., Tq, Dv + 1)
-        v_ones = _append_ones(xp, v)  # (..., Tk, Dv + 1)
-        grad_q, grad_k, grad_v = xp.zeros_like(q), xp.zeros_like(k), xp.zeros_like(v)
-        for rows in _blocks(q.shape[-2], self.block_q):
-            grad_q_rows = grad_q[..., rows, :]
+        arrays = (
+            q_scaled,
+            xp.concat([q_scaled, -lse], axis=-1),  # (..., Tq, D + 1)
+            k,
+            _append_ones(xp, k),  # (..., Tk, D + 1)
+            grad,
+            xp.concat([grad, -row_dots], axis=-1),  # (..., Tq, Dv + 1)
+            v,
+            _append_ones(xp, v),  # (..., Tk, Dv + 1)
+        )
+        grad_q = xp.empty_like(q)
+        row_blocks = _blocks(q.shape[-2], self.block_q)
+        threads = max(1, min(ATTENTION_THREADS, len(row_blocks)))
+        # Thread t takes query blocks t, t + threads, ... (causal blocks differ in cost), writes
+        # its rows of dq and returns its own sums for dk and dv, which are added up here.
+        parts = _parallel_map(
+            lambda blocks: self._backward_rows(xp, blocks, arrays, allowed, grad_q),
+            [row_blocks[start::threads] for start in range(threads)],
+        )
+        grad_k, grad_v = parts[0]
+        for part_k, part_v in parts[1:]:
+            grad_k, grad_v = grad_k + part_k, grad_v + part_v
+        return grad_q, grad_k, grad_v
+
+    def _backward_rows(
+        self, xp: Any, row_blocks: list, arrays: tuple, allowed: Any, grad_q: Any
+    ) -> tuple[Any, Any]:
+        """Writes dq for the query blocks `row_blocks`; returns their share of (dk, dv)."""
+        q_scaled, q_shifted, k, k_ones, grad, grad_shifted, v, v_ones = arrays
+        grad_k, grad_v = xp.zeros_like(k), xp.zeros_like(v)
+        for rows in row_blocks:
+            grad_q_rows = xp.zeros_like(q_scaled[..., rows, :])
             for cols in self._key_blocks(k.shape[-2], rows):
                 # P = exp(S - lse): (..., Bq, D + 1) @ (..., D + 1, Bk) -> (..., Bq, Bk)
                 scores = q_shifted[..., rows, :] @ k_ones[..., cols, :].mT
-                tile = self._tile_mask(xp, allowed, rows, cols, q.device)
+                tile = self._tile_mask(xp, allowed, rows, cols, k.device)
                 if tile is not None:
                     scores = xp.where(tile, scores, -math.inf)
                 weights = xp.exp(scores)
@@ -667,7 +714,7 @@ class BlockwiseAttention(Function):
                 grad_q_rows = grad_q_rows + grad_scores @ k[..., cols, :]  # (.., Bq, D)
                 grad_k[..., cols, :] += grad_scores.mT @ q_scaled[..., rows, :]  # (.., Bk, D)
             grad_q[..., rows, :] = grad_q_rows * self.scale
-        return grad_q, grad_k, grad_v
+        return grad_k, grad_v
 
 
 class _FirstOrderOnly(Function):
