@@ -487,10 +487,11 @@ def _check_attention_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
 # weights are asked for. Set it to 0 to force the block-wise path, to math.inf to force the plain.
 BLOCKWISE_MIN_SCORES = 1 << 22
 # A tile is (queries per block) x (keys per block) for every batch entry. Keys per block is fixed;
-# queries per block follow from the numbers in one tile's scores (batch * Bq * Bk): 2**18 floats
-# (1 MB) stay in a core's L2 cache through the tile's passes (measured in docs/performance.md).
+# queries per block follow from the numbers in one tile's scores (batch * Bq * Bk). 2**19 (2 MB
+# in float32: 512 x 256 for 4 heads) was the fastest of the tiles tried (docs/performance.md):
+# smaller tiles pay more Python per score, larger ones fall out of a core's 2 MB L2 cache.
 ATTENTION_BLOCK_KEYS = 256
-ATTENTION_BLOCK_SCORES = 1 << 18
+ATTENTION_BLOCK_SCORES = 1 << 19
 # How far a score may exceed its row's shift in BlockwiseAttention's forward: exp(20) ~ 5e8, so
 # sums over a million keys of values up to 1e20 stay finite even in float32 (max ~3e38).
 SHIFT_SLACK = 20.0
