@@ -520,9 +520,9 @@ def _block_sizes(batch: int, tq: int, tk: int) -> tuple[int, int]:
     return block_q, block_k
 
 
-def _blocks(stop: int, size: int, start: int = 0) -> list[slice]:
-    """Consecutive slices of `size` covering [start, stop); the last one may be shorter."""
-    return [slice(i, min(i + size, stop)) for i in range(start, stop, size)]
+def _blocks(stop: int, size: int) -> list[slice]:
+    """Consecutive slices of `size` covering [0, stop); the last one may be shorter."""
+    return [slice(i, min(i + size, stop)) for i in range(0, stop, size)]
 
 
 def _append_ones(xp: Any, x: Any) -> Any:
