@@ -16,6 +16,7 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.functional as F
+from tinyattn import nn
 
 RNG = np.random.default_rng(2024)
 TOLERANCE = {"float64": 1e-12, "float32": 2e-5}
@@ -307,3 +308,24 @@ def test_default_threshold_and_tiles_bound_the_score_memory():
     block_q, block_k = F._block_sizes(batch, length, length)
     assert batch * block_q * block_k <= F.ATTENTION_BLOCK_SCORES <= 1 << 19
     assert F._block_sizes(1, 3, 2) == (3, 2)  # never larger than the sequences
+
+
+def test_multi_head_attention_takes_the_blockwise_path_without_weights(device, monkeypatch):
+    """nn.MultiHeadAttention must not force the plain path: only need_weights=True does."""
+    calls = []
+    original = F.BlockwiseAttention.apply
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 1)
+    monkeypatch.setattr(F.BlockwiseAttention, "apply", spy)
+    ta.manual_seed(0)
+    layer = nn.MultiHeadAttention(8, 2).to("float64").to(device)
+    x = ta.tensor(np.random.default_rng(0).standard_normal((1, 6, 8)), device=device)
+    out = layer(x)
+    assert calls and out.shape == (1, 6, 8)
+    calls.clear()
+    _, weights = layer(x, need_weights=True)
+    assert not calls and weights.shape == (1, 2, 6, 6)

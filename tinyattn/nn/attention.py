@@ -129,19 +129,23 @@ class MultiHeadAttention(Module):
         q = self._split_heads(self.q_proj(query))  # (B, Tq, C) -> (B, H, Tq, D)
         k = self._split_heads(self.k_proj(key))  # (B, Tk, C) -> (B, H, Tk, D)
         v = self._split_heads(self.v_proj(value))  # (B, Tk, C) -> (B, H, Tk, D)
-        out, weights = F.scaled_dot_product_attention(
+        # Asking for the weights only when they are wanted lets long sequences take the
+        # block-wise path, which never forms the (Tq, Tk) weights.
+        result = F.scaled_dot_product_attention(
             q,
             k,
             v,
             mask=mask,
             is_causal=is_causal,
             dropout_p=self.dropout if self.training else 0.0,
-            return_weights=True,
-        )  # out (B, H, Tq, D), weights (B, H, Tq, Tk)
+            return_weights=need_weights,
+        )  # out (B, H, Tq, D), and with need_weights the weights (B, H, Tq, Tk)
+        out, weights = result if need_weights else (result, None)
         out = out.permute(0, 2, 1, 3)  # (B, H, Tq, D) -> (B, Tq, H, D)
         out = self.out_proj(out.reshape(batch, length_q, width))  # (B, Tq, H, D) -> (B, Tq, C)
         if unbatched:
-            out, weights = out.squeeze(0), weights.squeeze(0)  # drop the B = 1 axis again
+            out = out.squeeze(0)  # (1, Tq, C) -> (Tq, C): drop the B = 1 axis again
+            weights = weights.squeeze(0) if need_weights else None
         return (out, weights) if need_weights else out
 
     def extra_repr(self) -> str:
