@@ -324,8 +324,13 @@ def attention_worker(framework: str, T: int, threads: int, repeats: int) -> dict
 
     C, H = 64, 4
     host = np.random.default_rng(0).standard_normal((1, T, C)).astype(np.float32)
-    with Threads(threads):
-        if framework == "tinyattn":
+    blas_threads = threads
+    if framework == "tinyattn":
+        # The 2 threads go to attention's query blocks, with a 1-thread BLAS underneath: its
+        # tile-sized products gain little from BLAS threads, and both at once oversubscribe.
+        F.ATTENTION_THREADS, blas_threads = threads, 1
+    with Threads(blas_threads):
+        if framework in ("tinyattn", "tinyattn-default"):
             ta.manual_seed(0)
             layer = nn.MultiHeadAttention(C, H)
             x = ta.tensor(host, requires_grad=True)
@@ -378,7 +383,9 @@ def _numpy_attention(x: np.ndarray, H: int) -> None:
 def attention(quick: bool) -> None:
     rows = []
     lengths = ATTENTION_LENGTHS[:2] if quick else ATTENTION_LENGTHS
-    frameworks = ["numpy", "tinyattn"] + (["torch"] if torch is not None else [])
+    frameworks = ["numpy", "tinyattn-default", "tinyattn"] + (
+        ["torch"] if torch is not None else []
+    )
     results = {}
     for T in lengths:
         for framework in frameworks:
@@ -395,11 +402,13 @@ def attention(quick: bool) -> None:
             output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             results[(framework, T)] = json.loads(output.strip().splitlines()[-1])
         ours, theirs, floor = (results.get((f, T)) for f in ("tinyattn", "torch", "numpy"))
+        default = results[("tinyattn-default", T)]
         rows.append(
             [
                 T,
                 fmt(floor["seconds"], "s"),
                 f"{floor['extra_mb']:.0f}",
+                fmt(default["seconds"], "s"),
                 fmt(ours["seconds"], "s"),
                 f"{ours['extra_mb']:.0f}",
                 fmt(theirs["seconds"], "s") if theirs else "-",
@@ -414,7 +423,8 @@ def attention(quick: bool) -> None:
             "T",
             "NumPy s",
             "NumPy MB",
-            "tinyattn s",
+            "tinyattn s (defaults)",
+            "tinyattn s (2 attention thr)",
             "tinyattn MB",
             "PyTorch s",
             "PyTorch MB",
@@ -435,7 +445,12 @@ def plot_attention(results: dict, lengths: tuple, frameworks: list) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {"numpy": "NumPy, plain softmax(QK^T)V", "tinyattn": "tinyattn", "torch": "PyTorch"}
+    labels = {
+        "numpy": "NumPy, plain softmax(QK^T)V",
+        "tinyattn-default": "tinyattn, defaults (BLAS 2 threads)",
+        "tinyattn": "tinyattn, 2 attention threads",
+        "torch": "PyTorch",
+    }
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for framework in frameworks:
         seconds = [results[(framework, T)]["seconds"] for T in lengths]
