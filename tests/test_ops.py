@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
+from tinyattn import ops
 from tinyattn.backend import dtype_name
 
 
@@ -215,6 +216,14 @@ ROWS = [
     Row("softmax composed", lambda a: a.exp() / a.exp().sum(axis=-1, keepdims=True),
         lambda a: np.exp(a) / np.exp(a).sum(axis=-1, keepdims=True), [B3]),
     Row("fan-out product", lambda a, b: a * a + a * b - b / (a * a + 1.0), SAME, [A, (4,)]),
+    # ------------------------------------------------------------------------------- fused ops
+    Row("fused linear", lambda x, w, b: ops.Linear.apply(x, w, b),
+        lambda x, w, b: x @ w.T + b, [B3, (5, 4), (5,)]),
+    Row("fused linear 1-d, no bias", lambda x, w: ops.Linear.apply(x, w),
+        lambda x, w: w @ x, [(4,), (5, 4)]),
+    Row("fused layer norm", lambda x, w, b: ops.LayerNorm.apply(x, w, b, axes=(2,), eps=1e-5),
+        lambda x, w, b: (x - x.mean(-1, keepdims=True))
+        / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b, [B3, (4,), (4,)]),
 ]
 # fmt: on
 
