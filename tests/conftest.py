@@ -8,6 +8,7 @@ implicit NumPy conversion or device mixing fails as it would on CuPy), and ``cup
 
 from __future__ import annotations
 
+import gc
 import os
 
 # The suite's arrays are small: one BLAS thread is faster than two fighting over a shared 2-core
@@ -52,3 +53,16 @@ def device(request):
             yield request.param
     else:
         yield request.param
+
+
+@pytest.fixture
+def no_cyclic_gc():
+    """Reference counting alone must free graphs: the cyclic collector is off for the test."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -5,7 +5,6 @@ Each test builds a tiny graph whose gradient is known in closed form, on every b
 
 from __future__ import annotations
 
-import gc
 import weakref
 
 import numpy as np
@@ -290,19 +289,6 @@ def test_allow_unused(device):
 
 
 # -------------------------------------------------------------------------------- no cycles
-@pytest.fixture
-def no_cyclic_gc():
-    """Reference counting alone must free graphs: the cyclic collector is off for the test."""
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _graph(x):
     """A loss and a weak reference to one of its intermediate tensors."""
     hidden = (x * 2.0).tanh()

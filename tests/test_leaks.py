@@ -21,19 +21,6 @@ import tinyattn.functional as F
 from tinyattn import nn, optim
 
 
-@pytest.fixture
-def no_cyclic_gc():
-    """Reference counting alone must free everything: the cyclic collector is off."""
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 class TinyAttentionModel(nn.Module):
     """Embedding, causal self-attention with a residual and LayerNorm, unembedding."""
 

@@ -107,21 +107,32 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 REDUCTIONS = ("mean", "sum", "none")
 
 
+def _integer_tensor(
+    op: str, values: Any, name: str, like: Tensor, like_name: str, kind: str, hint: str = ""
+) -> Tensor:
+    """`values` (class targets, embedding indices) as an integer Tensor on `like`'s device."""
+    if not isinstance(values, Tensor):
+        values = Tensor(values, device=like.device)
+    if values.device != like.device:
+        raise RuntimeError(
+            f"{op}: {name} are on device '{values.device}' but {like_name} "
+            f"{'are' if like_name.endswith('s') else 'is'} on '{like.device}'; "
+            "move one with .to(device)"
+        )
+    if not backend.namespace(values.data).isdtype(values.dtype, "integral"):
+        raise TypeError(
+            f"{op}: {name} must be {kind}, got dtype {backend.dtype_name(values.dtype)}{hint}"
+        )
+    return values
+
+
 def _check_targets(logits: Tensor, targets: Any, ignore_index: int | None) -> Tensor:
     """Targets as an integer Tensor of shape logits.shape[:-1], every value a class or ignored."""
-    if not isinstance(targets, Tensor):
-        targets = Tensor(targets, device=logits.device)
-    if targets.device != logits.device:
-        raise RuntimeError(
-            f"cross_entropy: targets are on device '{targets.device}' but logits are on "
-            f"'{logits.device}'; move one with .to(device)"
-        )
+    targets = _integer_tensor(
+        "cross_entropy", targets, "targets", logits, "logits", "integer class indices",
+        " (probability targets are not supported)",
+    )  # fmt: skip
     xp = backend.namespace(targets.data)
-    if not xp.isdtype(targets.dtype, "integral"):
-        raise TypeError(
-            "cross_entropy: targets must be integer class indices, got dtype "
-            f"{backend.dtype_name(targets.dtype)} (probability targets are not supported)"
-        )
     if targets.shape != logits.shape[:-1]:
         raise ValueError(
             f"cross_entropy: targets of shape {targets.shape} do not match logits of shape "
@@ -227,18 +238,8 @@ def embedding(indices: Any, weight: Tensor) -> Tensor:
     """
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (V, D), got shape {weight.shape}")
-    if not isinstance(indices, Tensor):
-        indices = Tensor(indices, device=weight.device)
-    if indices.device != weight.device:
-        raise RuntimeError(
-            f"embedding: indices are on device '{indices.device}' but weight is on "
-            f"'{weight.device}'; move one with .to(device)"
-        )
+    indices = _integer_tensor("embedding", indices, "indices", weight, "weight", "integers")
     xp = backend.namespace(indices.data)
-    if not xp.isdtype(indices.dtype, "integral"):
-        raise TypeError(
-            f"embedding: indices must be integers, got dtype {backend.dtype_name(indices.dtype)}"
-        )
     rows = weight.shape[0]
     if indices.ndim == 0:
         indices = indices.reshape(1)

@@ -26,14 +26,7 @@ class Parameter(Tensor):
     __slots__ = ()
 
     def __init__(self, data: Any, requires_grad: bool = True) -> None:
-        array = data.data if isinstance(data, Tensor) else Tensor(data).data
-        self.data = array
-        self.grad = None
-        self._ctx = None
-        self._hooks = None
-        self.requires_grad = False
-        if requires_grad:
-            self.requires_grad_()
+        super().__init__(data, requires_grad=requires_grad)
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
