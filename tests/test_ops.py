@@ -16,6 +16,7 @@ checked against hand-computed gradients.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
+import tinyattn.functional as F
 from tinyattn import ops
 from tinyattn.backend import dtype_name
 
@@ -217,6 +219,13 @@ ROWS = [
         lambda a: np.exp(a) / np.exp(a).sum(axis=-1, keepdims=True), [B3]),
     Row("fan-out product", lambda a, b: a * a + a * b - b / (a * a + 1.0), SAME, [A, (4,)]),
     # ------------------------------------------------------------------------------- fused ops
+    Row("fused softmax", lambda a: F.softmax(a, axis=1),
+        lambda a: np.exp(a - a.max(1, keepdims=True))
+        / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True), [B3]),
+    Row("fused log_softmax", lambda a: F.log_softmax(a),
+        lambda a: a - a.max(-1, keepdims=True)
+        - np.log(np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)), [B3]),
+    Row("erf", lambda a: F.erf(a), lambda a: np.vectorize(math.erf)(a), [A]),
     Row("fused linear", lambda x, w, b: ops.Linear.apply(x, w, b),
         lambda x, w, b: x @ w.T + b, [B3, (5, 4), (5,)]),
     Row("fused linear 1-d, no bias", lambda x, w: ops.Linear.apply(x, w),
