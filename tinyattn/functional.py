@@ -107,6 +107,13 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 REDUCTIONS = ("mean", "sum", "none")
 
 
+def _same_device(op: str, x: Tensor, *others: Tensor | None) -> None:
+    """A fused op sees raw arrays: check here that its tensors share x's device, naming both."""
+    for other in others:
+        if other is not None:
+            x._operand(other, op)
+
+
 def _integer_tensor(
     op: str, values: Any, name: str, like: Tensor, like_name: str, kind: str, hint: str = ""
 ) -> Tensor:
@@ -219,6 +226,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"linear: input of shape {x.shape} has {x.shape[-1] if x.ndim else 0} features, "
             f"but weight of shape {weight.shape} expects {weight.shape[1]}"
         )
+    _same_device("linear", x, weight, bias)
     if bias is None:
         return ops.Linear.apply(x, weight)  # one fused node: (..., in) -> (..., out)
     if bias.shape != (weight.shape[0],):
@@ -287,6 +295,7 @@ def layer_norm(
                 f"layer_norm: {name} has shape {param.shape}, expected normalized_shape {shape}"
             )
     axes = tuple(range(x.ndim - len(shape), x.ndim))
+    _same_device("layer_norm", x, weight, bias)
     affine = [p for p in (weight, bias) if p is not None]
     return ops.LayerNorm.apply(x, *affine, axes=axes, eps=float(eps), has_weight=weight is not None)
 

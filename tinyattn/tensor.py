@@ -201,6 +201,11 @@ class Tensor:
         """
         if isinstance(target, str) and target not in backend.DTYPE_NAMES:
             return self if target == self.device else ToDevice.apply(self, device=target)
+        if isinstance(target, bool | int | float) or target is None:
+            raise TypeError(
+                f"to: expected a device ('cpu', 'cuda', 'cuda:N') or a dtype name "
+                f"({', '.join(backend.DTYPE_NAMES)}), got {target!r}"
+            )
         return self._cast(target)
 
     def _cast(self, dtype: Any) -> Tensor:
