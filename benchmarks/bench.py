@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -547,12 +548,158 @@ def import_time(quick: bool) -> None:
     )
 
 
+# ------------------------------------------------------------------------------------ 6. GPU
+def _cuda_ready() -> str | None:
+    """None when both CuPy (for tinyattn) and PyTorch CUDA can run, else the reason why not."""
+    module, reason = ta.cupy_status()
+    if module is None:
+        return reason
+    if torch is None or not torch.cuda.is_available():
+        return "PyTorch with CUDA is not available"
+    return None
+
+
+def gpu(quick: bool) -> None:
+    """The training step of section 2 on CuPy against PyTorch CUDA (same model, same initial
+    weights), at the issue's batch 64 and at batch 1024, then one attention layer at long T.
+    Every timed call ends in a device-to-host read (`loss.item()`, or an explicit synchronise),
+    so queued GPU work is counted."""
+    reason = _cuda_ready()
+    if reason is not None:
+        print(f"\n### GPU\n\nskipped: {reason}")
+        return
+    import cupy
+
+    name = torch.cuda.get_device_name()
+    print(f"\nGPU: {name}, CuPy {cupy.__version__}, PyTorch {torch.__version__}")
+    rows = []
+    for batch in (64, 1024):
+        cfg = STEP | {"batch": batch}
+        ta.manual_seed(0)
+        model = TinyattnModel(cfg)
+        state = {k: v.numpy() for k, v in model.state_dict().items()}
+        model.to("cuda")
+        opt = optim.Adam(model.parameters(), lr=1e-3)
+        tmodel = torch_model(cfg, state).cuda()
+        topt = torch.optim.Adam(tmodel.parameters(), lr=1e-3)
+        rng = np.random.default_rng(0)
+        host = [rng.integers(0, cfg["vocab"], (batch, cfg["T"])) for _ in range(8)]
+        batches = [ta.tensor(b, device="cuda") for b in host]
+        tbatches = [torch.from_numpy(b).cuda() for b in host]
+        counter = {"i": 0}
+
+        def ours(model=model, opt=opt, batches=batches, counter=counter):
+            tokens = batches[counter["i"] % len(batches)]
+            counter["i"] += 1
+            loss = F.cross_entropy(model(tokens), tokens)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        def theirs(tmodel=tmodel, topt=topt, tbatches=tbatches, cfg=cfg, counter=counter):
+            tokens = tbatches[counter["i"] % len(tbatches)]
+            counter["i"] += 1
+            logits = tmodel(tokens)
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, cfg["vocab"]), tokens.reshape(-1)
+            )
+            topt.zero_grad()
+            loss.backward()
+            topt.step()
+            return loss.item()
+
+        times = paired_times({"ours": ours, "theirs": theirs}, 30 if quick else 200, warmup=10)
+        rows.append(
+            [
+                batch,
+                fmt(times["ours"], "ms"),
+                fmt(times["theirs"], "ms"),
+                ratio(times["ours"], times["theirs"]),
+            ]
+        )
+    table(
+        "GPU training step: the model of section 2 (ms per step, median)",
+        ["batch", "tinyattn (CuPy)", "PyTorch CUDA eager", "tinyattn/PyTorch"],
+        rows,
+    )
+
+    rows = []
+    pool = cupy.get_default_memory_pool()
+    threshold = F.BLOCKWISE_MIN_SCORES
+    for T in (2048, 8192) if quick else (2048, 8192, 32768):
+        ta.manual_seed(0)
+        layer = nn.MultiHeadAttention(64, 4).to("cuda")
+        host = np.random.default_rng(0).standard_normal((1, T, 64)).astype(np.float32)
+        x = ta.tensor(host, device="cuda", requires_grad=True)
+        tlayer = torch.nn.MultiheadAttention(64, 4, batch_first=True).cuda()
+        tx = torch.tensor(host, device="cuda", requires_grad=True)
+
+        def ours(layer=layer, x=x):
+            layer(x).sum().backward()
+            x.grad = None
+            layer.zero_grad()
+            cupy.cuda.Device().synchronize()
+
+        def theirs(tlayer=tlayer, tx=tx):
+            tlayer(tx, tx, tx, need_weights=False)[0].sum().backward()
+            tx.grad = None
+            tlayer.zero_grad()
+            torch.cuda.synchronize()
+
+        cells = [T]
+        # The plain path holds several (4, T, T) arrays: 16 GB each at T = 32768, so not there.
+        for path, forced in (("block-wise", 0), ("plain", math.inf)):
+            if path == "plain" and T > 8192:
+                cells += ["-", "-"]
+                continue
+            F.BLOCKWISE_MIN_SCORES = forced
+            try:
+                ours()
+                pool.free_all_blocks()  # from here the pool's total is the peak held at once
+                before = pool.total_bytes()
+                seconds = median_time(ours, 5 if quick else 20, warmup=2)
+                cells += [fmt(seconds, "ms"), f"{(pool.total_bytes() - before) / 2**20:.0f}"]
+            finally:
+                F.BLOCKWISE_MIN_SCORES = threshold
+            if path == "block-wise":
+                t_ours = seconds
+        theirs()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        t_theirs = median_time(theirs, 5 if quick else 20, warmup=2)
+        cells += [
+            fmt(t_theirs, "ms"),
+            f"{(torch.cuda.max_memory_allocated() - before) / 2**20:.0f}",
+            ratio(t_ours, t_theirs),
+        ]
+        rows.append(cells)
+        del layer, x, tlayer, tx
+        pool.free_all_blocks()
+    table(
+        "GPU attention layer forward + backward (width 64, 4 heads, batch 1; ms, and peak MB "
+        "beyond the inputs)",
+        [
+            "T",
+            "tinyattn block-wise ms",
+            "MB",
+            "tinyattn plain ms",
+            "MB",
+            "PyTorch SDPA ms",
+            "MB",
+            "block-wise/PyTorch",
+        ],
+        rows,
+    )
+
+
 SECTIONS = {
     "overhead": overhead,
     "step": step,
     "attention": attention,
     "copytask": copytask,
     "import": import_time,
+    "gpu": gpu,
 }
 
 

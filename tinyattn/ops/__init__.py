@@ -32,7 +32,7 @@ from .elementwise import (
 )
 from .fused import LayerNorm, Linear
 from .indexing import GetItem, IndexAdd
-from .reductions import BroadcastTo, Max, Mean, Min, Sum, SumTo, normalize_axes
+from .reductions import BroadcastTo, Max, Mean, Min, Sum, SumTo, normalize_axes, sum_array
 from .shape import (
     Concat,
     MatMul,
@@ -88,4 +88,5 @@ __all__ = [
     "check_reshape",
     "matmul_shape",
     "normalize_axes",
+    "sum_array",
 ]

@@ -9,10 +9,12 @@ recorded and recomputes it from the input Tensor when one is (``create_graph=Tru
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..autograd import Function, is_grad_enabled
 from ..backend import namespace
+from .reductions import sum_array
 
 
 class Linear(Function):
@@ -28,7 +30,9 @@ class Linear(Function):
         rows = xp.reshape(x, (-1, x.shape[-1]))  # (..., in) -> (N, in): one GEMM for all rows
         y = xp.matmul(rows, xp.matrix_transpose(weight))  # (N, in) @ (in, out) -> (N, out)
         if bias is not None:
-            y = y + bias
+            # In place: y is a fresh array, and a second one of its size would cost another
+            # trip through memory.
+            y = _add_into(y, bias)
         return xp.reshape(y, (*x.shape[:-1], weight.shape[0]))
 
     def backward(self, grad: Any) -> tuple:
@@ -44,15 +48,26 @@ class Linear(Function):
         return (grad_x, grad_w, grad_b)[: len(self.inputs)]
 
 
+def _add_into(y: Any, b: Any) -> Any:
+    """y + b, written into y (a fresh array of the caller's) when no promotion is needed."""
+    if b.dtype != y.dtype:
+        return y + b
+    y += b
+    return y
+
+
 def _normalize(xp: Any, x: Any, axes: tuple, eps: float) -> tuple[Any, Any]:
     """x_hat = (x - mean) * rstd and rstd = 1 / sqrt(var + eps) over `axes` (arrays or Tensors)."""
     if hasattr(x, "_ctx"):  # a Tensor: build the same values with differentiable ops
         centered = x - x.mean(axis=axes, keepdims=True)
         rstd = 1.0 / ((centered * centered).mean(axis=axes, keepdims=True) + eps).sqrt()
         return centered * rstd, rstd
-    centered = x - xp.mean(x, axis=axes, keepdims=True)
-    rstd = 1.0 / xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True) + eps)
-    return centered * rstd, rstd
+    axes = tuple(sorted(a % x.ndim for a in axes))
+    count = math.prod(x.shape[a] for a in axes)
+    centered = x - sum_array(x, axes, keepdims=True) / count
+    rstd = 1.0 / xp.sqrt(sum_array(centered * centered, axes, keepdims=True) / count + eps)
+    centered *= rstd  # in place: x_hat, in the array just made for it
+    return centered, rstd
 
 
 class LayerNorm(Function):
@@ -78,7 +93,7 @@ class LayerNorm(Function):
         if self.has_weight:
             y = y * affine[0]
         if self.has_bias:
-            y = y + affine[-1]
+            y = y + affine[-1] if y is x_hat else _add_into(y, affine[-1])
         return y
 
     def backward(self, grad: Any) -> tuple:

@@ -43,6 +43,38 @@ def kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
+def sum_array(x: Any, axes: tuple[int, ...], keepdims: bool = False) -> Any:
+    """``xp.sum(x, axis=axes, keepdims=keepdims)``, through BLAS where that is faster.
+
+    NumPy sums a short contiguous axis one row at a time (about 5 ns a row): summing the 16 keys
+    of (64, 4, 16, 16) attention scores took 87 us. A matrix product with a vector of ones does
+    the same additions in BLAS, 1.5 to 7x faster on every float shape measured (23 us here), on
+    CuPy too. Used when float32/float64 `x` is reduced over its trailing axes (rows @ ones) or
+    its leading axes (ones @ columns); any other reduction goes to `xp.sum`.
+    Shapes: x (*lead, *trail) -> the reduced shape; `axes` sorted and non-negative.
+    """
+    xp = namespace(x)
+    ndim, count = x.ndim, len(axes)
+    dtype = x.dtype
+    if (
+        count == 0
+        or x.size == 0
+        or not (dtype == xp.float32 or dtype == xp.float64)
+        or (axes[0] != ndim - count and axes[-1] != count - 1)  # neither trailing nor leading
+    ):
+        return xp.asarray(xp.sum(x, axis=axes, keepdims=keepdims))
+    summed = math.prod(x.shape[a] for a in axes)
+    if axes[0] == ndim - count:  # trailing: (rows, summed) @ (summed, 1)
+        ones = xp.ones((summed, 1), dtype=dtype, device=x.device)
+        result = xp.reshape(x, (-1, summed)) @ ones
+    else:  # leading: (1, summed) @ (summed, columns)
+        ones = xp.ones((1, summed), dtype=dtype, device=x.device)
+        result = ones @ xp.reshape(x, (summed, -1))
+    if keepdims:
+        return xp.reshape(result, kept_shape(x.shape, axes))
+    return xp.reshape(result, tuple(n for i, n in enumerate(x.shape) if i not in axes))
+
+
 def _unreduce(grad: Any, input_shape: tuple, axes: tuple) -> Any:
     """Spread the gradient of a reduced output back over the input's shape."""
     return grad.reshape(kept_shape(input_shape, axes)).broadcast_to(input_shape)
@@ -55,9 +87,7 @@ class Sum(Function):
 
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = normalize_axes("sum", axis, x.ndim)
-        xp = namespace(x)
-        # asarray: NumPy returns a NumPy scalar, not a 0-d array, from a full reduction.
-        return xp.asarray(xp.sum(x, axis=self.axes, keepdims=keepdims))
+        return sum_array(x, self.axes, keepdims)
 
     def backward(self, grad: Any) -> Any:
         return _unreduce(grad, self.inputs[0].shape, self.axes)
@@ -71,6 +101,9 @@ class Mean(Function):
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = normalize_axes("mean", axis, x.ndim)
         xp = namespace(x)
+        count = math.prod(x.shape[a] for a in self.axes)
+        if count and (x.dtype == xp.float32 or x.dtype == xp.float64):
+            return sum_array(x, self.axes, keepdims) / count
         return xp.asarray(xp.mean(x, axis=self.axes, keepdims=keepdims))
 
     def backward(self, grad: Any) -> Any:
@@ -136,9 +169,8 @@ class SumTo(Function):
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1
         )
-        xp = namespace(x)
-        summed = xp.sum(x, axis=axes, keepdims=True) if axes else x
-        return xp.reshape(summed, shape)
+        summed = sum_array(x, axes, keepdims=True) if axes else x
+        return namespace(x).reshape(summed, shape)
 
     def backward(self, grad: Any) -> Any:
         return grad.broadcast_to(self.inputs[0].shape)
