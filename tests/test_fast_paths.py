@@ -1,0 +1,185 @@
+"""The array-level fast paths against the plain array API call they replace, on every backend:
+sums through BLAS (`ops.sum_array`), the short-axis row max by halving (softmax's shift), the
+in-place bias and normalisation of the fused ops, the GPU tile sizes of block-wise attention,
+and the allocator setting. Values must agree to rounding; non-finite values and empty arrays
+must come out exactly as the plain call gives them."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+import tinyattn.functional as F
+from tinyattn import backend, ops
+
+
+def _array(host, device):
+    """A raw array of the device's namespace (what Function.forward receives)."""
+    return ta.tensor(host, dtype=str(host.dtype), device=device).data
+
+
+SUM_CASES = [
+    ((64, 4, 16, 16), (3,)),  # attention scores over keys: trailing
+    ((6, 5, 4), (1, 2)),  # two trailing axes
+    ((6, 5, 4), (0,)),  # leading: a bias gradient
+    ((6, 5, 4), (0, 1)),  # two leading axes
+    ((6, 5, 4), (0, 1, 2)),  # everything, to a 0-d array
+    ((6, 5, 4), (1,)),  # a middle axis: the plain xp.sum
+    ((6, 5, 4), (0, 2)),  # neither leading nor trailing: the plain xp.sum
+    ((7,), (0,)),
+    ((0, 3), (1,)),  # empty
+    ((3, 0), (1,)),  # empty reduced axis: sums are 0
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("shape,axes", SUM_CASES, ids=[f"{s}-{a}" for s, a in SUM_CASES])
+def test_sum_array_matches_plain_sum(device, shape, axes, keepdims, dtype):
+    host = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    x = _array(host, device)
+    got = ops.sum_array(x, axes, keepdims)
+    xp = backend.namespace(x)
+    assert got.dtype == x.dtype and backend.device_of(got) == backend.device_of(x)
+    want = np.sum(host, axis=axes, keepdims=keepdims)
+    assert tuple(got.shape) == want.shape
+    tolerance = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(backend.to_numpy(got), want, rtol=tolerance, atol=tolerance)
+    assert xp is backend.namespace(got)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "float16"])
+def test_sum_array_leaves_other_dtypes_to_the_plain_sum(device, dtype):
+    if device == "strict" and dtype in ("bool", "float16"):
+        pytest.skip(f"the array API has no {dtype} sum")
+    host = (np.arange(24).reshape(2, 3, 4) % 3).astype(dtype)
+    x = _array(host, device)
+    got = ops.sum_array(x, (2,), keepdims=False)
+    xp = backend.namespace(x)
+    want = xp.sum(x, axis=(2,))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(want))
+
+
+def test_sum_array_keeps_non_finite_rows(device):
+    host = np.array(
+        [[1.0, np.inf, 2.0], [-np.inf, -np.inf, -np.inf], [np.inf, -np.inf, 0.0], [np.nan, 1, 2]],
+        dtype=np.float32,
+    )
+    with np.errstate(invalid="ignore"):  # inf + -inf: NumPy warns in either path
+        got = backend.to_numpy(ops.sum_array(_array(host, device), (1,)))
+        want = host.sum(axis=1)
+    np.testing.assert_array_equal(got, want)  # inf, -inf, nan, nan
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 16, 17, 33, 64, 65, 200])
+def test_row_max_by_halving_matches_max(device, width):
+    rng = np.random.default_rng(width)
+    host = rng.standard_normal((3, 4, width)).astype(np.float32)
+    host[0, 0] = -np.inf  # a fully masked row
+    host[1, 1, width // 2] = np.inf
+    x = _array(host, device)
+    xp = backend.namespace(x)
+    got = backend.to_numpy(F._max_along(xp, x, 2))
+    np.testing.assert_array_equal(got, host.max(axis=2, keepdims=True))
+    # Not the last axis: the plain max.
+    got = backend.to_numpy(F._max_along(xp, x, 1))
+    np.testing.assert_array_equal(got, host.max(axis=1, keepdims=True))
+
+
+def test_row_max_by_halving_propagates_nan():
+    host = np.zeros((2, 5), dtype=np.float32)
+    host[0, 3] = np.nan
+    got = F._max_along(np, host, 1)
+    assert np.isnan(got[0, 0]) and got[1, 0] == 0.0
+
+
+@pytest.mark.parametrize("width", [3, 16, 64, 100])
+def test_softmax_fast_paths_against_composed_softmax(device, width):
+    """The fused softmax and log-softmax (halving max, BLAS sums, in-place division) against the
+    same math written with plain Tensor ops, values and gradients, in float64."""
+    rng = np.random.default_rng(width)
+    host = rng.standard_normal((2, 3, width)) * 4
+    x = ta.tensor(host, dtype="float64", device=device, requires_grad=True)
+    cotangent = ta.tensor(rng.standard_normal(host.shape), dtype="float64", device=device)
+    for fused, composed in (
+        (F.softmax, lambda t: (t - t.max(-1, keepdims=True)).exp() / (
+            (t - t.max(-1, keepdims=True)).exp().sum(-1, keepdims=True))),
+        (F.log_softmax, lambda t: (t - t.max(-1, keepdims=True)) - (
+            (t - t.max(-1, keepdims=True)).exp().sum(-1, keepdims=True).log())),
+    ):  # fmt: skip
+        got, want = fused(x), composed(x)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+        (g_got,) = ta.grad([got], [x], [cotangent])
+        (g_want,) = ta.grad([want], [x], [cotangent])
+        np.testing.assert_allclose(g_got.numpy(), g_want.numpy(), rtol=1e-10, atol=1e-12)
+        assert ta.gradcheck(lambda t, f=fused: f(t), (x,))
+
+
+def test_linear_bias_in_place_does_not_touch_inputs(device):
+    """y += bias writes into the product, never into x, the weight or the bias."""
+    rng = np.random.default_rng(1)
+    host = [rng.standard_normal(s) for s in ((2, 3, 4), (5, 4), (5,))]
+    x, w, b = (ta.tensor(h, dtype="float64", device=device) for h in host)
+    y = F.linear(x, w, b)
+    for tensor, original in zip((x, w, b), host):
+        np.testing.assert_array_equal(tensor.numpy(), original)
+    np.testing.assert_allclose(y.numpy(), host[0] @ host[1].T + host[2], rtol=1e-12)
+
+
+def test_linear_bias_of_another_dtype_promotes(device):
+    """A float64 bias on a float32 product cannot be added in place: the result promotes, as the
+    composed x @ W^T + b does."""
+    rng = np.random.default_rng(2)
+    x = ta.tensor(rng.standard_normal((3, 4)), dtype="float32", device=device)
+    w = ta.tensor(rng.standard_normal((2, 4)), dtype="float32", device=device)
+    b = ta.tensor(rng.standard_normal(2), dtype="float64", device=device)
+    y, composed = F.linear(x, w, b), x @ w.mT + b
+    assert y.dtype == composed.dtype
+    np.testing.assert_allclose(y.numpy(), composed.numpy(), rtol=1e-6)
+
+
+def test_gpu_tiles_are_larger_and_bounded():
+    batch, length = 4, 8192
+    cpu = F._block_sizes(batch, length, length)
+    gpu = F._block_sizes(batch, length, length, gpu=True)
+    assert batch * gpu[0] * gpu[1] <= F.GPU_ATTENTION_BLOCK_SCORES
+    assert gpu[0] * gpu[1] >= 16 * cpu[0] * cpu[1]
+    assert F._block_sizes(1, 3, 2, gpu=True) == (3, 2)  # never larger than the sequences
+
+
+def test_blockwise_with_gpu_sized_tiles_matches_plain(device, monkeypatch):
+    """The GPU tile settings, shrunk to a tiny problem, through the same BlockwiseAttention."""
+    monkeypatch.setattr(F, "GPU_ATTENTION_BLOCK_KEYS", 48)
+    monkeypatch.setattr(F, "GPU_ATTENTION_BLOCK_SCORES", 2 * 40 * 48)
+    rng = np.random.default_rng(3)
+    q, k, v = (
+        ta.tensor(rng.standard_normal((2, 100, 8)), dtype="float64", device=device)
+        for _ in range(3)
+    )
+    block_q, block_k = F._block_sizes(2, 100, 100, gpu=True)
+    assert (block_q, block_k) == (40, 48)
+    blockwise = F.BlockwiseAttention.apply(
+        q, k, v, is_causal=True, scale=0.3, block_q=block_q, block_k=block_k
+    )
+    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", math.inf)
+    plain = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
+    np.testing.assert_allclose(blockwise.numpy(), plain.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not backend.HOST_MEMORY_KEPT,
+    reason="the allocator setting applies to Linux with glibc only",
+)
+def test_allocator_setting_is_made_and_can_be_turned_off():
+    code = "import tinyattn.backend as b; print(b.HOST_MEMORY_KEPT)"
+    env = {**os.environ, "TINYATTN_KEEP_FREED_MEMORY": "0"}
+    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (off.stdout.strip(), on.stdout.strip()) == ("False", "True"), (off.stderr, on.stderr)
