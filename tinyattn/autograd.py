@@ -5,16 +5,19 @@ The graph is made of Tensors: a Tensor produced by an op holds that op's Functio
 and the Function holds its input Tensors. Nothing points back from a Function to its output, so
 a graph has no reference cycles and is freed as soon as the last Tensor of it goes out of scope.
 
-The engine walks that graph iteratively (no recursion limit) in reverse topological order, runs
-each Function's backward rule once with the summed gradient of its output, and accumulates into
-leaves. Backward rules are written with Tensor operations: under ``create_graph=True`` they
-record a graph of their own (higher-order gradients); otherwise they run with grad mode off and
-record nothing.
+The engine walks that graph iteratively (no recursion limit) from the newest node to the oldest:
+every Function gets a creation number when it is recorded, and a tensor is always made after
+its inputs, so popping the largest number first (a heap) runs each backward rule once, after all
+of its output's consumers, with the summed gradient; leaves accumulate at the end. Backward
+rules are written with Tensor operations: under ``create_graph=True`` they record a graph of
+their own (higher-order gradients); otherwise they run with grad mode off and record nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -164,7 +167,8 @@ class Function:
 
     # Built-in ops add their own __slots__; a user subclass without __slots__ gets a __dict__.
     # `inputs` is None once the node is released (after a backward without retain_graph).
-    __slots__ = ("inputs", "output", "_saved", "_trace")
+    # `_seq` is the creation number the engine orders by (set when the node is recorded).
+    __slots__ = ("inputs", "output", "_saved", "_trace", "_seq")
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -186,6 +190,7 @@ class Function:
         if _grad_enabled:
             for t in inputs:
                 if t.requires_grad:
+                    fn._seq = _next_seq()
                     return inputs[0]._from_op(data, fn)
         return inputs[0]._from_op(data, None)
 
@@ -230,32 +235,9 @@ def _freed_message(fn: Function) -> str:
 
 
 # ----------------------------------------------------------------------------------------- engine
-def _topological_order(roots: Sequence[Any]) -> list[Any]:
-    """Non-leaf tensors reachable from `roots`, each after all the tensors it was computed from.
-
-    An iterative depth-first search (a recursive one would hit Python's recursion limit on a
-    long chain): a tensor is appended once all its parents have been, so the reversed list visits
-    every tensor after all the tensors that consumed it. Tensors hash by identity.
-    """
-    order: list[Any] = []
-    visited: set = set()
-    stack = [(root, False) for root in roots if root._ctx is not None]
-    while stack:
-        tensor, expanded = stack.pop()
-        if expanded:
-            order.append(tensor)
-            continue
-        if tensor in visited:
-            continue
-        visited.add(tensor)
-        parents = tensor._ctx.inputs
-        if parents is None:
-            raise RuntimeError(_freed_message(tensor._ctx))
-        stack.append((tensor, True))
-        for parent in parents:
-            if parent._ctx is not None and parent.requires_grad and parent not in visited:
-                stack.append((parent, False))
-    return order
+# Creation numbers of recorded Functions. A Function is recorded after its inputs were made, so
+# every node's number is larger than the numbers of the nodes it was computed from.
+_next_seq = itertools.count().__next__
 
 
 def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
@@ -313,32 +295,46 @@ def run_backward(
     With ``capture=None`` leaf gradients accumulate into ``.grad``; otherwise the gradients of the
     tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
     """
-    order = _topological_order(roots)
     pending: dict = {}  # non-leaf tensor -> its summed gradient so far
     leaves: dict = {}  # leaf tensor -> its summed gradient
+    # Non-leaf tensors that have received a gradient, as (-creation number, tensor): the newest
+    # pops first, and by then every consumer (all newer) has sent its part. Numbers are unique,
+    # so two tensors are never compared.
+    ready: list = []
     wanted = None if capture is None else set(capture)
     captured: dict[int, Any] = {}
     for root, grad in zip(roots, root_grads):
-        target = leaves if root._ctx is None else pending
-        target[root] = grad if root not in target else target[root] + grad
-    tensor_class = order[0].__class__ if order else None  # op results are all of one class
+        if root._ctx is None:
+            leaves[root] = grad if root not in leaves else leaves[root] + grad
+        elif root in pending:
+            pending[root] = pending[root] + grad
+        else:
+            pending[root] = grad
+            heapq.heappush(ready, (-root._ctx._seq, root))
+    tensor_class = root_grads[0].__class__ if root_grads else None  # what ops return
     with set_grad_enabled(create_graph):
-        for tensor in reversed(order):
-            grad = pending.pop(tensor, None)
-            if grad is None:
-                continue  # not on a path from the roots' gradients
+        while ready:
+            tensor = heapq.heappop(ready)[1]
+            grad = pending.pop(tensor)
             if tensor._hooks:
                 grad = _run_hooks(tensor, grad)
             if wanted is not None and tensor in wanted:
                 captured[id(tensor)] = grad
             fn = tensor._ctx
             parents = fn.inputs
+            if parents is None:
+                raise RuntimeError(_freed_message(fn))
             fn.output = tensor  # lent to the rule for this call only: no lasting cycle
             try:
                 input_grads = fn.backward(grad) if not _anomaly_mode else _run_rule(fn, grad)
             finally:
                 fn.output = None
-            if type(input_grads) is not tuple or len(input_grads) != len(parents):
+            if type(input_grads) is not tuple:
+                if len(parents) == 1 and input_grads.__class__ is tensor_class:
+                    input_grads = (input_grads,)  # a unary rule's one gradient, the common case
+                else:
+                    input_grads = _as_gradient_tuple(fn, input_grads)
+            elif len(input_grads) != len(parents):
                 input_grads = _as_gradient_tuple(fn, input_grads)
             for position, parent in enumerate(parents):
                 parent_grad = input_grads[position]
@@ -352,9 +348,14 @@ def run_backward(
                     parent_grad = _checked(fn, position, parent, parent_grad)
                 if _anomaly_mode:
                     _check_backward(fn, position, parent_grad)
-                target = leaves if parent._ctx is None else pending
-                previous = target.get(parent)
-                target[parent] = parent_grad if previous is None else previous + parent_grad
+                if parent._ctx is None:
+                    previous = leaves.get(parent)
+                    leaves[parent] = parent_grad if previous is None else previous + parent_grad
+                elif parent in pending:
+                    pending[parent] = pending[parent] + parent_grad
+                else:
+                    pending[parent] = parent_grad
+                    heapq.heappush(ready, (-parent._ctx._seq, parent))
             if not retain_graph:
                 fn.release()
         for leaf, grad in leaves.items():
