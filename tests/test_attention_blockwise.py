@@ -3,8 +3,9 @@
 Every comparison runs the same inputs and the same cotangent through both paths of
 F.scaled_dot_product_attention, forced with F.BLOCKWISE_MIN_SCORES (0: block-wise, inf: plain),
 on tiny inputs cut into several tiles by shrinking F.ATTENTION_BLOCK_KEYS and
-F.ATTENTION_BLOCK_SCORES. Float64 agrees to ~1e-12 (only the summation order differs), float32 to
-~1e-5. Runs on every backend through the `device` fixture. No test measures time.
+F.ATTENTION_BLOCK_SCORES (and their GPU_ twins). Float64 agrees to ~1e-12 (only the summation
+order differs), float32 to ~1e-5. Runs on every backend through the `device` fixture. No test
+measures time.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ TOLERANCE = {"float64": 1e-12, "float32": 2e-5}
 def use_path(monkeypatch, path, block_q=2, block_k=3, batch=1):
     """Force the plain or the block-wise path, with tiles of block_q queries x block_k keys."""
     monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 0 if path == "blockwise" else math.inf)
-    monkeypatch.setattr(F, "ATTENTION_BLOCK_KEYS", block_k)
-    monkeypatch.setattr(F, "ATTENTION_BLOCK_SCORES", batch * block_q * block_k)
+    for prefix in ("", "GPU_"):  # the same tiny tiles on every device, CUDA included
+        monkeypatch.setattr(F, f"{prefix}ATTENTION_BLOCK_KEYS", block_k)
+        monkeypatch.setattr(F, f"{prefix}ATTENTION_BLOCK_SCORES", batch * block_q * block_k)
 
 
 def run(monkeypatch, path, arrays, blocks, dtype, device, **kwargs):
