@@ -262,49 +262,57 @@ def _torch_names(cfg: dict) -> dict:
     return names
 
 
-def step(quick: bool) -> None:
-    cfg = STEP
+def step_functions(cfg: dict, device: str = "cpu") -> dict:
+    """One training step of each framework on `device` ("cpu" or "cuda"): the same model, the
+    same initial weights (tinyattn's, copied into PyTorch) and the same 8 batches, made on the
+    device beforehand. {"ours": fn} plus {"theirs": fn} when PyTorch is importable; each call
+    returns the loss as a float, which also waits for queued GPU work."""
     ta.manual_seed(0)
     model = TinyattnModel(cfg)
     state = {k: v.numpy() for k, v in model.state_dict().items()}
+    model.to(device)
     opt = optim.Adam(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
-    batches = [rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"])) for _ in range(8)]
-    repeats = 30 if quick else 200
-    rows = []
-    counter = {"i": 0}
+    host = [rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"])) for _ in range(8)]
+    batches = [ta.tensor(b, device=device) for b in host]
+    steps = {"ours": 0, "theirs": 0}
 
     def ours():
-        tokens = batches[counter["i"] % len(batches)]
-        counter["i"] += 1
-        logits = model(ta.tensor(tokens))
-        loss = F.cross_entropy(logits, ta.tensor(tokens))
+        tokens = batches[steps["ours"] % len(batches)]
+        steps["ours"] += 1
+        loss = F.cross_entropy(model(tokens), tokens)
         opt.zero_grad()
         loss.backward()
         opt.step()
         return loss.item()
 
-    if torch is not None:
-        tmodel = torch_model(cfg, state)
-        topt = torch.optim.Adam(tmodel.parameters(), lr=1e-3)
-        tbatches = [torch.from_numpy(b) for b in batches]
+    if torch is None:
+        return {"ours": ours}
+    tmodel = torch_model(cfg, state).to(device)
+    topt = torch.optim.Adam(tmodel.parameters(), lr=1e-3)
+    tbatches = [torch.from_numpy(b).to(device) for b in host]
 
-        def theirs():
-            tokens = tbatches[counter["i"] % len(tbatches)]
-            counter["i"] += 1
-            logits = tmodel(tokens)
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, cfg["vocab"]), tokens.reshape(-1)
-            )
-            topt.zero_grad()
-            loss.backward()
-            topt.step()
-            return loss.item()
+    def theirs():
+        tokens = tbatches[steps["theirs"] % len(tbatches)]
+        steps["theirs"] += 1
+        logits = tmodel(tokens)
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, cfg["vocab"]), tokens.reshape(-1)
+        )
+        topt.zero_grad()
+        loss.backward()
+        topt.step()
+        return loss.item()
 
+    return {"ours": ours, "theirs": theirs}
+
+
+def step(quick: bool) -> None:
+    fns = step_functions(STEP)
+    rows = []
     for threads in (1, 2):
-        fns = {"ours": ours} | ({"theirs": theirs} if torch is not None else {})
         with Threads(threads):
-            times = paired_times(fns, repeats, warmup=10)
+            times = paired_times(fns, 30 if quick else 200, warmup=10)
         t_ours, t_theirs = times["ours"], times.get("theirs")
         rows.append([threads, fmt(t_ours, "ms"), fmt(t_theirs, "ms"), ratio(t_ours, t_theirs)])
     table(
@@ -574,50 +582,10 @@ def gpu(quick: bool) -> None:
     print(f"\nGPU: {name}, CuPy {cupy.__version__}, PyTorch {torch.__version__}")
     rows = []
     for batch in (64, 1024):
-        cfg = STEP | {"batch": batch}
-        ta.manual_seed(0)
-        model = TinyattnModel(cfg)
-        state = {k: v.numpy() for k, v in model.state_dict().items()}
-        model.to("cuda")
-        opt = optim.Adam(model.parameters(), lr=1e-3)
-        tmodel = torch_model(cfg, state).cuda()
-        topt = torch.optim.Adam(tmodel.parameters(), lr=1e-3)
-        rng = np.random.default_rng(0)
-        host = [rng.integers(0, cfg["vocab"], (batch, cfg["T"])) for _ in range(8)]
-        batches = [ta.tensor(b, device="cuda") for b in host]
-        tbatches = [torch.from_numpy(b).cuda() for b in host]
-        counter = {"i": 0}
-
-        def ours(model=model, opt=opt, batches=batches, counter=counter):
-            tokens = batches[counter["i"] % len(batches)]
-            counter["i"] += 1
-            loss = F.cross_entropy(model(tokens), tokens)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            return loss.item()
-
-        def theirs(tmodel=tmodel, topt=topt, tbatches=tbatches, cfg=cfg, counter=counter):
-            tokens = tbatches[counter["i"] % len(tbatches)]
-            counter["i"] += 1
-            logits = tmodel(tokens)
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, cfg["vocab"]), tokens.reshape(-1)
-            )
-            topt.zero_grad()
-            loss.backward()
-            topt.step()
-            return loss.item()
-
-        times = paired_times({"ours": ours, "theirs": theirs}, 30 if quick else 200, warmup=10)
-        rows.append(
-            [
-                batch,
-                fmt(times["ours"], "ms"),
-                fmt(times["theirs"], "ms"),
-                ratio(times["ours"], times["theirs"]),
-            ]
-        )
+        fns = step_functions(STEP | {"batch": batch}, "cuda")
+        times = paired_times(fns, 30 if quick else 200, warmup=10)
+        t_ours, t_theirs = times["ours"], times["theirs"]
+        rows.append([batch, fmt(t_ours, "ms"), fmt(t_theirs, "ms"), ratio(t_ours, t_theirs)])
     table(
         "GPU training step: the model of section 2 (ms per step, median)",
         ["batch", "tinyattn (CuPy)", "PyTorch CUDA eager", "tinyattn/PyTorch"],

@@ -78,6 +78,16 @@ def test_sum_array_keeps_non_finite_rows(device):
     np.testing.assert_array_equal(got, want)  # inf, -inf, nan, nan
 
 
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_full_reductions_hold_a_0d_array_not_a_scalar(device, reduction):
+    """A full sum or mean goes through a matrix product and a reshape to (); NumPy would turn a
+    0-d array divided by a count into a NumPy scalar, which is not an array of the namespace."""
+    x = ta.tensor(np.arange(12.0).reshape(3, 4), dtype="float32", device=device)
+    result = getattr(x, reduction)()
+    assert type(result.data) is type(x.data) and result.shape == ()
+    assert result.item() == pytest.approx(66.0 if reduction == "sum" else 5.5)
+
+
 @pytest.mark.parametrize("width", [1, 2, 3, 5, 16, 17, 33, 64, 65, 200])
 def test_row_max_by_halving_matches_max(device, width):
     rng = np.random.default_rng(width)

@@ -103,7 +103,8 @@ class Mean(Function):
         xp = namespace(x)
         count = math.prod(x.shape[a] for a in self.axes)
         if count and (x.dtype == xp.float32 or x.dtype == xp.float64):
-            return sum_array(x, self.axes, keepdims) / count
+            # asarray: NumPy turns a 0-d array divided by a number into a NumPy scalar.
+            return xp.asarray(sum_array(x, self.axes, keepdims) / count)
         return xp.asarray(xp.mean(x, axis=self.axes, keepdims=keepdims))
 
     def backward(self, grad: Any) -> Any:
