@@ -290,6 +290,17 @@ def is_floating(xp: Any, dtype: Any) -> bool:
     return known
 
 
+def check_floating(op: str, array: Any) -> None:
+    """Raise ``TypeError('op: expected a floating-point tensor, got dtype D')`` unless floating.
+
+    The one spelling of "this op needs a float input": gradients exist only for real floats.
+    """
+    if not is_float_array(array):
+        raise TypeError(
+            f"{op}: expected a floating-point tensor, got dtype {dtype_name(array.dtype)}"
+        )
+
+
 # ------------------------------------------------------------------------------------------- RNG
 def manual_seed(seed: int) -> None:
     """Seed the host generator that every random factory and init draws from."""
