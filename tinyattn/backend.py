@@ -390,7 +390,9 @@ def save_npz(file: Any, arrays: dict[str, Any], metadata: str) -> None:
         for name, array in entries.items():
             # What np.savez does, minus its keyword names: a key may be "file" or "allow_pickle".
             with archive.open(name + ".npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+                # np.ascontiguousarray would turn a 0-d array into shape (1,).
+                array = array if array.flags.c_contiguous else np.array(array, order="C")
+                np.lib.format.write_array(member, array, allow_pickle=False)
 
 
 def _pickle_free(archive: Any, name: str) -> np.ndarray:
@@ -408,6 +410,35 @@ def _pickle_free(archive: Any, name: str) -> np.ndarray:
             f"entry {name!r} holds pickled Python objects (an object array); tinyattn never "
             "unpickles"
         ) from None
+
+
+def _check_member_sizes(file: Any) -> None:
+    """Each .npy member's header must describe no more bytes than the member holds.
+
+    A damaged or hostile header can claim a huge array; reading it would fail with a bare
+    MemoryError (or allocate the memory) before any check could say what is wrong.
+    """
+    import zipfile  # noqa: PLC0415
+
+    with zipfile.ZipFile(file) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                try:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, _, dtype = read_header(member, max_header_size=1 << 16)
+                except ValueError:
+                    continue  # not a .npy member: reported by the normal read
+                claimed = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+                if claimed > info.file_size:
+                    raise ValueError(
+                        f"entry {info.filename!r} claims shape {shape} of {dtype} "
+                        f"({claimed} bytes) but holds {info.file_size} bytes"
+                    )
 
 
 def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
@@ -428,6 +459,9 @@ def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
                     f"not an .npz archive (it starts with {magic!r}, not a zip header)"
                 )
             file.seek(0)
+            if magic.startswith(b"PK"):
+                _check_member_sizes(file)
+                file.seek(0)
             archive = np.load(file, allow_pickle=False)
             if not isinstance(archive, np.lib.npyio.NpzFile):
                 raise ValueError("it holds a single .npy array, not an .npz archive")
@@ -444,4 +478,41 @@ def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
     metadata = arrays.pop(NPZ_METADATA_ENTRY, None)
     if metadata is not None:
         metadata = metadata.tobytes().decode("utf-8", errors="replace")
+    return arrays, metadata
+
+
+# ------------------------------------------------------------------------------- safetensors
+# The format PyTorch programs share weights in: a JSON header and raw little-endian arrays. The
+# `safetensors` package's NumPy API reads and writes it; only flat {name: array} maps fit.
+
+
+def safetensors_bytes(arrays: dict[str, Any], metadata: dict[str, str] | None) -> bytes:
+    """The safetensors encoding of host copies of `arrays`."""
+    from safetensors.numpy import save  # noqa: PLC0415  (an optional dependency)
+
+    host = {}
+    for name, array in arrays.items():
+        array = to_numpy(array)
+        host[name] = array if array.flags.c_contiguous else np.array(array, order="C")
+    return save(host, metadata=metadata)
+
+
+def load_safetensors(path: Any) -> tuple[dict[str, np.ndarray], dict[str, str] | None]:
+    """The arrays and the string metadata of a safetensors file; ValueError when unreadable."""
+    try:
+        from safetensors import safe_open  # noqa: PLC0415
+    except ImportError:
+        raise ImportError(
+            "load: reading .safetensors files needs the safetensors package "
+            "(pip install safetensors)"
+        ) from None
+    try:
+        with safe_open(path, framework="numpy") as file:
+            metadata = file.metadata()
+            arrays = {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, TypeError, RuntimeError, Exception) as exc:  # noqa: BLE001
+        # safetensors reports a bad file with its own SafetensorError; bfloat16 has no NumPy type.
+        raise ValueError(f"not a readable safetensors file ({type(exc).__name__}: {exc})") from None
     return arrays, metadata

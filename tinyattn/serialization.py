@@ -1,8 +1,16 @@
-"""Serialization layer: ta.save / ta.load of state dicts (nested ones too) as .npz files.
+"""Serialization layer: ta.save / ta.load of state dicts as .npz or .safetensors files.
 
-Imports `backend` and `tensor`; NumPy's file format is read and written by `backend`. Invariants:
+Imports `backend` and `tensor`; the file formats are read and written by `backend`. Invariants:
 pickle is never written or accepted (arrays only, plus a JSON manifest); a save is atomic (a temp
-file in the same directory, fsync, os.replace), so a failed save leaves the old file intact.
+file in the same directory, fsync, os.replace), so a failed save leaves the old file intact; a
+save through a symbolic link replaces the link's target (the link keeps pointing at the new
+weights); a special file (a device, a FIFO, a directory) is refused, never replaced; a new file
+gets the permissions the umask allows, an existing one keeps its own.
+
+Two formats, chosen by the file name: ``.safetensors`` (a flat ``{name: Tensor}`` state dict, the
+format PyTorch programs exchange weights in, read by ``safetensors.torch.load_file``) and, for
+everything else, tinyattn's .npz checkpoint (any nesting of dicts, lists, tensors and numbers,
+such as an optimizer state dict).
 """
 
 from __future__ import annotations
@@ -56,26 +64,98 @@ def _encode(value: Any, path: str, arrays: dict[str, Any]) -> Any:
 
 
 def save(obj: Any, path: str | os.PathLike) -> None:
-    """Write `obj` (a state dict, an optimizer state dict, or any nesting of dicts, lists,
-    Tensors and numbers) to `path` as a tinyattn .npz checkpoint, atomically."""
+    """Write `obj` to `path` atomically.
+
+    A path ending in ``.safetensors`` takes a flat state dict (``{str: Tensor}``) in the
+    safetensors format; any other path a tinyattn .npz checkpoint of `obj` (a state dict, an
+    optimizer state dict, or any nesting of dicts, lists, Tensors and numbers).
+    """
+    path = os.fspath(path)
+    if path.endswith(".safetensors"):
+        payload = _safetensors_payload(obj)
+        _write_atomically(path, lambda file: file.write(payload))
+        return
     arrays: dict[str, Any] = {}
     tree = _encode(obj, "", arrays)  # all type errors surface before any file is touched
     metadata = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    _write_atomically(path, lambda file: backend.save_npz(file, arrays, metadata))
+
+
+def _safetensors_payload(obj: Any) -> bytes:
+    """The bytes of a safetensors file holding the flat state dict `obj`."""
+    if not isinstance(obj, dict):
+        raise TypeError(
+            f"save: a .safetensors file holds a flat {{name: Tensor}} state dict, got a "
+            f"{type(obj).__name__}; save other objects to a .npz path"
+        )
+    arrays = {}
+    for key, value in obj.items():
+        if not isinstance(key, str) or not isinstance(value, Tensor):
+            raise TypeError(
+                f"save: a .safetensors file holds only str -> Tensor entries; entry {key!r} is a "
+                f"{type(value).__name__}. Save nested objects (optimizer state) to a .npz path"
+            )
+        arrays[key] = value.data
+    try:
+        return backend.safetensors_bytes(arrays, {"format": "pt"})
+    except ImportError:
+        raise ImportError(
+            "save: writing .safetensors files needs the safetensors package "
+            "(pip install safetensors)"
+        ) from None
+
+
+def _target_of(path: str) -> str:
+    """Where a save to `path` must write: through symbolic links, to a regular file only."""
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    if os.path.lexists(target) and not os.path.isfile(target):
+        kind = "a directory" if os.path.isdir(target) else "not a regular file"
+        shown = path if target == path else f"{path!r} -> {target!r}"
+        raise ValueError(f"save: {shown!r} is {kind}; refusing to replace it with a checkpoint")
+    directory = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(directory):  # else the error would name the temporary file
         raise FileNotFoundError(f"save: directory {directory!r} does not exist (saving {path!r})")
+    return target
+
+
+def _new_file_mode(target: str) -> int:
+    """An existing file keeps its permissions; a new one gets 0o666 less the umask."""
+    if os.path.exists(target):
+        return os.stat(target).st_mode & 0o7777
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    # Linux shows the umask in /proc without changing it; os.umask() must set it to read it,
+    # which for a moment changes it for every thread, so it is only the fallback.
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_atomically(path: str, write: Any) -> None:
+    """Call ``write(file)`` on a temporary file beside the target, then rename it over it."""
+    target = _target_of(path)
     import tempfile  # noqa: PLC0415  (imported when saving: keeps `import tinyattn` fast)
 
+    directory = os.path.dirname(os.path.abspath(target))
     handle, temporary = tempfile.mkstemp(
-        prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory
+        prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=directory
     )
     try:
         with os.fdopen(handle, "wb") as file:
-            backend.save_npz(file, arrays, metadata)
+            write(file)
             file.flush()
+            os.fchmod(file.fileno(), _new_file_mode(target))  # mkstemp made it 0600
             os.fsync(file.fileno())
-        os.replace(temporary, path)  # atomic on POSIX and Windows: readers see old or new
+        os.replace(temporary, target)  # atomic on POSIX and Windows: readers see old or new
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
@@ -116,11 +196,20 @@ def _decode(tree: Any, arrays: dict[str, Any], device: Any, path: str) -> Any:
 
 
 def load(path: str | os.PathLike, device: Any = None) -> Any:
-    """Read a checkpoint written by `save`; tensors are created on `device` (default "cpu").
+    """Read a file written by `save` (or any safetensors file); tensors go to `device`.
 
-    A truncated, corrupt or foreign file raises ValueError naming the path and the reason.
+    A .safetensors file gives a flat ``{name: Tensor}`` dict. A truncated, corrupt or foreign
+    file raises ValueError naming the path and the reason.
     """
     shown = os.fspath(path)
+    if _is_safetensors(shown):
+        try:
+            arrays, _ = backend.load_safetensors(shown)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"load: no file at {shown!r}") from None
+        except ValueError as exc:
+            raise ValueError(f"load: {shown!r}: {exc}") from None
+        return {name: Tensor(array, device=device) for name, array in arrays.items()}
     try:
         arrays, metadata = backend.load_npz(shown)
     except FileNotFoundError:
@@ -144,6 +233,18 @@ def load(path: str | os.PathLike, device: Any = None) -> Any:
             f"reads version {VERSION}"
         )
     return _decode(header.get("tree"), arrays, device, shown)
+
+
+def _is_safetensors(path: str) -> bool:
+    """By name, or by content: 8 bytes of header length, then the JSON header's '{'."""
+    if path.endswith(".safetensors"):
+        return True
+    try:
+        with open(path, "rb") as file:
+            start = file.read(9)
+    except OSError:
+        return False
+    return len(start) == 9 and start[8:9] == b"{" and not start.startswith(b"PK")
 
 
 __all__ = ["load", "save"]
