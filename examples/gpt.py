@@ -1,0 +1,195 @@
+"""A character-level GPT in minGPT's shape, trained on tinyattn's own documentation.
+
+The model is what minGPT builds: token and position embeddings, pre-LayerNorm Transformer blocks
+with causal self-attention and a GELU MLP, a final LayerNorm and a linear head over the
+characters. It trains with AdamW (no weight decay on biases, LayerNorms and embeddings), gradient
+clipping and a warm-up schedule, then writes text greedily and by top-k sampling:
+
+    python examples/gpt.py                  # about 20 s on 2 CPU cores
+    python examples/gpt.py --steps 3000     # longer: the samples start to look like the docs
+
+It prints samples before and after training, its speed in steps/s, and saves a loss plot to
+runs/gpt/loss.png (when matplotlib is installed). Written with PyTorch's names throughout, so the
+same lines run under ``import torch`` with the imports swapped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import tinyattn as torch
+import tinyattn.nn as nn
+import tinyattn.nn.functional as F
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head attention where position t sees positions <= t (one fused q, k, v projection)."""
+
+    def __init__(self, n_embd: int, n_head: int) -> None:
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head = n_head
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd: int, n_head: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = nn.Sequential(
+            nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd)
+        )
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, block_size: int, n_layer=2, n_head=4, n_embd=64) -> None:
+        super().__init__()
+        self.block_size = block_size
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList([Block(n_embd, n_head) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx, targets=None):
+        B, T = idx.size()
+        pos = torch.arange(0, T, dtype=torch.long).unsqueeze(0)  # (1, T)
+        x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens: int, top_k: int | None = None):
+        """Greedy when top_k is None, else sample among the k most likely characters."""
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.block_size :])
+            logits = logits[:, -1, :]  # (B, V): the next character
+            if top_k is None:
+                idx_next = logits.argmax(dim=-1, keepdim=True)
+            else:
+                v, _ = torch.topk(logits, top_k)
+                logits = logits.masked_fill(logits < v[:, [-1]], float("-inf"))
+                idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+
+def optimizer_for(model: GPT, lr: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices of Linear layers only (minGPT's split)."""
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() == 2]
+    decay = [p for p in decay if all(p is not e.weight for e in (model.wte, model.wpe))]
+    others = [p for p in model.parameters() if all(p is not d for d in decay)]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--block-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/gpt")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    text = "\n".join(p.read_text() for p in sorted(DOCS.glob("*.md")))
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    decode = lambda ids: "".join(chars[i] for i in ids)  # noqa: E731
+    model = GPT(len(chars), args.block_size)
+    optimizer = optimizer_for(model, args.lr)
+    warmup = max(1, args.steps // 10)
+    cosine = lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / args.steps))  # noqa: E731
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{len(text):,} characters, vocabulary {len(chars)}, {n_params:,} parameters")
+
+    prompt = torch.tensor([[stoi[c] for c in "The engine "]])
+    model.eval()
+    print("before training:", repr(decode(model.generate(prompt, 60)[0].tolist())))
+
+    offsets = torch.arange(args.block_size + 1)  # (T + 1,)
+    steps = range(args.steps)
+    try:
+        from tqdm import tqdm
+
+        steps = steps if args.quiet else tqdm(steps, desc="training", unit="step")
+    except ImportError:
+        pass
+    model.train()
+    losses, start = [], time.perf_counter()
+    for step in steps:
+        starts = torch.randint(0, len(data) - args.block_size - 1, (args.batch_size, 1))
+        chunk = data[starts + offsets]  # (B, T + 1)
+        _, loss = model(chunk[:, :-1], chunk[:, 1:])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+    elapsed = time.perf_counter() - start
+    print(
+        f"loss {losses[0]:.2f} -> {sum(losses[-20:]) / 20:.2f}; {args.steps / elapsed:.0f} steps/s"
+    )
+
+    model.eval()
+    print("greedy:", repr(decode(model.generate(prompt, 80)[0].tolist())))
+    print("top-5: ", repr(decode(model.generate(prompt, 80, top_k=5)[0].tolist())))
+    _plot(losses, Path(args.out))
+
+
+def _plot(losses: list[float], out: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no loss plot")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    axes.plot(losses, linewidth=0.8)
+    axes.set(xlabel="step", ylabel="cross-entropy (nats/char)", title="char-level GPT")
+    figure.tight_layout()
+    figure.savefig(out / "loss.png", dpi=100)
+    print(f"loss plot: {out / 'loss.png'}")
+
+
+if __name__ == "__main__":
+    main()
