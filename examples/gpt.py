@@ -20,9 +20,10 @@ import math
 import time
 from pathlib import Path
 
+import tinyattn.nn.functional as F
+
 import tinyattn as torch
 import tinyattn.nn as nn
-import tinyattn.nn.functional as F
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -152,7 +153,7 @@ def main() -> None:
         pass
     model.train()
     losses, start = [], time.perf_counter()
-    for step in steps:
+    for _ in steps:
         starts = torch.randint(0, len(data) - args.block_size - 1, (args.batch_size, 1))
         chunk = data[starts + offsets]  # (B, T + 1)
         _, loss = model(chunk[:, :-1], chunk[:, 1:])
