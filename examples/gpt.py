@@ -20,10 +20,9 @@ import math
 import time
 from pathlib import Path
 
-import tinyattn.nn.functional as F
-
 import tinyattn as torch
 import tinyattn.nn as nn
+from tinyattn.nn import functional as F
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
