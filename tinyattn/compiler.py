@@ -1,0 +1,432 @@
+"""The fast path for whole steps: ``ta.compile(step)`` records a step's array work, then replays it.
+
+Imports `backend`, `autograd` and `tensor`. The reference path (Tensor ops building a graph, the
+engine walking it) pays Python costs per op that small models feel: a Tensor object per result,
+argument checks, graph nodes, the engine's bookkeeping. A training step does the same array work
+every time its inputs have the same shapes, so it can be written down once and replayed:
+
+- **Recording.** The first two calls with a new signature (the shapes, dtypes and devices of the
+  tensor arguments, and the other arguments' values) run eagerly while a `Recorder` writes a
+  tape: every op's ``forward`` on its arrays, every backward rule, every gradient stored on a
+  leaf, every random draw made outside an op, and calls that must run as Python on every step
+  (``optimizer.step``, gradient clipping, a scheduler's ``step``).
+- **Checking.** The two tapes must agree: the same ops with the same arguments, and every array
+  that no recorded op made (a parameter, a constant mask) either the same array in both calls or
+  equal in value. An array that changes between calls without a recorded op making it was made
+  by code the tape cannot see (raw array code, or a Python number read from a tensor), and
+  replaying it would be silently wrong: that is a `CompileError` naming the op, never a replay.
+  Reading a tensor's value into Python (``.item()``, ``bool(x)``, ``.numpy()``) inside the step
+  is refused while recording for the same reason.
+- **Replaying.** From the third call on, the tape runs on the new inputs' arrays: ``forward``
+  functions are called directly with arrays from a list of slots, with no Tensor objects, no
+  graph and no checks, then each backward rule, then the optimizer. Parameters and optimizer
+  state change in place exactly as in eager mode; the returned tensors hold the new values.
+
+What the tape cannot hold is refused when recording, not replayed: see `CompileError`. Python
+side effects of the step other than the calls listed above (printing, appending to a list) run
+only while recording.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from . import autograd, backend
+from .tensor import Tensor
+
+
+class CompileError(RuntimeError):
+    """A step cannot be replayed faithfully; the message says which op or call and why."""
+
+
+class _Slot:
+    """A placeholder for the array in slot `index`, inside an op's keyword arguments."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class Recorder:
+    """Writes the tape of one call. The engine, `Function.apply` and backend call it."""
+
+    def __init__(self, inputs: list[Tensor]) -> None:
+        self.tape: list[tuple] = []
+        self.slot_of: dict[int, int] = {}  # id(array) -> slot
+        self.arrays: list[Any] = []  # slot -> the recorded array (keeps ids alive and unique)
+        self.made: list[bool] = []  # slot -> made by the tape (True) or given (False)
+        self.output_slot: dict[int, int] = {}  # id(Function) -> the slot of its output
+        self.suspended = 0  # > 0 inside a replayed call, whose inner work is not recorded
+        self.in_forward = 0
+        for tensor in inputs:
+            self._new_slot(tensor.data, made=True)
+
+    # ------------------------------------------------------------------------------ slots
+    def _new_slot(self, array: Any, made: bool) -> int:
+        self.slot_of[id(array)] = len(self.arrays)
+        self.arrays.append(array)
+        self.made.append(made)
+        return len(self.arrays) - 1
+
+    def _slot(self, array: Any) -> int:
+        """The slot of an array the tape reads: one it made, or a new constant slot."""
+        slot = self.slot_of.get(id(array))
+        if slot is None or self.arrays[slot] is not array:
+            slot = self._new_slot(array, made=False)
+        return slot
+
+    def _kwargs(self, kwargs: dict) -> tuple[dict, bool]:
+        """Keyword arguments with arrays replaced by slots (index arrays of a GetItem key)."""
+        found = False
+
+        def walk(value: Any) -> Any:
+            nonlocal found
+            if isinstance(value, tuple | list):
+                return type(value)(walk(v) for v in value)
+            if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type):
+                found = True
+                return _Slot(self._slot(value))
+            return value
+
+        return {k: walk(v) for k, v in kwargs.items()}, found
+
+    # -------------------------------------------------------------------------- recording
+    def forward(self, fn: Any, inputs: tuple, kwargs: dict) -> Any:
+        """Run and record one op's forward (called by `Function.apply` while recording)."""
+        arrays = [t.data for t in inputs]
+        self.in_forward += 1
+        try:
+            data = fn.forward(*arrays, **kwargs)
+        finally:
+            self.in_forward -= 1
+        if self.suspended:
+            return data
+        in_slots = [self._slot(a) for a in arrays]
+        template, dynamic = self._kwargs(kwargs)
+        out = self._new_slot(data, made=True)
+        saved = getattr(fn, "_saved", None) or ()
+        saved_slots = [
+            (position, self._new_slot(value, made=True))
+            for position, value in enumerate(saved)
+            if value is not None and not hasattr(value, "_ctx") and id(value) not in self.slot_of
+        ]
+        self.output_slot[id(fn)] = out
+        self.tape.append(("op", fn, in_slots, template, dynamic, out, saved_slots))
+        return data
+
+    def rule(self, fn: Any, grad: Any, output: Any, run: Callable[[], tuple]) -> tuple:
+        """Run one backward rule. Ops inside it are recorded as usual; a rule that returns arrays
+        no recorded op made (raw array code) is recorded as one call of the rule instead."""
+        if self.suspended:
+            return run()
+        mark = len(self.tape)
+        grads = run()
+        if all(g is None or id(_data(g)) in self.slot_of for g in grads):
+            return grads
+        del self.tape[mark:]  # replay the rule itself, with its inputs' arrays refreshed
+        refresh = []
+        for tensor in fn.inputs:
+            slot = self.slot_of.get(id(tensor.data))
+            refresh.append(slot if slot is not None and self.made[slot] else None)
+        out_slots = [None if g is None else self._new_slot(_data(g), made=True) for g in grads]
+        grad_slot = self._slot(grad.data)
+        self.tape.append(("rule", fn, grad_slot, self._slot(output.data), refresh, out_slots))
+        return grads
+
+    def set_grad(self, leaf: Tensor, grad: Tensor) -> None:
+        """The engine stored `grad` as ``leaf.grad``."""
+        if not self.suspended:
+            self.tape.append(("grad", leaf, self._slot(grad.data)))
+
+    def draw(self, function: Callable, args: tuple, result: Any) -> None:
+        """A random draw: replayed as a new draw, unless an op's forward made it (the op's own
+        replay draws again)."""
+        if not self.suspended and not self.in_forward:
+            self.tape.append(("draw", function, args, self._new_slot(result, made=True)))
+
+    def call(self, function: Callable, args: tuple, kwargs: dict) -> Any:
+        """Run a call that replays as Python (an optimizer step); record it with its result."""
+        if self.suspended:
+            return function(*args, **kwargs)
+        self.suspended += 1
+        try:
+            result = function(*args, **kwargs)
+        finally:
+            self.suspended -= 1
+        slot = self._new_slot(result.data, made=True) if isinstance(result, Tensor) else None
+        self.tape.append(("call", function, args, kwargs, slot))
+        return result
+
+    def host_read(self, what: str) -> None:
+        if not self.suspended:
+            raise CompileError(
+                f"compile: the step reads a tensor's value into Python ({what}) while it is "
+                "recorded; the replay could not follow a branch or a number computed from it. "
+                "Return the tensor from the step and read it outside"
+            )
+
+
+# ------------------------------------------------------------------------------------ checking
+def _data(value: Any) -> Any:
+    return value.data if isinstance(value, Tensor) else value
+
+
+def _same_constant(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    host_a, host_b = backend.to_numpy(a), backend.to_numpy(b)
+    equal = host_a == host_b
+    if host_a.dtype.kind in "fc":  # NaN == NaN here: the same constant either way
+        equal = equal | ((host_a != host_a) & (host_b != host_b))
+    return bool(equal.all())
+
+
+def _same_argument(x: Any, y: Any) -> bool:
+    """Arguments of a replayed call: the same objects (tensors by identity) or equal values."""
+    if x is y:
+        return True
+    if isinstance(x, tuple | list):
+        return type(x) is type(y) and len(x) == len(y) and all(map(_same_argument, x, y))
+    if isinstance(x, Tensor) or isinstance(y, Tensor):
+        return False
+    try:
+        return bool(x == y)
+    except (TypeError, ValueError):
+        return False
+
+
+def _entry_name(entry: tuple) -> str:
+    kind = entry[0]
+    if kind in ("op", "rule"):
+        return f"{type(entry[1]).__name__} {'forward' if kind == 'op' else 'backward'}"
+    if kind == "call":
+        return f"call of {getattr(entry[1], '__qualname__', entry[1])}"
+    return kind
+
+
+def check_same(first: Recorder, second: Recorder) -> None:
+    """Raise CompileError unless two recordings of one signature can share one tape."""
+    if len(first.tape) != len(second.tape):
+        raise CompileError(
+            f"compile: two calls with the same input shapes ran different operations "
+            f"({len(first.tape)} and {len(second.tape)} recorded steps): the step branches on "
+            "values or Python state, so no single recording can replay it"
+        )
+    for position, (a, b) in enumerate(zip(first.tape, second.tape)):
+        same = a[0] == b[0] and (type(a[1]) is type(b[1]) if a[0] in ("op", "rule") else True)
+        if a[0] == "op" and same:
+            same = a[2] == b[2] and _same_kwargs(a[3], b[3])
+        if a[0] == "call" and same:
+            same = a[1] == b[1] and _same_argument(a[2], b[2])
+            same = same and a[3].keys() == b[3].keys()
+            same = same and all(_same_argument(a[3][k], b[3][k]) for k in a[3])
+        if not same:
+            raise CompileError(
+                f"compile: operation {position} differs between two calls with the same input "
+                f"shapes ({_entry_name(a)} vs {_entry_name(b)}): the step depends on values or "
+                "Python state the tape cannot see"
+            )
+    if len(first.arrays) != len(second.arrays):
+        raise CompileError("compile: the two recordings use different numbers of arrays")
+    for slot, (a, b) in enumerate(zip(first.arrays, second.arrays)):
+        if first.made[slot] != second.made[slot]:
+            raise CompileError(f"compile: array {slot} is made by the step in one call only")
+        if not first.made[slot] and not _same_constant(a, b):
+            user = next(
+                (_entry_name(e) for e in second.tape if e[0] == "op" and slot in e[2]), "a call"
+            )
+            raise CompileError(
+                f"compile: an input of {user} (shape {tuple(b.shape)}) changes between calls but "
+                "is not made by a recorded operation (raw array code, a new tensor made from a "
+                "Python value, or a parameter replaced instead of updated in place); it would be "
+                "replayed stale"
+            )
+
+
+def _same_kwargs(a: dict, b: dict) -> bool:
+    def same(x: Any, y: Any) -> bool:
+        if isinstance(x, _Slot) or isinstance(y, _Slot):
+            return isinstance(x, _Slot) and isinstance(y, _Slot) and x.index == y.index
+        if isinstance(x, tuple | list):
+            return type(x) is type(y) and len(x) == len(y) and all(map(same, x, y))
+        try:
+            return bool(x == y)
+        except (TypeError, ValueError):
+            return x is y
+
+    return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+
+
+# ----------------------------------------------------------------------------------- replaying
+def _fill(value: Any, env: list) -> Any:
+    if isinstance(value, _Slot):
+        return env[value.index]
+    if isinstance(value, tuple | list):
+        return type(value)(_fill(v, env) for v in value)
+    return value
+
+
+class Tape:
+    """A checked recording, replayed on new input arrays."""
+
+    def __init__(self, recorder: Recorder, outputs: Any) -> None:
+        self.entries = recorder.tape
+        handlers = {"op": self._op, "rule": self._rule, "grad": self._grad}
+        handlers.update(draw=self._draw, call=self._call)
+        self.program = [(handlers[entry[0]], entry) for entry in self.entries]
+        self.template = [None if made else a for a, made in zip(recorder.arrays, recorder.made)]
+        self.outputs = outputs  # the step's result, with Tensors replaced by slots
+
+    def replay(self, inputs: list[Tensor]) -> Any:
+        env = self.template.copy()
+        for position, tensor in enumerate(inputs):
+            env[position] = tensor.data
+        with autograd.no_grad():
+            for handler, entry in self.program:
+                handler(entry, env)
+        return _rebuild(self.outputs, env)
+
+    @staticmethod
+    def _op(entry: tuple, env: list) -> None:
+        _, fn, in_slots, kwargs, dynamic, out, saved_slots = entry
+        if dynamic:
+            kwargs = {k: _fill(v, env) for k, v in kwargs.items()}
+        env[out] = fn.forward(*[env[i] for i in in_slots], **kwargs)
+        if saved_slots:
+            saved = fn._saved
+            for position, slot in saved_slots:
+                env[slot] = saved[position]
+
+    @staticmethod
+    def _rule(entry: tuple, env: list) -> None:
+        _, fn, grad_slot, output_slot, refresh, out_slots = entry
+        for tensor, slot in zip(fn.inputs, refresh):
+            if slot is not None:
+                tensor.data = env[slot]
+        fn.output = Tensor._from_op(env[output_slot], None)
+        try:
+            grads = fn.backward(Tensor._from_op(env[grad_slot], None))
+        finally:
+            fn.output = None
+        grads = grads if isinstance(grads, tuple | list) else (grads,)
+        for grad, slot in zip(grads, out_slots):
+            if slot is not None:
+                env[slot] = grad.data if isinstance(grad, Tensor) else grad
+
+    @staticmethod
+    def _grad(entry: tuple, env: list) -> None:
+        _, leaf, slot = entry
+        leaf.grad = Tensor._from_op(env[slot], None)
+
+    @staticmethod
+    def _draw(entry: tuple, env: list) -> None:
+        _, function, args, slot = entry
+        env[slot] = function(*args)
+
+    @staticmethod
+    def _call(entry: tuple, env: list) -> None:
+        _, function, args, kwargs, slot = entry
+        result = function(*args, **kwargs)
+        if slot is not None:
+            env[slot] = result.data
+
+
+def _encode_outputs(value: Any, recorder: Recorder) -> Any:
+    if isinstance(value, Tensor):
+        return _Slot(recorder._slot(value.data))
+    if isinstance(value, tuple | list):
+        return type(value)(_encode_outputs(v, recorder) for v in value)
+    if isinstance(value, dict):
+        return {k: _encode_outputs(v, recorder) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise CompileError(
+        f"compile: the step returned a {type(value).__name__}; return tensors, numbers, or "
+        "tuples, lists and dicts of them"
+    )
+
+
+def _rebuild(value: Any, env: list) -> Any:
+    if isinstance(value, _Slot):
+        return Tensor._from_op(env[value.index], None)
+    if isinstance(value, tuple | list):
+        return type(value)(_rebuild(v, env) for v in value)
+    if isinstance(value, dict):
+        return {k: _rebuild(v, env) for k, v in value.items()}
+    return value
+
+
+# -------------------------------------------------------------------------------------- compile
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    """The cache key: tensors by shape, dtype and device; other arguments by value."""
+
+    def key(value: Any) -> Any:
+        if isinstance(value, Tensor):
+            return ("tensor", value.shape, str(value.dtype), value.device)
+        try:
+            hash(value)
+            return value
+        except TypeError:
+            return ("id", id(value))
+
+    return tuple(key(a) for a in args) + tuple((k, key(v)) for k, v in sorted(kwargs.items()))
+
+
+class CompiledStep:
+    """What `compile` returns: call it like the step. ``.tapes`` maps signatures to tapes."""
+
+    def __init__(self, step: Callable, max_signatures: int = 8) -> None:
+        functools.update_wrapper(self, step)
+        self.step = step
+        self.max_signatures = max_signatures
+        self.tapes: dict[tuple, Tape] = {}
+        self._first: dict[tuple, Recorder] = {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = _signature(args, kwargs)
+        inputs = [a for a in args if isinstance(a, Tensor)]
+        tape = self.tapes.get(key)
+        if tape is not None:
+            return tape.replay(inputs)
+        recorder, result = self._record(inputs, args, kwargs)
+        first = self._first.pop(key, None)
+        if first is None:
+            self._first[key] = recorder
+        else:
+            check_same(first, recorder)
+            if len(self.tapes) >= self.max_signatures:
+                self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
+            self.tapes[key] = Tape(recorder, _encode_outputs(result, recorder))
+        return result
+
+    def _record(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> tuple[Recorder, Any]:
+        if autograd.active_recorder() is not None:
+            raise CompileError("compile: a compiled step cannot call another compiled step")
+        recorder = Recorder(inputs)
+        previous = autograd.set_recorder(recorder)
+        try:
+            result = self.step(*args, **kwargs)
+            _encode_outputs(result, recorder)  # an unsupported result fails now, not later
+        finally:
+            autograd.set_recorder(previous)
+        return recorder, result
+
+
+def compile(step: Callable | None = None, *, max_signatures: int = 8) -> Any:  # noqa: A001
+    """Record `step` and replay it on later calls with the same input shapes.
+
+    ``step = ta.compile(train_step)`` (or ``@ta.compile``): the first two calls for each new
+    signature run eagerly while recording and checking; later calls replay the recording. See
+    docs/performance.md, "How the fast path works".
+    """
+    if step is None:
+        return lambda f: CompiledStep(f, max_signatures)
+    return CompiledStep(step, max_signatures)
+
+
+__all__ = ["CompileError", "CompiledStep", "Recorder", "compile"]
