@@ -7,9 +7,12 @@ a visible regression, not a silent one. Rendering runs only where the `dot` prog
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ import tinyattn as ta
 from tinyattn import viz
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def small_graph():
@@ -221,3 +225,24 @@ def test_importing_tinyattn_and_viz_pulls_in_no_plotting_library():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _make_pictures():
+    path = ROOT / "docs" / "scripts" / "make_pictures.py"
+    spec = importlib.util.spec_from_file_location("make_pictures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_start_here_picture_shows_the_pages_own_numbers():
+    """The SVG in start-here.md draws what the page's example computes (regenerate it with
+    docs/scripts/make_pictures.py when the example changes)."""
+    page = _make_pictures().run_page("start-here.md", "picture = viz.to_dot")
+    svg = (ROOT / "docs" / "images" / "start_here_graph.svg").read_text()
+    labels = re.findall(r'label="([^"]*)", shape', page["picture"])
+    assert any("grad 6" in label for label in labels)  # dL/da of the micrograd example
+    for label in labels:
+        for line in label.split("\\n"):
+            assert f">{line.replace('-', '&#45;')}<" in svg, line
+    assert "images/start_here_graph.svg" in (ROOT / "docs" / "start-here.md").read_text()

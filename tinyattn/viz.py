@@ -68,8 +68,9 @@ def _gradient_recorder(grads: dict, key: int):
 def trace(root: Tensor) -> Trace:
     """Before ``backward()``: keep every node of `root`'s graph and record its gradient.
 
-    ``to_dot(root, values=True, trace=t)`` then shows each node's value and gradient, even after
-    a backward that released the graph. Call it once per graph (each call adds hooks).
+    ``to_dot(root, trace=t)`` then shows each node's value and gradient, even after a backward
+    that released the graph. Gradients add up over backward calls, like ``.grad``. Call it once
+    per graph (each call adds hooks).
     """
     if not isinstance(root, Tensor):
         raise TypeError(f"trace: expected a Tensor, got {type(root).__name__}")
