@@ -168,7 +168,7 @@ class Function:
     # Built-in ops add their own __slots__; a user subclass without __slots__ gets a __dict__.
     # `inputs` is None once the node is released (after a backward without retain_graph).
     # `_seq` is the creation number the engine orders by (set when the node is recorded).
-    __slots__ = ("inputs", "output", "_saved", "_trace", "_seq")
+    __slots__ = ("inputs", "output", "_saved", "_trace", "_seq", "released_inputs")
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -221,8 +221,14 @@ class Function:
         return self.inputs is None
 
     def release(self) -> None:
-        """Drop what backward needed; a second backward through this node then raises."""
+        """Drop what backward needed; a second backward through this node then raises.
+
+        ``released_inputs`` keeps the graph's shape for pictures: each former input if it is a
+        leaf, else the Function that produced it (no array of an intermediate stays alive).
+        """
         self._saved = None
+        if self.inputs is not None:
+            self.released_inputs = tuple(t if t._ctx is None else t._ctx for t in self.inputs)
         self.inputs = None
 
 

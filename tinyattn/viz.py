@@ -2,7 +2,11 @@
 
 A tool above all the layers: it imports only `backend` (for dtype names) and `tensor`, and reads
 the graph the way the engine does (``tensor._ctx`` is the Function that made a tensor,
-``fn.inputs`` the tensors it read), iteratively, so deep graphs work. It never imports the
+``fn.inputs`` the tensors it read), iteratively, so deep graphs work. After a backward without
+``retain_graph`` a Function keeps only the shape of the graph (``fn.released_inputs``: each
+former input if it was a leaf, else the Function that made it), so the picture still draws,
+with the leaves' values and gradients. ``trace(root)`` keeps every node's value and records its
+gradient with hooks, for a picture of everything, like micrograd's. It never imports the
 `graphviz` package at import time: ``to_dot`` needs nothing, ``render`` looks for the ``dot``
 program (or the package) only when called.
 """
@@ -27,6 +31,9 @@ _OP_COLOUR = "#e8e8e8"
 _PARAM_COLOUR = "#a9d3f5"
 _CONSTANT_COLOUR = "#ffffff"
 
+# A tensor with at most this many elements shows its numbers; a larger one, a summary.
+SMALL = 6
+
 _INSTALL_HINT = (
     "render needs the Graphviz 'dot' program, which was not found on PATH. Install Graphviz "
     "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install "
@@ -35,27 +42,89 @@ _INSTALL_HINT = (
 )
 
 
-def _walk(root: Tensor) -> tuple[list[Tensor], list[tuple[int, int, int]]]:
-    """Every tensor the root was computed from, numbered breadth-first from the root (0), and
-    the edges (input number, consumer number, input position)."""
-    nodes = [root]
-    number = {id(root): 0}  # the tensors stay alive in `nodes`, so their ids stay unique
+class Trace:
+    """What ``trace(root)`` recorded: every op node's output tensor (so its value stays alive)
+    and, once a backward has run, the gradient that reached it. Keys are the op's Function."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[int, Tensor] = {}  # id(Function) -> the tensor it made
+        self.grads: dict[int, Tensor] = {}  # id(Function) -> that tensor's gradient
+
+    def tensor_of(self, fn: Any) -> Tensor | None:
+        return self.tensors.get(id(fn))
+
+    def grad_of(self, fn: Any) -> Tensor | None:
+        return self.grads.get(id(fn))
+
+
+def _gradient_recorder(grads: dict, key: int):
+    # The hook holds the dict, not the tensor or the Trace: no reference cycle through _hooks.
+    def record(grad: Tensor) -> None:
+        grads[key] = grad if key not in grads else grads[key] + grad
+
+    return record
+
+
+def trace(root: Tensor) -> Trace:
+    """Before ``backward()``: keep every node of `root`'s graph and record its gradient.
+
+    ``to_dot(root, trace=t)`` then shows each node's value and gradient, even after a backward
+    that released the graph. Gradients add up over backward calls, like ``.grad``. Call it once
+    per graph (each call adds hooks).
+    """
+    if not isinstance(root, Tensor):
+        raise TypeError(f"trace: expected a Tensor, got {type(root).__name__}")
+    recorded = Trace()
+    nodes, _ = _walk(root)
+    for fn, tensor in nodes:
+        if fn is None or tensor is None:
+            continue
+        recorded.tensors[id(fn)] = tensor
+        tensor.register_hook(_gradient_recorder(recorded.grads, id(fn)))
+    return recorded
+
+
+def _parents(fn: Any) -> tuple:
+    """The inputs of `fn`: Tensors while the graph is alive; after release, leaf Tensors and the
+    Functions that made the other inputs."""
+    if fn.inputs is not None:
+        return fn.inputs
+    released = getattr(fn, "released_inputs", None)
+    if released is None:
+        raise RuntimeError(
+            f"to_dot: the graph through {fn.name} was freed by backward(); call to_dot "
+            "before backward, or pass retain_graph=True to backward"
+        )
+    return released
+
+
+def _node_of(item: Any) -> tuple[Any, Tensor | None]:
+    """(Function or None, Tensor or None) for an input: a Tensor, or a released op's Function."""
+    if isinstance(item, Tensor):
+        return item._ctx, item
+    return item, None
+
+
+def _walk(root: Tensor) -> tuple[list[tuple[Any, Tensor | None]], list[tuple[int, int, int]]]:
+    """Every node the root was computed from, numbered breadth-first from the root (0), as
+    (Function, tensor) pairs (a leaf has no Function, a released op node may have no tensor),
+    and the edges (input number, consumer number, input position)."""
+    nodes = [_node_of(root)]
+    # An op node is known by its Function (one per output tensor), a leaf by the tensor itself;
+    # both stay alive in `nodes`, so their ids stay unique.
+    number = {id(root._ctx if root._ctx is not None else root): 0}
     edges = []
     position = 0
     while position < len(nodes):  # an explicit queue: no recursion limit on deep graphs
-        tensor = nodes[position]
-        fn = tensor._ctx
+        fn = nodes[position][0]
         if fn is not None:
-            if getattr(fn, "_released", False) or fn.inputs is None:
-                raise RuntimeError(
-                    f"to_dot: the graph through {fn.name} was freed by backward(); call to_dot "
-                    "before backward, or pass retain_graph=True to backward"
-                )
-            for slot, parent in enumerate(fn.inputs):
-                if id(parent) not in number:
-                    number[id(parent)] = len(nodes)
-                    nodes.append(parent)
-                edges.append((number[id(parent)], position, slot))
+            for slot, item in enumerate(_parents(fn)):
+                node = _node_of(item)
+                key = id(node[0] if node[0] is not None else node[1])
+                if key not in number:
+                    number[key] = len(nodes)
+                    nodes.append(node)
+                edges.append((number[key], position, slot))
         position += 1
     return nodes, edges
 
@@ -65,32 +134,68 @@ def _describe(tensor: Any) -> str:
     return f"{tensor.shape} {backend.dtype_name(tensor.dtype)}"
 
 
+def summary(tensor: Tensor) -> str:
+    """A tensor's numbers in one short line: all of them when small, else mean, min and max."""
+    values = [float(v) for v in backend.to_numpy(tensor.detach().data).reshape(-1)]
+    if len(values) == 1 and tensor.ndim == 0:
+        return f"{values[0]:.4g}"
+    if len(values) <= SMALL:
+        return "[" + ", ".join(f"{v:.4g}" for v in values) + "]"
+    mean = sum(values) / len(values)
+    return f"mean {mean:.3g}, min {min(values):.3g}, max {max(values):.3g}"
+
+
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _node_line(index: int, tensor: Tensor, name: str | None, is_root: bool) -> str:
+def _node_line(
+    index: int,
+    fn: Any,
+    tensor: Tensor | None,
+    name: str | None,
+    is_root: bool,
+    values: bool | None,
+    recorded: Trace | None,
+) -> str:
     lines = []
-    if tensor._ctx is not None:  # made by an op: a box named after the op
-        lines.append(tensor._ctx.name)
+    grad = None
+    if fn is not None:  # made by an op: a box named after the op
+        lines.append(fn.name)
         shape, colour = "box", _OP_COLOUR
+        if recorded is not None:
+            tensor = tensor if tensor is not None else recorded.tensor_of(fn)
+            grad = recorded.grad_of(fn)
     elif tensor.requires_grad:  # a leaf the gradient reaches: a parameter or an input
         lines.append(name or "leaf")
         shape, colour = "ellipse", _PARAM_COLOUR
+        grad = tensor.grad
     else:  # a constant: one-element constants show their value (the 2.0 of x * 2.0)
         lines.append(name or (repr(tensor.item()) if tensor.size == 1 else "constant"))
         shape, colour = "ellipse", _CONSTANT_COLOUR
-    if name is not None and tensor._ctx is not None:
+    if name is not None and fn is not None:
         lines.append(name)
-    lines.append(_describe(tensor))
-    if tensor._ctx is None and tensor.requires_grad:
+    if tensor is not None:
+        lines.append(_describe(tensor))
+    if fn is None and tensor.requires_grad:
         lines.append("requires_grad")
+    # values=None: numbers only where a gradient is known (after backward); True: every value.
+    show_value = values or (values is None and grad is not None)
+    if tensor is not None and show_value:
+        lines.append(f"data {summary(tensor)}")
+    if grad is not None and values is not False:
+        lines.append(f"grad {summary(grad)}")
     colour = _ROOT_COLOUR if is_root else colour
     label = "\\n".join(_escape(line) for line in lines)
     return f'  n{index} [label="{label}", shape={shape}, fillcolor="{colour}"];'
 
 
-def to_dot(tensor: Tensor, names: Mapping[str, Tensor] | None = None) -> str:
+def to_dot(
+    tensor: Tensor,
+    names: Mapping[str, Tensor] | None = None,
+    values: bool | None = None,
+    trace: Trace | None = None,
+) -> str:
     """Graphviz DOT text of the graph that produced `tensor`, drawn from inputs down to it.
 
     Boxes are ops (op name, output shape and dtype); ellipses are leaves, blue when they
@@ -98,18 +203,31 @@ def to_dot(tensor: Tensor, names: Mapping[str, Tensor] | None = None) -> str:
     inputs (``a - b`` is not ``b - a``). `names` labels tensors, e.g.
     ``dict(model.named_parameters())``. Nodes are numbered breadth-first from the output (n0),
     so the same graph always gives the same text.
+
+    Works before and after ``backward()``. `values`: None (default) shows the value and the
+    gradient of each leaf that has a ``.grad``; True shows every kept node's value (and its
+    gradient when `trace` recorded one; a given `trace` implies True); False shows the
+    structure only. Small tensors show their numbers, larger ones their mean, min and max.
     """
     if not isinstance(tensor, Tensor):
         raise TypeError(f"to_dot: expected a Tensor, got {type(tensor).__name__}")
-    label_of = {id(t): name for name, t in (names or {}).items()}
+    if trace is not None and values is None:
+        values = True
+    label_of = {}
+    for name, named in (names or {}).items():
+        label_of[id(named)] = name
+        if named._ctx is not None:  # after release, an op node is known by its Function only
+            label_of[id(named._ctx)] = name
     nodes, edges = _walk(tensor)
     lines = [
         "digraph tinyattn {",
         '  node [fontname="Helvetica", fontsize=10, style=filled];',
         "  edge [fontsize=8];",
     ]
-    for index, node in enumerate(nodes):
-        lines.append(_node_line(index, node, label_of.get(id(node)), index == 0))
+    for index, (fn, node) in enumerate(nodes):
+        key = id(node) if node is not None else id(fn)
+        name = label_of.get(key, label_of.get(id(fn)) if fn is not None else None)
+        lines.append(_node_line(index, fn, node, name, index == 0, values, trace))
     inputs_of = [0] * len(nodes)
     for _, consumer, _ in edges:
         inputs_of[consumer] += 1
@@ -132,13 +250,16 @@ def render(
     path: str | os.PathLike,
     format: str | None = None,  # noqa: A002  (graphviz's own name)
     names: Mapping[str, Tensor] | None = None,
+    values: bool | None = None,
+    trace: Trace | None = None,
 ) -> Path:
     """Draw the graph of `tensor` to `path` as SVG or PNG (from the suffix unless `format` is
-    given) with Graphviz; returns the path. Raises RuntimeError saying how to install Graphviz
-    when neither the ``dot`` program nor a working ``graphviz`` package is available."""
+    given) with Graphviz (`names`, `values`, `trace`: as for ``to_dot``); returns the path.
+    Raises RuntimeError saying how to install Graphviz when neither the ``dot`` program nor a
+    working ``graphviz`` package is available."""
     path = Path(path)
     chosen = _format_of(path, format)
-    text = to_dot(tensor, names)
+    text = to_dot(tensor, names, values, trace)
     dot = shutil.which("dot")
     if dot is not None:
         done = subprocess.run(
@@ -158,4 +279,4 @@ def render(
     return path
 
 
-__all__ = ["render", "to_dot"]
+__all__ = ["Trace", "render", "summary", "to_dot", "trace"]
