@@ -1,12 +1,14 @@
-"""examples/copy_task.py: it learns the copy, the ablation cannot, and the command line works.
+"""examples/copy_task.py: it learns the copy, the ablation cannot, a resumed run is bit-exact,
+and the command line works.
 
-The training tests call the example's own functions (make_batch, build_model, train, evaluate)
-with its default configuration, so the README's first command is what is tested. No timing is
-asserted (the machine is shared); the whole file takes about 10 s on a 2-core CPU.
+The training tests call the example's own functions (make_batch, build_model, train, evaluate;
+the helpers in copy_task_extras.py) with its default configuration, so the README's first command
+is what is tested. No timing is asserted (the machine is shared).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import subprocess
@@ -33,6 +35,7 @@ def _load_example():
 
 
 copy_task = _load_example()
+extras = importlib.import_module("copy_task_extras")  # importable once the example has loaded
 
 
 # Training runs in a child process that imports the example BEFORE NumPy, so that the example's
@@ -43,6 +46,7 @@ TRAINING = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import copy_task  # first: it sets OPENBLAS_NUM_THREADS=1 before NumPy loads
+import copy_task_extras as extras
 import numpy as np
 
 def run(config, eval_seed):
@@ -51,7 +55,7 @@ def run(config, eval_seed):
     result = copy_task.evaluate(model, config, 1000, np.random.default_rng(eval_seed))
     entry = {"result": result, "steps": history.steps, "stopped_early": history.stopped_early,
              "checks": history.checks, "losses": history.losses,
-             "report": copy_task.report(config, history, result)}
+             "report": extras.report(config, history, result)}
     return model, entry
 
 runs = {}
@@ -60,12 +64,17 @@ for seed in (0, 1, 2):
     model, runs[seed] = run(config, 10_000 + seed)
     if seed == 0:
         inputs, _ = copy_task.make_batch(1, config.seq_len, config.vocab, np.random.default_rng(5))
-        maps = copy_task.attention_maps(model, inputs)
-        layer, head, share = copy_task.copy_head(maps, config.seq_len)
-        names = copy_task.token_names(inputs, config.sep)
+        maps = extras.attention_maps(model, inputs)
+        layer, head, share = extras.copy_head(maps, config.seq_len)
+        names = extras.token_names(inputs, config.sep)
         runs["maps"] = {"shapes": [list(m.shape) for m in maps], "share": share,
                         "row_sums": [float(abs(m.sum(axis=-1) - 1).max()) for m in maps],
-                        "heatmap": copy_task.text_heatmap(maps[layer][head], names)}
+                        "heatmap": extras.text_heatmap(maps[layer][head], names)}
+        digits = inputs.numpy()[0, : config.seq_len].tolist()  # the same held-out example
+        sequence = copy_task.greedy_copy(model, config, digits)
+        runs["decoding"] = {"digits": digits, "sequence": sequence,
+                            "rows": extras.decoding_rows(model, config, sequence)[2],
+                            "explained": extras.explain(model, config, inputs, sequence)}
 _, runs["ablation"] = run(copy_task.Config(seed=0, attention=False, steps=150), 7)
 runs["attn_parameters"] = [name for name, _ in copy_task.build_model(
     copy_task.Config(attention=False)).named_parameters() if "attn" in name]
@@ -80,6 +89,10 @@ def runs():
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def parse_args(flags: list[str]):
+    return extras.parse_args(flags, copy_task.Config())
 
 
 def test_make_batch_is_digits_sep_digits():
@@ -114,6 +127,22 @@ def test_the_copy_head_looks_n_positions_back(runs):
     assert maps["heatmap"].count("\n") == 16 and "query  |" in maps["heatmap"]
 
 
+def test_greedy_decoding_copies_by_looking_n_positions_back(runs):
+    """The explanation's claim: each digit the trained model writes, from the first half alone,
+    is the token at the key its copy head weighted most, n positions back."""
+    decoding, n = runs["decoding"], 8
+    assert decoding["sequence"][: n + 1] == [*decoding["digits"], 10]  # the prompt is kept
+    assert decoding["sequence"][n + 1 :] == decoding["digits"]  # the copy is exact
+    rows = decoding["rows"]
+    assert [p for p, _, _, _ in rows] == list(range(n, 2 * n))
+    for p, written, key, weight in rows:
+        assert key == p - n and decoding["sequence"][key] == written and weight > 0.5, rows
+    explained = "\n".join(decoding["explained"])
+    assert "copied 8 of 8 digits right; 8 of the 8 digits written" in explained
+    assert "it copies by looking 8 positions back" in explained
+    assert explained.count("<- position") == n and "query  |" in explained
+
+
 def test_without_attention_it_stays_at_chance(runs):
     run = runs["ablation"]
     assert runs["attn_parameters"] == []  # the ablation has no attention weights at all
@@ -134,6 +163,55 @@ def test_a_few_steps_on_every_backend(device):
     assert history.steps == 2 and all(np.isfinite(history.losses))
     result = copy_task.evaluate(model, config, 40, np.random.default_rng(1))
     assert 0.0 <= result["token"] <= 1.0 and result["sequences"] == 40
+
+
+def tiny(steps: int, device: str = "cpu") -> object:
+    """A seconds-fast configuration with dropout on (its masks come from tinyattn's generator)
+    and held-out checks that never stop training early."""
+    return copy_task.Config(
+        seq_len=4, vocab=5, width=16, batch=8, steps=steps, seed=3, device=device, dropout=0.2,
+        check_every=2, check_size=16, confidence=2.0,
+    )  # fmt: skip
+
+
+def test_resume_is_bit_exact(device, tmp_path):
+    """Train 4 steps, save, reload into a fresh model, train 3 more: the same losses, checks,
+    weights, optimizer moments and generator state, bit for bit, as 7 steps in one go."""
+    whole = copy_task.build_model(tiny(7, device))
+    whole_state = copy_task.start_training(whole, tiny(7, device))
+    history = copy_task.train(whole, tiny(7, device), whole_state, quiet=True)
+    rng_after = ta.get_rng_state()
+
+    first = tiny(4, device)
+    model = copy_task.build_model(first)
+    state = copy_task.start_training(model, first)
+    copy_task.train(model, first, state, quiet=True)
+    extras.save_checkpoint(tmp_path / "checkpoint.npz", model, first, state)
+    ta.manual_seed(12345)  # whatever happens in between must not matter
+    ta.randn(10)
+
+    checkpoint = ta.load(tmp_path / "checkpoint.npz", device=device)
+    config = replace(copy_task.Config(**checkpoint["config"]), steps=7)
+    resumed = copy_task.build_model(config)
+    state = copy_task.start_training(resumed, config)
+    extras.restore(checkpoint, resumed, state)
+    resumed_history = copy_task.train(resumed, config, state, quiet=True)
+
+    assert history.steps == 7 and len(history.checks) == 3
+    assert resumed_history.losses == history.losses  # floats compared exactly
+    assert resumed_history.accuracies == history.accuracies
+    assert [tuple(c) for c in resumed_history.checks] == [tuple(c) for c in history.checks]
+    for name, value in whole.state_dict().items():
+        np.testing.assert_array_equal(resumed.state_dict()[name].numpy(), value.numpy(), name)
+    moments, expected = state.optimizer.state_dict(), whole_state.optimizer.state_dict()
+    for index, entry in expected["state"].items():
+        for key, value in entry.items():
+            np.testing.assert_array_equal(_host(moments["state"][index][key]), _host(value), key)
+    assert ta.get_rng_state() == rng_after
+
+
+def _host(value):
+    return value.numpy() if isinstance(value, ta.Tensor) else np.asarray(value)
 
 
 def run_example(*flags: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -158,6 +236,26 @@ def test_command_line_end_to_end(tmp_path):
         np.testing.assert_array_equal(value.numpy(), checkpoint["model"][name].numpy())
 
 
+def test_resume_from_the_command_line(tmp_path):
+    """--resume takes the saved configuration and continues to --steps: the checkpoint equals
+    that of one uninterrupted run (the history and the weights)."""
+    small = ["--quiet", "--width", "16", "--batch", "8", "--seed", "2"]
+    for flags in (["--steps", "3", "--out", "first"], ["--steps", "5", "--out", "whole"]):
+        done = run_example(*small, *flags, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    resumed = run_example(
+        "--resume", "first/checkpoint.npz", "--steps", "5", "--quiet", "--out", "resumed",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "trained 5 steps" in resumed.stdout
+    whole, again = (ta.load(tmp_path / name / "checkpoint.npz") for name in ("whole", "resumed"))
+    assert again["config"] == whole["config"] and whole["config"]["width"] == 16
+    assert again["history"]["losses"] == whole["history"]["losses"]
+    for name, value in whole["model"].items():
+        np.testing.assert_array_equal(again["model"][name].numpy(), value.numpy(), name)
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -169,11 +267,12 @@ def test_command_line_end_to_end(tmp_path):
         (["--device", "tpu"], "--device: expected 'cpu', 'cuda' or 'cuda:N', got 'tpu'"),
         (["--vocab", "1"], "--vocab: needs at least 2 digits"),
         (["--width", "30", "--heads", "4"], "--width 30 must be a multiple of --heads 4"),
+        (["--resume", "nowhere.npz"], "--resume nowhere.npz: not a checkpoint of this script"),
     ],
 )
 def test_bad_flags_are_argparse_errors(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        copy_task.parse_args(flags)
+        parse_args(flags)
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert message in error and "usage:" in error and "Traceback" not in error
@@ -182,27 +281,27 @@ def test_bad_flags_are_argparse_errors(flags, message, capsys):
 @pytest.mark.skipif(ta.cupy_status()[0] is not None, reason="a GPU is usable here")
 def test_cuda_without_a_gpu_is_an_argparse_error_with_the_reason(capsys):
     with pytest.raises(SystemExit):
-        copy_task.parse_args(["--device", "cuda"])
+        parse_args(["--device", "cuda"])
     assert f"--device cuda: {ta.cupy_status()[1]}" in capsys.readouterr().err
 
 
 def test_missing_plotting_library_is_reported_before_training(capsys, monkeypatch):
-    real_find_spec = copy_task.importlib.util.find_spec
+    real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        copy_task.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name: None if name == "matplotlib" else real_find_spec(name),
     )
     with pytest.raises(SystemExit):
-        copy_task.parse_args([])
+        parse_args([])
     assert "needs matplotlib: pip install -e '.[examples]'" in capsys.readouterr().err
 
 
 def test_strict_device_is_accepted_but_not_advertised(capsys):
-    config, _ = copy_task.parse_args(["--device", "strict"])
+    config, _ = parse_args(["--device", "strict"])
     assert config.device == "strict"
     with pytest.raises(SystemExit):
-        copy_task.parse_args(["--help"])
+        parse_args(["--help"])
     assert "strict" not in capsys.readouterr().out
 
 

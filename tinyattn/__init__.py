@@ -14,7 +14,7 @@ from .autograd import (
     no_grad,
     set_grad_enabled,
 )
-from .backend import cupy_status, manual_seed
+from .backend import cupy_status, get_rng_state, manual_seed, set_rng_state
 from .tensor import (
     Tensor,
     arange,
@@ -55,6 +55,7 @@ __all__ = [
     "float64",
     "from_numpy",
     "full",
+    "get_rng_state",
     "grad",
     "int32",
     "int64",
@@ -67,6 +68,7 @@ __all__ = [
     "rand",
     "randn",
     "set_grad_enabled",
+    "set_rng_state",
     "stack",
     "tensor",
     "where",

@@ -308,6 +308,34 @@ def manual_seed(seed: int) -> None:
     _host_rng = np.random.default_rng(seed)
 
 
+def get_rng_state() -> dict[str, Any]:
+    """A snapshot of the host generator that every random factory, init and dropout mask draws
+    from: a plain dict of strings and integers (NumPy's bit-generator state), so `ta.save`, json
+    and pickle store it as it is. PyTorch's `get_rng_state` returns a uint8 tensor instead; the
+    meaning is the same: `set_rng_state(state)` makes the draws that follow repeat exactly.
+    """
+    return _host_rng.bit_generator.state  # a fresh dict on every call: later draws leave it be
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore the host generator to `state`, a snapshot taken by :func:`get_rng_state`."""
+    current = _host_rng.bit_generator.state
+    if not isinstance(state, dict):
+        raise TypeError(
+            f"set_rng_state: expected the dict returned by get_rng_state(), got "
+            f"{type(state).__name__}"
+        )
+    if set(state) != set(current) or state.get("bit_generator") != current["bit_generator"]:
+        raise ValueError(
+            f"set_rng_state: expected a {current['bit_generator']} state with keys "
+            f"{sorted(current)} (from get_rng_state()), got keys {sorted(map(str, state))}"
+        )
+    try:
+        _host_rng.bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise ValueError(f"set_rng_state: not a valid generator state: {exc}") from None
+
+
 def host_rng() -> np.random.Generator:
     return _host_rng
 
