@@ -119,10 +119,72 @@ class Dropout(Module):
 
 
 class ReLU(Module):
-    """y = max(x, 0). Shapes: any."""
+    """y = max(x, 0). Shapes: any. ``inplace=True`` is accepted and computes out of place."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
+
+
+class Tanh(Module):
+    """y = tanh(x). Shapes: any."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.tanh()
+
+
+class Sigmoid(Module):
+    """y = 1 / (1 + exp(-x)). Shapes: any."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.sigmoid()
+
+
+class SiLU(Module):
+    """y = x * sigmoid(x). Shapes: any."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * x.sigmoid()
+
+
+class Softmax(Module):
+    """softmax along `dim` (required: PyTorch's implicit choice is deprecated). Shapes: any."""
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        if dim is None:
+            raise TypeError("Softmax: pass dim= (tinyattn does not guess the dimension)")
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, axis=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    """log(softmax) along `dim`, computed stably. Shapes: any."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(x, axis=self.dim)
+
+
+class Identity(Module):
+    """y = x; any constructor arguments are ignored (PyTorch's placeholder module)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def forward(self, x: Any) -> Any:
+        return x
 
 
 class GELU(Module):
@@ -136,4 +198,18 @@ class GELU(Module):
         return F.gelu(x, self.approximate)
 
 
-__all__ = ["GELU", "Dropout", "Embedding", "LayerNorm", "Linear", "ReLU", "uniform"]
+__all__ = [
+    "GELU",
+    "Dropout",
+    "Embedding",
+    "Identity",
+    "LayerNorm",
+    "Linear",
+    "LogSoftmax",
+    "ReLU",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "uniform",
+]
