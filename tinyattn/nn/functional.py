@@ -42,6 +42,15 @@ def _check_reduction(op: str, reduction: str, allowed: tuple = REDUCTIONS) -> No
         raise ValueError(f"{op}: reduction must be one of {allowed}, got {reduction!r}")
 
 
+def _no_legacy(op: str, size_average: Any, reduce: Any) -> None:
+    """PyTorch's deprecated size_average=/reduce= are refused rather than ignored."""
+    if size_average is not None or reduce is not None:
+        raise NotImplementedError(
+            f"{op}: size_average= and reduce= (deprecated in PyTorch) are not supported; use "
+            "reduction="
+        )
+
+
 def _reduce(op: str, loss: Tensor, reduction: str) -> Tensor:
     if reduction == "none":
         return loss
@@ -328,6 +337,7 @@ def mse_loss(
     reduction: str = "mean",
 ) -> Tensor:
     """(input - target)^2, reduced; differing shapes broadcast with a warning, as in PyTorch."""
+    _no_legacy("mse_loss", size_average, reduce)
     _check_reduction("mse_loss", reduction)
     target = _as_tensor("mse_loss", target, input)
     if target.shape != input.shape:
@@ -353,6 +363,7 @@ def kl_div(
     target * (log target - input), 0 where target == 0 (or exp(t) * (t - input) with
     log_target). "batchmean" divides the sum by the batch size input.shape[0]."""
     op = "kl_div"
+    _no_legacy(op, size_average, reduce)
     _check_reduction(op, reduction, REDUCTIONS + ("batchmean",))
     target = _as_tensor(op, target, input)
     if log_target:
