@@ -279,7 +279,8 @@ class MultiheadAttention(Module):
             raise ValueError(f"MultiheadAttention: {name} of shape {mask.shape} must be {shape}")
         xp = backend.namespace(mask.data)
         if backend.dtype_name(mask.dtype) == "bool":
-            return where(mask, -math.inf, scores.constant(xp.zeros((), dtype=scores.dtype)))
+            zero = xp.zeros((), dtype=scores.dtype, device=scores.data.device)
+            return where(mask, -math.inf, scores.constant(zero))
         if not backend.is_floating(xp, mask.dtype):
             raise TypeError(
                 f"MultiheadAttention: {name} must be bool or floating, got "
