@@ -517,3 +517,23 @@ def test_padding_mask_passed_as_mask_is_refused(device):
         attn(x, key_padding_mask=ta.zeros(3, 3, device=device))
     with pytest.raises(ValueError, match=r"must be \(B, Tk\)"):
         attn(x, key_padding_mask=ta.zeros(2, 3, dtype="bool", device=device))
+
+
+def test_layer_factory_keywords_and_padding_idx(device):
+    ta.manual_seed(2)
+    table = nn.Embedding(5, 3, padding_idx=-1, dtype="float64", device=device)
+    theirs = torch.nn.Embedding(5, 3, padding_idx=4, dtype=torch.float64)
+    theirs.load_state_dict(to_torch_state(table))
+    assert table.padding_idx == 4 and not table.weight.numpy()[4].any()
+    idx = np.array([[4, 1, 2], [0, 4, 4]])
+    out, torch_out = table(ta.tensor(idx, device=device)), theirs(torch.tensor(idx))
+    close(out, torch_out)
+    (out * out).sum().backward()
+    (torch_out * torch_out).sum().backward()
+    close(table.weight.grad, theirs.weight.grad)
+    assert not table.weight.grad.numpy()[4].any()
+    norm = nn.LayerNorm(4, bias=False)
+    assert list(norm.state_dict()) == list(torch.nn.LayerNorm(4, bias=False).state_dict())
+    linear = nn.Linear(2, 3, dtype="float64", device=device)
+    assert str(linear.weight.numpy().dtype) == "float64"
+    assert linear.weight.device == ta.zeros(1, device=device).device
