@@ -537,3 +537,30 @@ def test_layer_factory_keywords_and_padding_idx(device):
     linear = nn.Linear(2, 3, dtype="float64", device=device)
     assert str(linear.weight.numpy().dtype) == "float64"
     assert linear.weight.device == ta.zeros(1, device=device).device
+
+
+def test_transformer_block_key_padding_mask_matches_encoder_layer(device):
+    ta.manual_seed(6)
+    block = nn.TransformerBlock(6, 2, 10).to("float64").to(device)
+    layer = torch.nn.TransformerEncoderLayer(
+        6, 2, 10, dropout=0.0, batch_first=True, dtype=torch.float64
+    )
+    w = to_torch_state(block)
+    layer.load_state_dict(
+        {
+            "self_attn.in_proj_weight": torch.cat([w[f"attn.{n}_proj.weight"] for n in "qkv"]),
+            "self_attn.in_proj_bias": torch.cat([w[f"attn.{n}_proj.bias"] for n in "qkv"]),
+            "self_attn.out_proj.weight": w["attn.out_proj.weight"],
+            "self_attn.out_proj.bias": w["attn.out_proj.bias"],
+            **{k: v for k, v in w.items() if not k.startswith("attn.")},
+        }
+    )
+    layer.train()  # the eval fast path returns zeros at padded queries; the math path does not
+    x, tx = pair(device, 3, 3, 6)
+    padded = np.array([[False, False, True], [False, False, False], [False, True, True]])
+    y = block(x, key_padding_mask=ta.tensor(padded, device=device))
+    ty = layer(tx, src_key_padding_mask=torch.tensor(padded))
+    close(y, ty)
+    (y * y).sum().backward()
+    (ty * ty).sum().backward()
+    close(x.grad, tx.grad)

@@ -235,3 +235,29 @@ def test_scheduler_errors():
         lr_scheduler.LambdaLR(opt, [lambda s: 1.0, lambda s: 1.0])
     assert math.isclose(opt.param_groups[0]["lr"], 1.0)
     assert ta.optim.lr_scheduler is lr_scheduler
+
+
+def test_step_with_closure_matches_torch():
+    opt, torch_opt = two_group_optimizers("SGD")
+    params = [p for g in opt.param_groups for p in g["params"]]
+    torch_params = [p for g in torch_opt.param_groups for p in g["params"]]
+    target = RNG.standard_normal(3).astype(np.float32)
+
+    def closure():
+        opt.zero_grad()
+        loss = ((params[1] - ta.tensor(target)) ** 2.0).sum() + (params[0] * params[0]).sum()
+        loss.backward()
+        return loss
+
+    def torch_closure():
+        torch_opt.zero_grad()
+        loss = ((torch_params[1] - torch.tensor(target)) ** 2).sum() + (torch_params[0] ** 2).sum()
+        loss.backward()
+        return loss
+
+    with ta.no_grad():  # the closure still builds its graph, as in PyTorch
+        loss = opt.step(closure)
+    torch_loss = torch_opt.step(torch_closure)
+    assert float(loss) == pytest.approx(torch_loss.item())
+    for p, tp in zip(params, torch_params, strict=True):
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-6)

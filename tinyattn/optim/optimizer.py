@@ -9,10 +9,11 @@ single-tensor implementations step for step, so float64 runs agree with torch to
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import backend
+from ..autograd import enable_grad
 from ..tensor import Tensor
 
 # ------------------------------------------------------------------------------------ checks
@@ -113,8 +114,16 @@ class Optimizer:
                     xp = backend.namespace(p.grad.data)
                     p.grad = Tensor._from_op(xp.zeros_like(p.grad.data), None)
 
-    def step(self) -> None:
-        """Update every parameter that has a gradient (parameters without one are skipped)."""
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Update every parameter that has a gradient (parameters without one are skipped).
+
+        With a closure (PyTorch's form), it is called first, with grad mode on, to recompute
+        the loss and gradients; its result is returned.
+        """
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
         position = -1
         for group in self.param_groups:
             for p in group["params"]:
@@ -124,6 +133,7 @@ class Optimizer:
                 self._check_grad(position, p)
                 state = self.state.setdefault(p, {})
                 _write(p, self._update(p.data, p.grad.data, group, state))
+        return loss
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         raise NotImplementedError
