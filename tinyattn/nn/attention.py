@@ -335,10 +335,10 @@ class MultiheadAttention(Module):
         q, k, v = projected
         scores = (q * (1.0 / math.sqrt(head_dim))) @ k.mT  # (N, H, L, S)
         if attn_mask is not None:
+            if not isinstance(attn_mask, Tensor):
+                attn_mask = Tensor(attn_mask, device=query.device)
             attn_shape = (
-                (length_q, length_k)
-                if getattr(attn_mask, "ndim", len(getattr(attn_mask, "shape", ()))) == 2
-                else (batch * heads, length_q, length_k)
+                (length_q, length_k) if attn_mask.ndim == 2 else (batch * heads, length_q, length_k)
             )
             added = self._additive("attn_mask", attn_mask, attn_shape, scores)
             if added.ndim == 3:
