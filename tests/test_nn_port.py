@@ -564,3 +564,14 @@ def test_transformer_block_key_padding_mask_matches_encoder_layer(device):
     (y * y).sum().backward()
     (ty * ty).sum().backward()
     close(x.grad, tx.grad)
+
+
+def test_state_dict_prefix_keep_vars_and_sharing():
+    model = nn.Sequential(nn.Linear(2, 2))
+    theirs = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    assert list(model.state_dict(prefix="m.")) == list(theirs.state_dict(prefix="m."))
+    kept = model.state_dict(keep_vars=True)
+    assert kept["0.weight"] is model[0].weight
+    snapshot = model.state_dict()
+    nn.init.ones_(model[0].weight)  # in place, as in PyTorch: the snapshot shares the array
+    assert (snapshot["0.weight"].numpy() == 1.0).all()

@@ -261,3 +261,15 @@ def test_step_with_closure_matches_torch():
     assert float(loss) == pytest.approx(torch_loss.item())
     for p, tp in zip(params, torch_params, strict=True):
         np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-6)
+
+
+def test_pytorch_kernel_hints_accepted_and_result_flags_refused():
+    """nanoGPT passes fused=True on CUDA: a kernel choice, so it is accepted; amsgrad changes
+    the result, so it is refused rather than ignored."""
+    params = [nn.Parameter(ta.zeros(2))]
+    optim.AdamW(params, lr=1e-3, fused=True, foreach=None)
+    optim.SGD(params, lr=0.1, maximize=False)
+    with pytest.raises(NotImplementedError, match="amsgrad"):
+        optim.Adam(params, amsgrad=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'momentun'"):
+        optim.SGD(params, lr=0.1, momentun=0.9)

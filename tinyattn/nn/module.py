@@ -274,10 +274,16 @@ class Module:
         return self.to("float32")
 
     # ------------------------------------------------------------------------------ state dict
-    def state_dict(self) -> dict[str, Tensor]:
-        """{dotted name: Tensor} of parameters and persistent buffers, detached (the arrays are
-        shared; tinyattn never updates them in place)."""
-        return {key: tensor.detach() for key, _, _, tensor in self._state_slots()}
+    def state_dict(
+        self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Tensor]:
+        """{dotted name: Tensor} of parameters and persistent buffers (PyTorch's keys), detached
+        unless keep_vars=True. The arrays are shared, as in PyTorch: nn.init writes in place
+        and shows through; optimizer steps and load_state_dict give parameters new arrays."""
+        out = {} if destination is None else destination
+        for key, _, _, tensor in self._state_slots(prefix):
+            out[key] = tensor if keep_vars else tensor.detach()
+        return out
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy values into the parameters and buffers, all or nothing.

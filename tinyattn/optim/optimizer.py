@@ -40,6 +40,23 @@ def _param_list(op: str, params: Any) -> list[dict]:
     return groups
 
 
+# PyTorch's implementation hints: accepted (programs pass fused=True on CUDA) and ignored, since
+# they choose a kernel, not a result. Flags that change the result are refused unless off.
+_HINTS = ("foreach", "fused", "capturable", "differentiable")
+_REFUSED_WHEN_ON = ("amsgrad", "maximize", "decoupled_weight_decay")
+
+
+def _check_flags(op: str, flags: dict[str, Any]) -> None:
+    for name, value in flags.items():
+        if name in _HINTS:
+            continue
+        if name in _REFUSED_WHEN_ON:
+            if value:
+                raise NotImplementedError(f"{op}: {name}=True is not supported")
+            continue
+        raise TypeError(f"{op}: unexpected keyword argument {name!r}")
+
+
 # Keys a parameter group holds besides the optimizer's options (a scheduler adds initial_lr).
 _GROUP_KEYS = {"params", "initial_lr"}
 
@@ -268,7 +285,9 @@ class SGD(Optimizer):
         dampening: float = 0.0,
         nesterov: bool = False,
         weight_decay: float = 0.0,
+        **flags: Any,
     ) -> None:
+        _check_flags(type(self).__name__, flags)
         defaults = dict(
             lr=lr,
             momentum=momentum,
@@ -325,7 +344,9 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        **flags: Any,
     ) -> None:
+        _check_flags(type(self).__name__, flags)
         super().__init__(
             params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
         )
@@ -375,8 +396,9 @@ class AdamW(Adam):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        **flags: Any,
     ) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **flags)
 
 
 # ---------------------------------------------------------------------------------- clipping
