@@ -74,6 +74,34 @@ CASES = {
     "silu": (F32, F.silu, TF.silu),
     "tanh": (F32, F.tanh, torch.tanh),
     "sigmoid": (F32, F.sigmoid, torch.sigmoid),
+    "leaky_relu": (F32, lambda x: F.leaky_relu(x, 0.2), lambda x: TF.leaky_relu(x, 0.2)),
+    "elu": (F32, lambda x: F.elu(x, 0.7), lambda x: TF.elu(x, 0.7)),
+    "softplus": (
+        [("float", (4, 5))],
+        lambda x: F.softplus(x * 10.0, beta=2.0, threshold=15.0),
+        lambda x: TF.softplus(x * 10.0, beta=2.0, threshold=15.0),
+    ),
+    "logsigmoid": (F32, lambda x: F.logsigmoid(x * 30.0), lambda x: TF.logsigmoid(x * 30.0)),
+    "l1_loss": ([("float", (3, 4)), ("float", (3, 4))], F.l1_loss, TF.l1_loss),
+    "binary_cross_entropy": (
+        [("probs", (3, 5)), ("probs", (3, 5))],
+        F.binary_cross_entropy,
+        TF.binary_cross_entropy,
+    ),
+    "binary_cross_entropy_with_logits": (
+        [("float", (3, 5)), ("probs", (3, 5)), ("float", (5,))],
+        lambda x, y, w: F.binary_cross_entropy_with_logits(
+            x * 20.0, y, pos_weight=w.detach().abs()
+        ),
+        lambda x, y, w: TF.binary_cross_entropy_with_logits(
+            x * 20.0, y, pos_weight=w.detach().abs()
+        ),
+    ),
+    "binary_cross_entropy_with_logits sum": (
+        [("float", (3, 5)), ("probs", (3, 5))],
+        lambda x, y: F.binary_cross_entropy_with_logits(x, y, reduction="sum"),
+        lambda x, y: TF.binary_cross_entropy_with_logits(x, y, reduction="sum"),
+    ),
     "dropout eval": (F32, lambda x: F.dropout(x, 0.3, training=False), lambda x: x * 1),
     "linear": (
         [("float", (3, 4)), ("float", (2, 4)), ("float", (2,))],

@@ -176,6 +176,9 @@ LOSSES = [
     ("MSELoss", {"reduction": "sum"}, "float"),
     ("KLDivLoss", {"reduction": "batchmean"}, "probs"),
     ("KLDivLoss", {"reduction": "sum", "log_target": True}, "logprobs-target"),
+    ("L1Loss", {}, "float"),
+    ("BCEWithLogitsLoss", {"reduction": "sum"}, "unit"),
+    ("BCELoss", {}, "unit-input"),
 ]
 
 
@@ -184,8 +187,12 @@ def test_loss_modules_match_torch(device, name, options, target_kind):
     values = RNG.standard_normal((5, 4))
     if target_kind in ("logprobs", "probs", "logprobs-target"):
         values = values - np.log(np.exp(values).sum(-1, keepdims=True))
+    if target_kind == "unit-input":
+        values = 1.0 / (1.0 + np.exp(-values))
     if target_kind in ("logits", "logprobs"):
         target = RNG.integers(0, 4, (5,))
+    elif target_kind in ("unit", "unit-input"):
+        target = RNG.random((5, 4))
     else:
         target = RNG.standard_normal((5, 4))
         if target_kind == "probs":
@@ -214,6 +221,8 @@ def test_loss_modules_match_torch(device, name, options, target_kind):
         (nn.Softmax(dim=0), torch.nn.Softmax(dim=0)),
         (nn.LogSoftmax(dim=1), torch.nn.LogSoftmax(dim=1)),
         (nn.Identity(3, unused=True), torch.nn.Identity(3, unused=True)),
+        (nn.LeakyReLU(0.1), torch.nn.LeakyReLU(0.1)),
+        (nn.Flatten(0), torch.nn.Flatten(0)),
     ],
     ids=lambda m: type(m).__name__,
 )

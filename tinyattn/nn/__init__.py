@@ -14,8 +14,10 @@ from .layers import (
     GELU,
     Dropout,
     Embedding,
+    Flatten,
     Identity,
     LayerNorm,
+    LeakyReLU,
     Linear,
     LogSoftmax,
     ReLU,
@@ -24,11 +26,24 @@ from .layers import (
     Softmax,
     Tanh,
 )
-from .loss import CrossEntropyLoss, KLDivLoss, MSELoss, NLLLoss
+from .loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+)
 from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter, Sequential
 from .transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerBlock
 
 __all__ = [
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "Flatten",
+    "L1Loss",
+    "LeakyReLU",
     "GELU",
     "CrossEntropyLoss",
     "Dropout",

@@ -154,6 +154,32 @@ def tanh(input: Tensor) -> Tensor:
     return input.tanh()
 
 
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """x where x > 0, else negative_slope * x (slope also the gradient at 0, as PyTorch)."""
+    return where(input > 0, input, input * negative_slope)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    return where(input > 0, input, (input.clip(max=0.0).exp() - 1.0) * alpha)
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's rule)."""
+    scaled = input * beta
+    return where(scaled > threshold, input, _softplus(scaled) * (1.0 / beta))
+
+
+def _softplus(z: Tensor) -> Tensor:
+    """log(1 + e^z) as max(z, 0) + log(1 + e^-|z|): no overflow for large z, no threshold."""
+    return z.clip(min=0.0) + ((-z.abs()).exp() + 1.0).log()
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """log(sigmoid(x)) = -softplus(-x), computed without overflow."""
+    return -_softplus(-input)
+
+
 def dropout(
     input: Tensor,
     p: float = 0.5,
@@ -351,6 +377,69 @@ def mse_loss(
     return _reduce("mse_loss", diff * diff, reduction)
 
 
+def l1_loss(
+    input: Tensor,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """|input - target|, reduced (the gradient at 0 is 0, as PyTorch's sign)."""
+    _no_legacy("l1_loss", size_average, reduce)
+    _check_reduction("l1_loss", reduction)
+    target = _as_tensor("l1_loss", target, input)
+    return _reduce("l1_loss", (input - target).abs(), reduction)
+
+
+def binary_cross_entropy(
+    input: Tensor,
+    target: Any,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """-(y log p + (1 - y) log(1 - p)) for probabilities p; each log is clamped at -100, as in
+    PyTorch, so p = 0 or 1 gives a finite loss."""
+    op = "binary_cross_entropy"
+    _no_legacy(op, size_average, reduce)
+    _check_reduction(op, reduction)
+    target = _as_tensor(op, target, input)
+    if target.shape != input.shape:
+        raise ValueError(f"{op}: target shape {target.shape} must equal input shape {input.shape}")
+    loss = -(
+        target * input.log().clip(min=-100.0)
+        + (1.0 - target) * (1.0 - input).log().clip(min=-100.0)
+    )
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(op, loss, reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Any,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """binary_cross_entropy(sigmoid(x), y) computed stably:
+    (1 - y) x + (1 + (w_pos - 1) y) softplus(-x)."""
+    op = "binary_cross_entropy_with_logits"
+    _no_legacy(op, size_average, reduce)
+    _check_reduction(op, reduction)
+    target = _as_tensor(op, target, input)
+    if target.shape != input.shape:
+        raise ValueError(f"{op}: target shape {target.shape} must equal input shape {input.shape}")
+    log_weight = 1.0 if pos_weight is None else (pos_weight - 1.0) * target + 1.0
+    loss = (1.0 - target) * input + log_weight * _softplus(-input)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(op, loss, reduction)
+
+
 def kl_div(
     input: Tensor,
     target: Any,
@@ -452,8 +541,15 @@ def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = N
 __all__ = sorted(
     set(_core_all)
     | {
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
         "cross_entropy",
         "dropout",
+        "elu",
+        "l1_loss",
+        "leaky_relu",
+        "logsigmoid",
+        "softplus",
         "embedding",
         "gelu",
         "kl_div",

@@ -224,6 +224,38 @@ class LogSoftmax(Softmax):
         return F.log_softmax(x, axis=self.dim)
 
 
+class LeakyReLU(Module):
+    """y = x where x > 0, else negative_slope * x. Shapes: any."""
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch_style.leaky_relu(x, self.negative_slope)
+
+
+class Flatten(Module):
+    """Merge the axes start_dim..end_dim into one (default: all but the batch axis).
+    Shapes: (N, d1, ..., dk) -> (N, d1 * ... * dk)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        start, end = self.start_dim % max(x.ndim, 1), self.end_dim % max(x.ndim, 1)
+        if start > end:
+            raise ValueError(
+                f"Flatten: start_dim {self.start_dim} comes after end_dim {self.end_dim} for "
+                f"input shape {x.shape}"
+            )
+        merged = 1
+        for n in x.shape[start : end + 1]:
+            merged *= n
+        return x.reshape(*x.shape[:start], merged, *x.shape[end + 1 :])
+
+
 class Identity(Module):
     """y = x; any constructor arguments are ignored (PyTorch's placeholder module)."""
 
@@ -249,8 +281,10 @@ __all__ = [
     "GELU",
     "Dropout",
     "Embedding",
+    "Flatten",
     "Identity",
     "LayerNorm",
+    "LeakyReLU",
     "Linear",
     "LogSoftmax",
     "ReLU",

@@ -85,6 +85,53 @@ class MSELoss(_Loss):
         return F.mse_loss(input, target, reduction=self.reduction)
 
 
+class L1Loss(_Loss):
+    """Mean absolute error (reduction "mean", "sum" or "none")."""
+
+    def __init__(self, size_average: Any = None, reduce: Any = None, reduction: str = "mean"):
+        super().__init__(reduction)
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class BCELoss(_Loss):
+    """Binary cross entropy of probabilities (logs clamped at -100, as PyTorch)."""
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average: Any = None,
+        reduce: Any = None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(reduction)
+        self.weight = weight
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
+        return F.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    """Binary cross entropy of logits, computed stably; pos_weight scales the positive term."""
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average: Any = None,
+        reduce: Any = None,
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ) -> None:
+        super().__init__(reduction)
+        self.weight, self.pos_weight = weight, pos_weight
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, reduction=self.reduction, pos_weight=self.pos_weight
+        )
+
+
 class KLDivLoss(_Loss):
     """KL divergence with input as log-probabilities (reduction incl. "batchmean")."""
 
@@ -102,4 +149,12 @@ class KLDivLoss(_Loss):
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
 
-__all__ = ["CrossEntropyLoss", "KLDivLoss", "MSELoss", "NLLLoss"]
+__all__ = [
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "CrossEntropyLoss",
+    "KLDivLoss",
+    "L1Loss",
+    "MSELoss",
+    "NLLLoss",
+]
