@@ -164,3 +164,23 @@ def test_cuda_queries_follow_the_backend_probe():
     if not available:
         with pytest.raises(RuntimeError, match="no usable CUDA device"):
             ta.cuda.current_device()
+
+
+def test_random_split_and_empty_shuffle():
+    torch = pytest.importorskip("torch")
+    dataset = data.TensorDataset(ta.arange(10))
+    ta.manual_seed(0)
+    parts = data.random_split(dataset, [0.5, 0.3, 0.2])
+    theirs = torch.utils.data.random_split(range(10), [0.5, 0.3, 0.2])
+    assert [len(p) for p in parts] == [len(p) for p in theirs] == [5, 3, 2]
+    seen = sorted(int(s[0]) for part in parts for s in part)
+    assert seen == list(range(10))
+    assert [len(p) for p in data.random_split(dataset, [7, 3])] == [7, 3]
+    odd = data.random_split(data.TensorDataset(ta.arange(7)), [0.5, 0.5])
+    assert [len(p) for p in odd] == [
+        len(p) for p in torch.utils.data.random_split(range(7), [0.5, 0.5])
+    ]
+    with pytest.raises(ValueError, match="sum to"):
+        data.random_split(dataset, [4, 4])
+    with pytest.raises(ValueError, match="empty"):
+        data.DataLoader([], shuffle=True)

@@ -91,6 +91,31 @@ class ConcatDataset(Dataset):
         raise IndexError(index)
 
 
+def random_split(dataset: Dataset, lengths: Sequence[int | float], generator: Any = None) -> list:
+    """Split into non-overlapping random Subsets of the given lengths, or of fractions summing
+    to 1 (PyTorch's rule: the remainder goes one by one to the first parts)."""
+    if generator is not None:
+        raise NotImplementedError("random_split: generator= is not supported; use ta.manual_seed")
+    n = len(dataset)
+    lengths = list(lengths)
+    if lengths and all(isinstance(x, float) for x in lengths) and abs(sum(lengths) - 1) < 1e-9:
+        sizes = [int(n * fraction) for fraction in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        lengths = sizes
+    if sum(lengths) != n or any(x < 0 for x in lengths):
+        raise ValueError(
+            f"random_split: lengths {lengths} must be non-negative and sum to the dataset's "
+            f"length {n} (or be fractions summing to 1)"
+        )
+    order = backend.host_rng().permutation(n).tolist()
+    parts, start = [], 0
+    for length in lengths:
+        parts.append(Subset(dataset, order[start : start + length]))
+        start += length
+    return parts
+
+
 # ----------------------------------------------------------------------------------- samplers
 class Sampler:
     """Yields dataset indices; subclasses define ``__iter__`` (and ``__len__`` where known)."""
@@ -137,11 +162,13 @@ class RandomSampler(Sampler):
             raise ValueError(
                 f"RandomSampler: num_samples must be a positive int, got {num_samples!r}"
             )
-        self.data_source, self.replacement, self._num_samples = (
-            data_source,
-            replacement,
-            num_samples,
-        )
+        self.data_source, self.replacement = data_source, replacement
+        self._num_samples = num_samples
+        if self.num_samples <= 0:
+            raise ValueError(
+                f"RandomSampler: num_samples should be a positive integer, got {self.num_samples} "
+                "(is the dataset empty?)"
+            )
 
     @property
     def num_samples(self) -> int:
@@ -356,4 +383,5 @@ __all__ = [
     "TensorDataset",
     "default_collate",
     "default_convert",
+    "random_split",
 ]
