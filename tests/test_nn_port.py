@@ -584,3 +584,22 @@ def test_state_dict_prefix_keep_vars_and_sharing():
     snapshot = model.state_dict()
     nn.init.ones_(model[0].weight)  # in place, as in PyTorch: the snapshot shares the array
     assert (snapshot["0.weight"].numpy() == 1.0).all()
+
+
+def test_parameter_containers_match_torch_keys(device):
+    values = [np.ones((2, 3)), np.zeros(4)]
+    ours = nn.Module()
+    ours.scales = nn.ParameterList([ta.tensor(v) for v in values])
+    ours.table = nn.ParameterDict({"w": ta.tensor(values[0]), "b": nn.Parameter(ta.zeros(1))})
+    theirs = torch.nn.Module()
+    theirs.scales = torch.nn.ParameterList([torch.tensor(v) for v in values])
+    theirs.table = torch.nn.ParameterDict({"w": torch.tensor(values[0]), "b": torch.zeros(1)})
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert len(ours.scales) == 2 and ours.scales[1].shape == (4,) and ours.scales[0].requires_grad
+    assert list(ours.table) == list(theirs.table) == ["b", "w"] and "w" in ours.table
+    ours.to(device)
+    assert ours.table["w"].device == ta.zeros(1, device=device).device
+    if not ta.cuda.is_available():
+        with pytest.raises((RuntimeError, ValueError), match="(?i)cuda|cupy"):
+            nn.Linear(1, 1).cuda()
+    assert nn.Linear(1, 1).cpu().weight.device == "cpu"

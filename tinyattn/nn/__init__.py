@@ -35,7 +35,16 @@ from .loss import (
     MSELoss,
     NLLLoss,
 )
-from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter, Sequential
+from .module import (
+    IncompatibleKeys,
+    Module,
+    ModuleDict,
+    ModuleList,
+    Parameter,
+    ParameterDict,
+    ParameterList,
+    Sequential,
+)
 from .transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerBlock
 
 __all__ = [
@@ -63,6 +72,8 @@ __all__ = [
     "MultiheadAttention",
     "NLLLoss",
     "Parameter",
+    "ParameterDict",
+    "ParameterList",
     "ReLU",
     "SiLU",
     "Sequential",

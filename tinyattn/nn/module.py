@@ -9,6 +9,7 @@ checks out.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -270,6 +271,13 @@ class Module:
     def double(self) -> Module:
         return self.to("float64")
 
+    def cuda(self, device: int | None = None) -> Module:
+        """Move to the GPU (the CuPy backend); refused with the probe's reason without one."""
+        return self.to("cuda" if device is None else f"cuda:{device}")
+
+    def cpu(self) -> Module:
+        return self.to("cpu")
+
     def float(self) -> Module:
         return self.to("float32")
 
@@ -441,6 +449,74 @@ class Sequential(ModuleList):
         return x
 
 
+class ParameterList(Module):
+    """A list of Parameters registered as "0", "1", ... (state_dict keys as PyTorch's)."""
+
+    def __init__(self, values: Any = ()) -> None:
+        super().__init__()
+        for value in values:
+            self.append(value)
+
+    def append(self, value: Any) -> ParameterList:
+        if not isinstance(value, Parameter):
+            value = Parameter(value)
+        self.register_parameter(str(len(self._parameters)), value)
+        return self
+
+    def extend(self, values: Any) -> ParameterList:
+        for value in values:
+            self.append(value)
+        return self
+
+    def __getitem__(self, index: int) -> Parameter:
+        return list(self._parameters.values())[index]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(list(self._parameters.values()))
+
+
+class ParameterDict(Module):
+    """A dict of Parameters registered under their keys. As in PyTorch, a plain dict is taken
+    in sorted key order (an OrderedDict or ParameterDict in its own order)."""
+
+    def __init__(self, values: Any = None) -> None:
+        super().__init__()
+        values = {} if values is None else values
+        ordered = isinstance(values, OrderedDict | ParameterDict)
+        pairs = values.items() if ordered else sorted(dict(values).items())
+        for key, value in pairs:
+            self[key] = value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.register_parameter(key, value if isinstance(value, Parameter) else Parameter(value))
+
+    def __getitem__(self, key: str) -> Parameter:
+        if key not in self._parameters:
+            raise KeyError(f"ParameterDict has no key {key!r} (keys: {list(self._parameters)})")
+        return self._parameters[key]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._parameters))
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._parameters
+
+    def keys(self) -> list[str]:
+        return list(self._parameters)
+
+    def items(self) -> list[tuple[str, Parameter]]:
+        return list(self._parameters.items())
+
+    def values(self) -> list[Parameter]:
+        return list(self._parameters.values())
+
+
 class ModuleDict(Module):
     """A dict of submodules registered under their keys (``transformer.wte`` in minGPT)."""
 
@@ -491,4 +567,13 @@ class ModuleDict(Module):
         return module
 
 
-__all__ = ["IncompatibleKeys", "Module", "ModuleDict", "ModuleList", "Parameter", "Sequential"]
+__all__ = [
+    "IncompatibleKeys",
+    "Module",
+    "ModuleDict",
+    "ModuleList",
+    "Parameter",
+    "ParameterDict",
+    "ParameterList",
+    "Sequential",
+]
