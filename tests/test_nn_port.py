@@ -603,3 +603,21 @@ def test_parameter_containers_match_torch_keys(device):
         with pytest.raises((RuntimeError, ValueError), match="(?i)cuda|cupy"):
             nn.Linear(1, 1).cuda()
     assert nn.Linear(1, 1).cpu().weight.device == "cpu"
+
+
+def test_key_padding_mask_on_the_blockwise_path_matches_torch(device, monkeypatch):
+    """Long sequences take the block-wise path: the (B, 1, 1, Tk) padding mask goes with it."""
+    monkeypatch.setattr(ta.functional, "BLOCKWISE_MIN_SCORES", 1)
+    attn, theirs = mha_pair(device)
+    x, tx = pair(device, 2, 5, 6)
+    padded = np.zeros((2, 5), bool)
+    padded[0, 3:] = True
+    causal = np.tril(np.ones((5, 5), bool))
+    out = attn(x, mask=ta.tensor(causal, device=device), key_padding_mask=padded)
+    torch_out, _ = theirs(
+        tx, tx, tx, key_padding_mask=torch.tensor(padded), attn_mask=torch.tensor(~causal)
+    )
+    close(out, torch_out)
+    (out * out).sum().backward()
+    (torch_out * torch_out).sum().backward()
+    close(x.grad, tx.grad)
