@@ -83,6 +83,8 @@ _LAZY = {
     "nn": ("tinyattn.nn", None),
     "optim": ("tinyattn.optim", None),
     "viz": ("tinyattn.viz", None),
+    "utils": ("tinyattn.utils", None),
+    "cuda": ("tinyattn.cuda", None),
     "GradcheckError": ("tinyattn.gradcheck", "GradcheckError"),
     "gradcheck": ("tinyattn.gradcheck", "gradcheck"),
     "gradgradcheck": ("tinyattn.gradcheck", "gradgradcheck"),

@@ -1,30 +1,88 @@
 """nn layer: modules with parameters, built on `functional`.
 
 A package because one file would pass ~400 lines; the parts import in this order:
-module (Module, Parameter) -> layers (Linear, Embedding, LayerNorm, Dropout) -> attention
-(MultiHeadAttention) -> transformer (positional encodings, TransformerBlock). Imports `backend`,
-`autograd`, `tensor` and `functional`, never `optim`.
+module (Module, Parameter, containers) -> layers (Linear, Embedding, LayerNorm, Dropout,
+activations) -> attention (MultiHeadAttention, PyTorch's MultiheadAttention) -> transformer
+(positional encodings, TransformerBlock) -> loss. `nn.functional`, `nn.init` and `nn.utils` are
+PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` and
+`functional`, never `optim`.
 """
 
-from .attention import MultiHeadAttention
-from .layers import GELU, Dropout, Embedding, LayerNorm, Linear, ReLU
-from .module import IncompatibleKeys, Module, ModuleList, Parameter, Sequential
+from . import functional, init, utils
+from .attention import MultiHeadAttention, MultiheadAttention
+from .layers import (
+    GELU,
+    Dropout,
+    Embedding,
+    Flatten,
+    Identity,
+    LayerNorm,
+    LeakyReLU,
+    Linear,
+    LogSoftmax,
+    ReLU,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Tanh,
+)
+from .loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+)
+from .module import (
+    IncompatibleKeys,
+    Module,
+    ModuleDict,
+    ModuleList,
+    Parameter,
+    ParameterDict,
+    ParameterList,
+    Sequential,
+)
 from .transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerBlock
 
 __all__ = [
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "Flatten",
+    "L1Loss",
+    "LeakyReLU",
     "GELU",
+    "CrossEntropyLoss",
     "Dropout",
     "Embedding",
+    "Identity",
     "IncompatibleKeys",
+    "KLDivLoss",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "Linear",
+    "LogSoftmax",
+    "MSELoss",
     "Module",
+    "ModuleDict",
     "ModuleList",
     "MultiHeadAttention",
+    "MultiheadAttention",
+    "NLLLoss",
     "Parameter",
+    "ParameterDict",
+    "ParameterList",
     "ReLU",
+    "SiLU",
     "Sequential",
+    "Sigmoid",
     "SinusoidalPositionalEncoding",
+    "Softmax",
+    "Tanh",
     "TransformerBlock",
+    "functional",
+    "init",
+    "utils",
 ]

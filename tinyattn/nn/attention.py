@@ -4,18 +4,22 @@ Imports `tensor`, `functional` and the other nn parts. Invariants: queries, keys
 three Linear(d_model, d_model) maps; heads are a split of the projected width (head h owns the
 columns h*D .. (h+1)*D - 1, i.e. the row block h of each projection's weight), so one big
 projection then a split equals H small per-head projections; inputs are batch-first (B, T, C)
-or unbatched (T, C); masks are bool, True = may attend.
+or unbatched (T, C); `mask` is bool, True = may attend (tinyattn's one polarity, the same as
+PyTorch's F.scaled_dot_product_attention), while `key_padding_mask` keeps PyTorch's meaning,
+True = padding to ignore. MultiheadAttention (lower-case h) is PyTorch's module, layout and
+masks included, so its state_dict loads into torch.nn.MultiheadAttention and back.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import backend
 from .. import functional as F
-from ..tensor import Tensor
-from .layers import Linear
-from .module import Module
+from ..tensor import Tensor, where, zeros
+from .layers import Linear, uniform
+from .module import Module, Parameter
 
 
 class MultiHeadAttention(Module):
@@ -25,8 +29,12 @@ class MultiHeadAttention(Module):
     D = d_model / H. Self-attention when key and value are omitted; cross-attention when key
     (and value, which defaults to key) come from another sequence.
     Shapes: query (B, Tq, C) or (Tq, C); key/value (B, Tk, C) or (Tk, C);
-    mask (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk), each axis possibly 1 ->
-    out (B, Tq, C) and, with need_weights, weights (B, H, Tq, Tk) (no B when unbatched).
+    mask (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk), each axis possibly 1, bool, True = may
+    attend; key_padding_mask (B, Tk) (or (Tk,) unbatched), bool, True = padding to ignore
+    (PyTorch's meaning) -> out (B, Tq, C) and, with need_weights, weights (B, H, Tq, Tk)
+    (no B when unbatched). Pass a PyTorch-style padding mask as key_padding_mask, never as
+    mask: a 2-D mask is (Tq, Tk) whatever B is, and one with a query row that may attend no
+    key is refused (it is a padding mask or PyTorch's inverted attn_mask polarity).
     """
 
     def __init__(
@@ -97,6 +105,42 @@ class MultiHeadAttention(Module):
                 "any axis may be 1"
             )
 
+    def _check_mask_rows(self, mask: Tensor) -> None:
+        """A shared (Tq, Tk) mask in which some query may attend nothing is a misuse: a
+        PyTorch key-padding mask (B, Tk) read as (Tq, Tk) when B == Tq, or PyTorch's
+        attn_mask polarity (True = blocked, as torch.triu(..., diagonal=1))."""
+        xp = backend.namespace(mask.data)
+        if mask.ndim == 2 and mask.shape[-1] > 0 and bool(xp.any(~xp.any(mask.data, axis=-1))):
+            raise ValueError(
+                f"MultiHeadAttention: mask of shape {mask.shape} has a query row with no key "
+                "allowed; mask is (Tq, Tk) with True = may attend. For a padding mask (B, Tk) "
+                "with True = padding, pass key_padding_mask=; for PyTorch's attn_mask (True = "
+                "blocked), pass its negation"
+            )
+
+    def _padding_allowed(self, key_padding_mask: Any, batch: int, length_k: int, device: str):
+        """key_padding_mask (B, Tk), True = ignore, as the (B, 1, 1, Tk) may-attend array."""
+        op = "MultiHeadAttention"
+        if not isinstance(key_padding_mask, Tensor):
+            key_padding_mask = Tensor(key_padding_mask, device=device)
+        if backend.dtype_name(key_padding_mask.dtype) != "bool":
+            raise TypeError(
+                f"{op}: key_padding_mask must be bool (True = padding to ignore), got dtype "
+                f"{backend.dtype_name(key_padding_mask.dtype)}"
+            )
+        if key_padding_mask.shape != (batch, length_k):
+            raise ValueError(
+                f"{op}: key_padding_mask of shape {key_padding_mask.shape} must be (B, Tk) = "
+                f"{(batch, length_k)} (or (Tk,) for unbatched inputs)"
+            )
+        if key_padding_mask.device != device:
+            raise RuntimeError(
+                f"{op}: key_padding_mask is on '{key_padding_mask.device}' but the inputs are "
+                f"on '{device}'"
+            )
+        xp = backend.namespace(key_padding_mask.data)
+        return xp.reshape(~key_padding_mask.data, (batch, 1, 1, length_k))
+
     def _split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
         x = x.reshape(batch, length, self.num_heads, self.head_dim)  # (B, T, C) -> (B, T, H, D)
@@ -110,6 +154,7 @@ class MultiHeadAttention(Module):
         mask: Any = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        key_padding_mask: Any = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         key = query if key is None else key
         value = key if value is None else value
@@ -123,8 +168,18 @@ class MultiHeadAttention(Module):
             mask = Tensor(mask, device=query.device)  # a NumPy or nested-list bool mask
         if mask is not None:
             self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1])
+            self._check_mask_rows(mask)
         if mask is not None and mask.ndim == 3:
             mask = mask.expand_dims(1)  # (B, Tq, Tk) -> (B, 1, Tq, Tk): the same for every head
+        if key_padding_mask is not None:
+            if unbatched and isinstance(key_padding_mask, Tensor) and key_padding_mask.ndim == 1:
+                key_padding_mask = key_padding_mask.expand_dims(0)  # (Tk,) -> (1, Tk)
+            elif unbatched and not isinstance(key_padding_mask, Tensor):
+                key_padding_mask = Tensor(key_padding_mask, device=query.device).reshape(1, -1)
+            allowed = self._padding_allowed(
+                key_padding_mask, query.shape[0], key.shape[1], query.device
+            )  # (B, 1, 1, Tk): True = may attend
+            mask = Tensor._from_op(allowed if mask is None else mask.data & allowed, None)
         batch, length_q, width = query.shape
         q = self._split_heads(self.q_proj(query))  # (B, Tq, C) -> (B, H, Tq, D)
         k = self._split_heads(self.k_proj(key))  # (B, Tk, C) -> (B, H, Tk, D)
@@ -152,4 +207,166 @@ class MultiHeadAttention(Module):
         return f"d_model={self.d_model}, num_heads={self.num_heads}, dropout={self.dropout}"
 
 
-__all__ = ["MultiHeadAttention"]
+class MultiheadAttention(Module):
+    """PyTorch's torch.nn.MultiheadAttention: the same parameters (in_proj_weight (3E, E) holding
+    the q, k, v projections stacked, in_proj_bias (3E,), out_proj), the same initialisation
+    (Xavier-uniform in_proj_weight, zero biases), the same arguments and mask meanings.
+
+    out = out_proj(concat over heads of softmax(Q_h K_h^T / sqrt(D) + M) V_h), where M is -inf
+    where a bool attn_mask is True (True = NOT allowed, PyTorch's polarity for this module) or
+    key_padding_mask is True (padding), and the values of float masks (added).
+    Shapes: query (L, N, E) (or (N, L, E) with batch_first=True, or (L, E) unbatched), key and
+    value (S, N, E) likewise; attn_mask (L, S) or (N * H, L, S); key_padding_mask (N, S) ->
+    out like query and, with need_weights, weights (N, L, S) averaged over heads
+    (average_attn_weights=True) or (N, H, L, S).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        op = "MultiheadAttention"
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError(f"{op}: add_bias_kv and add_zero_attn are not supported")
+        if kdim not in (None, embed_dim) or vdim not in (None, embed_dim):
+            raise NotImplementedError(
+                f"{op}: kdim/vdim different from embed_dim are not supported (got kdim={kdim}, "
+                f"vdim={vdim}, embed_dim={embed_dim})"
+            )
+        if not isinstance(num_heads, int) or num_heads <= 0:
+            raise ValueError(f"{op}: num_heads must be a positive int, got {num_heads!r}")
+        if not isinstance(embed_dim, int) or embed_dim <= 0 or embed_dim % num_heads:
+            raise ValueError(
+                f"{op}: embed_dim={embed_dim!r} must be a positive multiple of "
+                f"num_heads={num_heads}"
+            )
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"{op}: dropout must be in [0, 1], got {dropout}")
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.head_dim = embed_dim // num_heads
+        self.batch_first = batch_first
+        self.kdim = self.vdim = embed_dim
+        self._qkv_same_embed_dim = True
+        bound = math.sqrt(6.0 / (embed_dim + 3 * embed_dim))  # Xavier: fan_in E, fan_out 3E
+        self.in_proj_weight = Parameter(uniform((3 * embed_dim, embed_dim), bound))
+        self.register_parameter("in_proj_bias", Parameter(zeros(3 * embed_dim)) if bias else None)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        if bias:
+            self.out_proj.bias = Parameter(zeros(embed_dim))
+        if dtype is not None:
+            self.to(backend.dtype_name(dtype) if not isinstance(dtype, str) else dtype)
+        if device is not None:
+            self.to(device)
+
+    def _additive(self, name: str, mask: Any, shape: tuple, scores: Tensor) -> Tensor | None:
+        """A bool (True = blocked) or float mask as a float Tensor to add to the scores."""
+        if mask is None:
+            return None
+        if not isinstance(mask, Tensor):
+            mask = Tensor(mask, device=scores.device)
+        if mask.shape != shape:
+            raise ValueError(f"MultiheadAttention: {name} of shape {mask.shape} must be {shape}")
+        xp = backend.namespace(mask.data)
+        if backend.dtype_name(mask.dtype) == "bool":
+            zero = xp.zeros((), dtype=scores.dtype, device=scores.data.device)
+            return where(mask, -math.inf, scores.constant(zero))
+        if not backend.is_floating(xp, mask.dtype):
+            raise TypeError(
+                f"MultiheadAttention: {name} must be bool or floating, got "
+                f"{backend.dtype_name(mask.dtype)}"
+            )
+        return mask.to(backend.dtype_name(scores.dtype))
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Any = None,
+        need_weights: bool = True,
+        attn_mask: Any = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        op = "MultiheadAttention"
+        if is_causal and attn_mask is None:
+            raise RuntimeError(
+                f"{op}: is_causal is a hint that attn_mask is the causal mask; pass attn_mask "
+                "(as PyTorch requires)"
+            )
+        if query.ndim not in (2, 3):
+            raise ValueError(f"{op}: query must be 2-D or 3-D, got shape {query.shape}")
+        for name, t in (("key", key), ("value", value)):
+            if t.ndim != query.ndim or t.shape[-1] != self.embed_dim:
+                raise ValueError(
+                    f"{op}: {name} of shape {t.shape} does not match query of shape "
+                    f"{query.shape} and embed_dim {self.embed_dim}"
+                )
+        unbatched = query.ndim == 2
+        if unbatched:
+            query, key, value = (t.expand_dims(0) for t in (query, key, value))  # (1, L, E)
+            if key_padding_mask is not None:
+                key_padding_mask = Tensor(key_padding_mask, device=query.device).reshape(1, -1)
+        elif not self.batch_first:  # (L, N, E) -> (N, L, E)
+            query, key, value = (t.swapaxes(0, 1) for t in (query, key, value))
+        batch, length_q, width = query.shape
+        length_k = key.shape[1]
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != batch:
+            raise ValueError(f"{op}: query, key and value disagree in batch or length")
+        heads, head_dim = self.num_heads, self.head_dim
+        w, b = self.in_proj_weight, self.in_proj_bias
+        projected = []
+        for index, x in enumerate((query, key, value)):
+            rows = slice(index * width, (index + 1) * width)
+            y = F.linear(x, w[rows], None if b is None else b[rows])  # (N, T, E)
+            y = y.reshape(batch, x.shape[1], heads, head_dim)  # (N, T, E) -> (N, T, H, D)
+            projected.append(y.permute(0, 2, 1, 3))  # (N, T, H, D) -> (N, H, T, D)
+        q, k, v = projected
+        scores = (q * (1.0 / math.sqrt(head_dim))) @ k.mT  # (N, H, L, S)
+        if attn_mask is not None:
+            if not isinstance(attn_mask, Tensor):
+                attn_mask = Tensor(attn_mask, device=query.device)
+            attn_shape = (
+                (length_q, length_k) if attn_mask.ndim == 2 else (batch * heads, length_q, length_k)
+            )
+            added = self._additive("attn_mask", attn_mask, attn_shape, scores)
+            if added.ndim == 3:
+                added = added.reshape(batch, heads, length_q, length_k)
+            scores = scores + added
+        if key_padding_mask is not None:
+            added = self._additive("key_padding_mask", key_padding_mask, (batch, length_k), scores)
+            scores = scores + added.reshape(batch, 1, 1, length_k)
+        weights = F.softmax(scores, axis=-1)
+        if self.training and self.dropout > 0.0:
+            weights = F.dropout(weights, self.dropout, training=True)
+        out = (weights @ v).permute(0, 2, 1, 3).reshape(batch, length_q, width)
+        out = self.out_proj(out)  # (N, L, E)
+        if unbatched:
+            out = out.squeeze(0)
+        elif not self.batch_first:
+            out = out.swapaxes(0, 1)  # (N, L, E) -> (L, N, E)
+        if not need_weights:
+            return out, None
+        if average_attn_weights:
+            weights = weights.mean(axis=1)  # (N, H, L, S) -> (N, L, S)
+        return out, weights.squeeze(0) if unbatched else weights
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}, "
+            f"batch_first={self.batch_first}"
+        )
+
+
+__all__ = ["MultiHeadAttention", "MultiheadAttention"]

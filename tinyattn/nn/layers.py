@@ -10,8 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import backend
 from .. import functional as F
 from ..tensor import Tensor, ones, rand, randn, zeros
+from . import functional as torch_style
+from . import init
 from .module import Module, Parameter
 
 
@@ -19,6 +22,14 @@ def _check_sizes(op: str, **sizes: int) -> None:
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+
+
+def _place(module: Module, device: Any, dtype: Any) -> None:
+    """PyTorch's factory keywords: move or cast a freshly built layer."""
+    if dtype is not None:
+        module.to(dtype if isinstance(dtype, str) else backend.dtype_name(dtype))
+    if device is not None:
+        module.to(device)
 
 
 def uniform(shape: tuple[int, ...], bound: float) -> Tensor:
@@ -33,7 +44,14 @@ class Linear(Module):
     Shapes: x (..., in_features) -> (..., out_features).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         _check_sizes("Linear", in_features=in_features, out_features=out_features)
         self.in_features, self.out_features = in_features, out_features
@@ -42,6 +60,7 @@ class Linear(Module):
         self.register_parameter(
             "bias", Parameter(uniform((out_features,), bound)) if bias else None
         )
+        _place(self, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -53,18 +72,41 @@ class Linear(Module):
 
 class Embedding(Module):
     """A (V, D) table of learned vectors looked up by integer index; init N(0, 1) (PyTorch's).
+    With padding_idx, that row starts at zero and gets no gradient (PyTorch's meaning).
 
     Shapes: indices (...) integer -> (..., D).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         _check_sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(
+                    f"Embedding: padding_idx {padding_idx} is out of range for "
+                    f"{num_embeddings} embeddings"
+                )
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
         self.weight = Parameter(randn(num_embeddings, embedding_dim))
+        if padding_idx is not None:
+            table = self.weight.numpy().copy()
+            table[padding_idx] = 0.0
+            init._write(self.weight, table)
+        _place(self, device, dtype)
 
     def forward(self, indices: Any) -> Tensor:
-        return F.embedding(indices, self.weight)
+        if self.padding_idx is None:
+            return F.embedding(indices, self.weight)
+        return torch_style.embedding(indices, self.weight, padding_idx=self.padding_idx)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
@@ -80,6 +122,9 @@ class LayerNorm(Module):
         normalized_shape: int | tuple[int, ...],
         eps: float = 1e-5,
         elementwise_affine: bool = True,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
     ) -> None:
         super().__init__()
         shape = (
@@ -90,9 +135,11 @@ class LayerNorm(Module):
             raise ValueError(f"LayerNorm: eps must be a positive finite number, got {eps!r}")
         self.normalized_shape, self.eps = shape, eps
         weight = Parameter(ones(*shape)) if elementwise_affine else None
-        bias = Parameter(zeros(*shape)) if elementwise_affine else None
         self.register_parameter("weight", weight)
-        self.register_parameter("bias", bias)
+        self.register_parameter(
+            "bias", Parameter(zeros(*shape)) if elementwise_affine and bias else None
+        )
+        _place(self, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -119,10 +166,104 @@ class Dropout(Module):
 
 
 class ReLU(Module):
-    """y = max(x, 0). Shapes: any."""
+    """y = max(x, 0). Shapes: any. ``inplace=True`` is accepted and computes out of place."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
+
+
+class Tanh(Module):
+    """y = tanh(x). Shapes: any."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.tanh()
+
+
+class Sigmoid(Module):
+    """y = 1 / (1 + exp(-x)). Shapes: any."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.sigmoid()
+
+
+class SiLU(Module):
+    """y = x * sigmoid(x). Shapes: any."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * x.sigmoid()
+
+
+class Softmax(Module):
+    """softmax along `dim` (required: PyTorch's implicit choice is deprecated). Shapes: any."""
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        if dim is None:
+            raise TypeError("Softmax: pass dim= (tinyattn does not guess the dimension)")
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, axis=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    """log(softmax) along `dim`, computed stably. Shapes: any."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(x, axis=self.dim)
+
+
+class LeakyReLU(Module):
+    """y = x where x > 0, else negative_slope * x. Shapes: any."""
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch_style.leaky_relu(x, self.negative_slope)
+
+
+class Flatten(Module):
+    """Merge the axes start_dim..end_dim into one (default: all but the batch axis).
+    Shapes: (N, d1, ..., dk) -> (N, d1 * ... * dk)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        start, end = self.start_dim % max(x.ndim, 1), self.end_dim % max(x.ndim, 1)
+        if start > end:
+            raise ValueError(
+                f"Flatten: start_dim {self.start_dim} comes after end_dim {self.end_dim} for "
+                f"input shape {x.shape}"
+            )
+        merged = 1
+        for n in x.shape[start : end + 1]:
+            merged *= n
+        return x.reshape(*x.shape[:start], merged, *x.shape[end + 1 :])
+
+
+class Identity(Module):
+    """y = x; any constructor arguments are ignored (PyTorch's placeholder module)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def forward(self, x: Any) -> Any:
+        return x
 
 
 class GELU(Module):
@@ -136,4 +277,20 @@ class GELU(Module):
         return F.gelu(x, self.approximate)
 
 
-__all__ = ["GELU", "Dropout", "Embedding", "LayerNorm", "Linear", "ReLU", "uniform"]
+__all__ = [
+    "GELU",
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "Identity",
+    "LayerNorm",
+    "LeakyReLU",
+    "Linear",
+    "LogSoftmax",
+    "ReLU",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "uniform",
+]

@@ -9,6 +9,7 @@ checks out.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -119,15 +120,19 @@ class Module:
             self._non_persistent.add(name)
 
     # ----------------------------------------------------------------------------- traversal
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        """This module and every submodule, depth first in attribute order, each once."""
-        seen: set[int] = set()
+    def named_modules(
+        self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
+        """This module and every submodule, depth first in attribute order, with PyTorch's dotted
+        names; a module reachable twice is listed once unless remove_duplicate=False."""
+        seen: set[int] = set() if memo is None else memo
         stack = [(prefix, self)]
         while stack:
             name, module = stack.pop()
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
+            if remove_duplicate:
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
             yield name, module
             children = [
                 (f"{name}.{child_name}" if name else child_name, child)
@@ -149,24 +154,70 @@ class Module:
         for _, child in self.named_children():
             yield child
 
-    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+    def apply(self, fn: Any) -> Module:
+        """Call fn on every submodule (children first) and then on this module; returns self
+        (PyTorch's order, used for custom weight initialisation)."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """Register a submodule under `name` (the same as assigning the attribute)."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module or None")
+        if not isinstance(name, str) or not name or "." in name:
+            raise KeyError("add_module: module name must be a non-empty string without '.'")
+        self._forget(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> Module:
+        """The submodule at a dotted path ("blocks.0.attn"); "" is this module."""
+        module: Module = self
+        for part in target.split(".") if target else []:
+            child = module._modules.get(part)
+            if child is None:
+                raise AttributeError(
+                    f"get_submodule: {type(module).__name__} has no submodule {part!r}"
+                )
+            module = child
+        return module
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
         """(dotted name, Parameter) in attribute order; a shared Parameter is listed once."""
         seen: set[int] = set()
-        for prefix, module in self.named_modules():
+        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for module_prefix, module in modules:
             for name, param in module._parameters.items():
-                if param is not None and id(param) not in seen:
-                    seen.add(id(param))
-                    yield (f"{prefix}.{name}" if prefix else name), param
+                if param is None or (remove_duplicate and id(param) in seen):
+                    continue
+                seen.add(id(param))
+                yield (f"{module_prefix}.{name}" if module_prefix else name), param
 
-    def parameters(self) -> Iterator[Parameter]:
-        for _, param in self.named_parameters():
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, param in self.named_parameters(recurse=recurse):
             yield param
 
-    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
-        for prefix, module in self.named_modules():
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, buffer in self.named_buffers(recurse=recurse):
+            yield buffer
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Turn gradient tracking of every parameter on or off (freezing a part of a model)."""
+        for param in self.parameters():
+            param.requires_grad_(requires_grad)
+        return self
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for module_prefix, module in modules:
             for name, buffer in module._buffers.items():
                 if buffer is not None:
-                    yield (f"{prefix}.{name}" if prefix else name), buffer
+                    yield (f"{module_prefix}.{name}" if module_prefix else name), buffer
 
     def _state_slots(self, prefix: str = "") -> Iterator[tuple[str, Module, str, Tensor]]:
         """Every state_dict entry as (key, owning module, attribute, tensor); shared tensors
@@ -191,10 +242,15 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def zero_grad(self) -> None:
-        """Drop every parameter's gradient (set to None, so the next backward starts fresh)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's gradient (set to None, PyTorch's default), or with
+        ``set_to_none=False`` replace it by zeros of its shape."""
         for param in self.parameters():
-            param.grad = None
+            if set_to_none or param.grad is None:
+                param.grad = None
+            else:
+                xp = backend.namespace(param.grad.data)
+                param.grad = Tensor._from_op(xp.zeros_like(param.grad.data), None)
 
     def to(self, target: Any) -> Module:
         """Move every parameter and buffer to a device ("cpu", "cuda", "strict") or cast the
@@ -215,14 +271,27 @@ class Module:
     def double(self) -> Module:
         return self.to("float64")
 
+    def cuda(self, device: int | None = None) -> Module:
+        """Move to the GPU (the CuPy backend); refused with the probe's reason without one."""
+        return self.to("cuda" if device is None else f"cuda:{device}")
+
+    def cpu(self) -> Module:
+        return self.to("cpu")
+
     def float(self) -> Module:
         return self.to("float32")
 
     # ------------------------------------------------------------------------------ state dict
-    def state_dict(self) -> dict[str, Tensor]:
-        """{dotted name: Tensor} of parameters and persistent buffers, detached (the arrays are
-        shared; tinyattn never updates them in place)."""
-        return {key: tensor.detach() for key, _, _, tensor in self._state_slots()}
+    def state_dict(
+        self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Tensor]:
+        """{dotted name: Tensor} of parameters and persistent buffers (PyTorch's keys), detached
+        unless keep_vars=True. The arrays are shared, as in PyTorch: nn.init writes in place
+        and shows through; optimizer steps and load_state_dict give parameters new arrays."""
+        out = {} if destination is None else destination
+        for key, _, _, tensor in self._state_slots(prefix):
+            out[key] = tensor if keep_vars else tensor.detach()
+        return out
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy values into the parameters and buffers, all or nothing.
@@ -290,17 +359,62 @@ class ModuleList(Module):
 
     def __init__(self, modules: Any = ()) -> None:
         super().__init__()
-        for module in modules:
-            self.append(module)
+        self.extend(modules)
 
     def append(self, module: Module) -> ModuleList:
         if not isinstance(module, Module):
-            raise TypeError(f"ModuleList: expected a Module, got {type(module).__name__}")
+            raise TypeError(
+                f"{type(self).__name__}: expected a Module, got {type(module).__name__}"
+            )
         setattr(self, str(len(self._modules)), module)
         return self
 
-    def __getitem__(self, index: int) -> Module:
-        return list(self._modules.values())[index]
+    def extend(self, modules: Any) -> ModuleList:
+        for module in modules:
+            self.append(module)
+        return self
+
+    def insert(self, index: int, module: Module) -> None:
+        items = list(self._modules.values())
+        items.insert(index, module)
+        self._renumber(items)
+
+    def _renumber(self, items: list) -> None:
+        for name in list(self._modules):
+            self._forget(name)
+        for module in items:
+            self.append(module)
+
+    def _index(self, index: int) -> int:
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"{type(self).__name__} indices must be ints or slices, got {index!r}")
+        if not -len(self) <= index < len(self):
+            raise IndexError(
+                f"{type(self).__name__}: index {index} is out of range for {len(self)}"
+            )
+        return index % len(self)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        items = list(self._modules.values())
+        if isinstance(index, slice):
+            return type(self)._from_modules(items[index])
+        return items[self._index(index)]
+
+    @classmethod
+    def _from_modules(cls, modules: list) -> ModuleList:
+        return cls(modules)
+
+    def __setitem__(self, index: int, module: Module) -> None:
+        if not isinstance(module, Module):
+            raise TypeError(
+                f"{type(self).__name__}: expected a Module, got {type(module).__name__}"
+            )
+        setattr(self, str(self._index(index)), module)
+
+    def __delitem__(self, index: int | slice) -> None:
+        items = list(self._modules.values())
+        del items[index if isinstance(index, slice) else self._index(index)]
+        self._renumber(items)
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -310,10 +424,24 @@ class ModuleList(Module):
 
 
 class Sequential(ModuleList):
-    """Submodules applied in order: ``Sequential(a, b)(x) == b(a(x))``."""
+    """Submodules applied in order: ``Sequential(a, b)(x) == b(a(x))``; also built from an
+    ordered dict of names to modules, whose names become the state_dict prefixes."""
 
-    def __init__(self, *modules: Module) -> None:
+    def __init__(self, *modules: Any) -> None:
+        if len(modules) == 1 and isinstance(modules[0], dict):
+            Module.__init__(self)
+            for name, module in modules[0].items():
+                if not isinstance(module, Module):
+                    raise TypeError(
+                        f"Sequential: {name!r} is a {type(module).__name__}, not a Module"
+                    )
+                setattr(self, name, module)
+            return
         super().__init__(modules)
+
+    @classmethod
+    def _from_modules(cls, modules: list) -> ModuleList:
+        return cls(*modules)
 
     def forward(self, x: Any) -> Any:
         for module in self:
@@ -321,4 +449,131 @@ class Sequential(ModuleList):
         return x
 
 
-__all__ = ["IncompatibleKeys", "Module", "ModuleList", "Parameter", "Sequential"]
+class ParameterList(Module):
+    """A list of Parameters registered as "0", "1", ... (state_dict keys as PyTorch's)."""
+
+    def __init__(self, values: Any = ()) -> None:
+        super().__init__()
+        for value in values:
+            self.append(value)
+
+    def append(self, value: Any) -> ParameterList:
+        if not isinstance(value, Parameter):
+            value = Parameter(value)
+        self.register_parameter(str(len(self._parameters)), value)
+        return self
+
+    def extend(self, values: Any) -> ParameterList:
+        for value in values:
+            self.append(value)
+        return self
+
+    def __getitem__(self, index: int) -> Parameter:
+        return list(self._parameters.values())[index]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(list(self._parameters.values()))
+
+
+class ParameterDict(Module):
+    """A dict of Parameters registered under their keys. As in PyTorch, a plain dict is taken
+    in sorted key order (an OrderedDict or ParameterDict in its own order)."""
+
+    def __init__(self, values: Any = None) -> None:
+        super().__init__()
+        values = {} if values is None else values
+        ordered = isinstance(values, OrderedDict | ParameterDict)
+        pairs = values.items() if ordered else sorted(dict(values).items())
+        for key, value in pairs:
+            self[key] = value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.register_parameter(key, value if isinstance(value, Parameter) else Parameter(value))
+
+    def __getitem__(self, key: str) -> Parameter:
+        if key not in self._parameters:
+            raise KeyError(f"ParameterDict has no key {key!r} (keys: {list(self._parameters)})")
+        return self._parameters[key]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._parameters))
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._parameters
+
+    def keys(self) -> list[str]:
+        return list(self._parameters)
+
+    def items(self) -> list[tuple[str, Parameter]]:
+        return list(self._parameters.items())
+
+    def values(self) -> list[Parameter]:
+        return list(self._parameters.values())
+
+
+class ModuleDict(Module):
+    """A dict of submodules registered under their keys (``transformer.wte`` in minGPT)."""
+
+    def __init__(self, modules: Any = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        if key not in self._modules:
+            raise KeyError(f"ModuleDict has no key {key!r} (keys: {list(self._modules)})")
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.add_module(key, module)
+
+    def __delitem__(self, key: str) -> None:
+        self._forget(key)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._modules))
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def keys(self) -> list[str]:
+        return list(self._modules)
+
+    def values(self) -> list[Module]:
+        return list(self._modules.values())
+
+    def items(self) -> list[tuple[str, Module]]:
+        return list(self._modules.items())
+
+    def update(self, modules: Any) -> None:
+        pairs = modules.items() if isinstance(modules, dict | ModuleDict) else modules
+        for key, module in pairs:
+            if not isinstance(module, Module):
+                raise TypeError(f"ModuleDict: {key!r} is a {type(module).__name__}, not a Module")
+            self[key] = module
+
+    def pop(self, key: str) -> Module:
+        module = self[key]
+        del self[key]
+        return module
+
+
+__all__ = [
+    "IncompatibleKeys",
+    "Module",
+    "ModuleDict",
+    "ModuleList",
+    "Parameter",
+    "ParameterDict",
+    "ParameterList",
+    "Sequential",
+]

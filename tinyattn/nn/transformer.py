@@ -122,11 +122,19 @@ class TransformerBlock(Module):
         hidden = F.relu(hidden) if self.activation == "relu" else F.gelu(hidden)
         return self.linear2(self.dropout(hidden))  # (..., d_ff) -> (..., C)
 
-    def forward(self, x: Tensor, mask: Any = None, is_causal: bool = False) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Any = None,
+        is_causal: bool = False,
+        key_padding_mask: Any = None,
+    ) -> Tensor:
+        """mask: bool, True = may attend; key_padding_mask (B, T): bool, True = padding."""
+        masks = {"mask": mask, "is_causal": is_causal, "key_padding_mask": key_padding_mask}
         if self.norm_first:
-            x = x + self.dropout(self.attn(self.norm1(x), mask=mask, is_causal=is_causal))
+            x = x + self.dropout(self.attn(self.norm1(x), **masks))
             return x + self.dropout(self._mlp(self.norm2(x)))
-        x = self.norm1(x + self.dropout(self.attn(x, mask=mask, is_causal=is_causal)))
+        x = self.norm1(x + self.dropout(self.attn(x, **masks)))
         return self.norm2(x + self.dropout(self._mlp(x)))
 
 

@@ -1,4 +1,4 @@
-"""Optim layer: SGD (momentum, Nesterov), Adam, AdamW and clip_grad_norm.
+"""Optim layer, part 1: the Optimizer base, SGD (momentum, Nesterov), Adam, AdamW, clip_grad_norm.
 
 Imports `backend`, `autograd` and `tensor`. Invariants: updates run on raw arrays (no graph is
 ever recorded) and ASSIGN new arrays, ``p.data = new``, never writing into an existing one,
@@ -9,11 +9,12 @@ single-tensor implementations step for step, so float64 runs agree with torch to
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import backend
-from .tensor import Tensor
+from .. import backend
+from ..autograd import enable_grad
+from ..tensor import Tensor
 
 # ------------------------------------------------------------------------------------ checks
 
@@ -37,6 +38,35 @@ def _param_list(op: str, params: Any) -> list[dict]:
     if not isinstance(groups[0], dict):
         groups = [{"params": groups}]
     return groups
+
+
+# PyTorch's implementation hints: accepted (programs pass fused=True on CUDA) and ignored, since
+# they choose a kernel, not a result. Flags that change the result are refused unless off.
+_HINTS = ("foreach", "fused", "capturable", "differentiable")
+_REFUSED_WHEN_ON = ("amsgrad", "maximize", "decoupled_weight_decay")
+
+
+def _check_flags(op: str, flags: dict[str, Any]) -> None:
+    for name, value in flags.items():
+        if name in _HINTS:
+            continue
+        if name in _REFUSED_WHEN_ON:
+            if value:
+                raise NotImplementedError(f"{op}: {name}=True is not supported")
+            continue
+        raise TypeError(f"{op}: unexpected keyword argument {name!r}")
+
+
+# Keys a parameter group holds besides the optimizer's options (a scheduler adds initial_lr).
+_GROUP_KEYS = {"params", "initial_lr"}
+
+
+def _write(param: Tensor, array: Any) -> None:
+    """Give `param` its new values: the Parameter object stays the same (models and optimizers
+    keep holding it); its array is replaced, not overwritten, since gradients and state dicts
+    may share arrays. The one place an update lands, so switching to in-place writes is one line.
+    """
+    param.data = array
 
 
 # --------------------------------------------------------------------------------- Optimizer
@@ -78,7 +108,7 @@ class Optimizer:
                     f"{self.name}: parameter {position} (shape {p.shape}) appears twice"
                 )
             known.add(id(p))
-        unknown = set(group) - set(self.defaults) - {"params"}
+        unknown = set(group) - set(self.defaults) - _GROUP_KEYS
         if unknown:
             raise ValueError(
                 f"{self.name}: unknown option(s) {sorted(unknown)} in a parameter group"
@@ -90,14 +120,27 @@ class Optimizer:
     def _validate(self, group: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def zero_grad(self) -> None:
-        """Set every parameter's gradient to None."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Set every parameter's gradient to None (PyTorch's default), or with
+        ``set_to_none=False`` to a new zero Tensor of its shape."""
         for group in self.param_groups:
             for p in group["params"]:
-                p.grad = None
+                if set_to_none or p.grad is None:
+                    p.grad = None
+                else:
+                    xp = backend.namespace(p.grad.data)
+                    p.grad = Tensor._from_op(xp.zeros_like(p.grad.data), None)
 
-    def step(self) -> None:
-        """Update every parameter that has a gradient (parameters without one are skipped)."""
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Update every parameter that has a gradient (parameters without one are skipped).
+
+        With a closure (PyTorch's form), it is called first, with grad mode on, to recompute
+        the loss and gradients; its result is returned.
+        """
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
         position = -1
         for group in self.param_groups:
             for p in group["params"]:
@@ -106,7 +149,8 @@ class Optimizer:
                     continue
                 self._check_grad(position, p)
                 state = self.state.setdefault(p, {})
-                p.data = self._update(p.data, p.grad.data, group, state)
+                _write(p, self._update(p.data, p.grad.data, group, state))
+        return loss
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         raise NotImplementedError
@@ -163,7 +207,7 @@ class Optimizer:
         for number, (saved, mine) in enumerate(zip(groups, self.param_groups, strict=True)):
             if not isinstance(saved, dict) or "params" not in saved:
                 raise ValueError(f"{op}: parameter group {number} has no 'params' list")
-            unknown = set(saved) - set(self.defaults) - {"params"}
+            unknown = set(saved) - set(self.defaults) - _GROUP_KEYS
             if unknown:
                 raise ValueError(
                     f"{op}: parameter group {number} has option(s) {sorted(unknown)} that "
@@ -241,7 +285,9 @@ class SGD(Optimizer):
         dampening: float = 0.0,
         nesterov: bool = False,
         weight_decay: float = 0.0,
+        **flags: Any,
     ) -> None:
+        _check_flags(type(self).__name__, flags)
         defaults = dict(
             lr=lr,
             momentum=momentum,
@@ -298,7 +344,9 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        **flags: Any,
     ) -> None:
+        _check_flags(type(self).__name__, flags)
         super().__init__(
             params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
         )
@@ -348,8 +396,9 @@ class AdamW(Adam):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        **flags: Any,
     ) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **flags)
 
 
 # ---------------------------------------------------------------------------------- clipping

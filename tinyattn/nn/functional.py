@@ -1,0 +1,570 @@
+"""nn.functional: PyTorch's ``torch.nn.functional`` names, so ``import tinyattn.nn.functional as F``
+ports a program unchanged.
+
+Re-exports `tinyattn.functional` and adds PyTorch's signatures (``dim=``, ``ignore_index=-100``,
+``reduction=``, ``attn_mask=``...). Everything here is a composition of existing Tensor ops and
+functional ops, so gradients (and higher-order gradients) come from their rules. Meanings are
+PyTorch's: class axis 1 for cross_entropy and nll_loss on (N, C, d1, ...) inputs, a bool
+``attn_mask`` is True where a query MAY attend (a float one is added to the scores), ``pad``
+lists (left, right) pairs from the last axis backwards.
+"""
+
+# PyTorch's parameter names (input, ...) are kept so keyword callers port unchanged.
+# ruff: noqa: A001, A002
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+from .. import backend
+from .. import functional as _core
+from ..functional import *  # noqa: F403  (the re-export is the point of this module)
+from ..functional import __all__ as _core_all
+from ..tensor import Tensor, concat, full, where
+
+REDUCTIONS = ("none", "mean", "sum")
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _as_tensor(op: str, x: Any, like: Tensor | None = None) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    try:
+        return Tensor(x, device=None if like is None else like.device)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{op}: expected a Tensor, got {type(x).__name__} ({exc})") from None
+
+
+def _check_reduction(op: str, reduction: str, allowed: tuple = REDUCTIONS) -> None:
+    if reduction not in allowed:
+        raise ValueError(f"{op}: reduction must be one of {allowed}, got {reduction!r}")
+
+
+def _no_legacy(op: str, size_average: Any, reduce: Any) -> None:
+    """PyTorch's deprecated size_average=/reduce= are refused rather than ignored."""
+    if size_average is not None or reduce is not None:
+        raise NotImplementedError(
+            f"{op}: size_average= and reduce= (deprecated in PyTorch) are not supported; use "
+            "reduction="
+        )
+
+
+def _reduce(op: str, loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else loss.mean()
+
+
+def _pick_dim(op: str, dim: int | None, axis: int | None) -> int:
+    if dim is not None and axis is not None and dim != axis:
+        raise TypeError(f"{op}: got both dim={dim} and axis={axis}; pass one")
+    chosen = dim if dim is not None else axis
+    if chosen is None:
+        raise TypeError(
+            f"{op}: pass dim= (PyTorch's implicit choice of dimension is deprecated and "
+            "tinyattn does not guess)"
+        )
+    return chosen
+
+
+def _classes_last(x: Tensor) -> Tensor:
+    """PyTorch's (N, C, d1, ...) to tinyattn's (N, d1, ..., C); (N, C) and (C,) are unchanged."""
+    if x.ndim < 3:
+        return x
+    return x.permute(0, *range(2, x.ndim), 1)
+
+
+def _integer_targets(op: str, target: Any, input: Tensor, ignore_index: int) -> Tensor:
+    """Class-index targets as an integer Tensor on the input's device, checked against C."""
+    target = _as_tensor(op, target, input)
+    xp = backend.namespace(target.data)
+    if backend.is_floating(xp, target.dtype) or backend.dtype_name(target.dtype) == "bool":
+        raise TypeError(
+            f"{op}: class-index targets must be integers, got dtype "
+            f"{backend.dtype_name(target.dtype)}"
+        )
+    if target.device != input.device:
+        raise RuntimeError(f"{op}: input is on '{input.device}' but target is on '{target.device}'")
+    expected = input.shape[:1] + input.shape[2:] if input.ndim >= 2 else ()
+    if target.shape != expected:
+        raise ValueError(
+            f"{op}: input of shape {input.shape} needs target of shape {expected} "
+            f"(input is (N, C, d1, ...) with classes on axis 1, or (C,)), got {target.shape}"
+        )
+    classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
+    data = target.data
+    bad = ((data < 0) | (data >= classes)) & (data != ignore_index)
+    if bool(xp.any(bad)):
+        raise IndexError(
+            f"{op}: target values must be in 0..{classes - 1} (or ignore_index={ignore_index})"
+        )
+    return target
+
+
+# ------------------------------------------------------------------------ softmax and friends
+def softmax(
+    input: Tensor,
+    dim: int | None = None,
+    dtype: Any = None,
+    *,
+    axis: int | None = None,
+) -> Tensor:
+    """softmax along `dim` (PyTorch's signature); ``dtype`` casts the input first."""
+    dim = _pick_dim("softmax", dim, axis)
+    input = input if dtype is None else input.to(backend.dtype_name(dtype))
+    return _core.softmax(input, axis=dim)
+
+
+def log_softmax(
+    input: Tensor,
+    dim: int | None = None,
+    dtype: Any = None,
+    *,
+    axis: int | None = None,
+) -> Tensor:
+    """log(softmax) along `dim`, computed stably (PyTorch's signature)."""
+    dim = _pick_dim("log_softmax", dim, axis)
+    input = input if dtype is None else input.to(backend.dtype_name(dtype))
+    return _core.log_softmax(input, axis=dim)
+
+
+# ---------------------------------------------------------------------------------- activations
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """max(x, 0). ``inplace=True`` is accepted but computes out of place (use the result)."""
+    return _core.relu(input)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    """x * Phi(x), or its tanh approximation with approximate="tanh"."""
+    return _core.gelu(input, approximate)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    """x * sigmoid(x) (also called swish); dL/dx = s + x s (1 - s)."""
+    return input * input.sigmoid()
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return input.sigmoid()
+
+
+def tanh(input: Tensor) -> Tensor:
+    return input.tanh()
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """x where x > 0, else negative_slope * x (slope also the gradient at 0, as PyTorch)."""
+    return where(input > 0, input, input * negative_slope)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    return where(input > 0, input, (input.clip(max=0.0).exp() - 1.0) * alpha)
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's rule)."""
+    scaled = input * beta
+    return where(scaled > threshold, input, _softplus(scaled) * (1.0 / beta))
+
+
+def _softplus(z: Tensor) -> Tensor:
+    """log(1 + e^z) as max(z, 0) + log(1 + e^-|z|): no overflow for large z, no threshold."""
+    return z.clip(min=0.0) + ((-z.abs()).exp() + 1.0).log()
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """log(sigmoid(x)) = -softplus(-x), computed without overflow."""
+    return -_softplus(-input)
+
+
+def dropout(
+    input: Tensor,
+    p: float = 0.5,
+    training: bool = True,
+    inplace: bool = False,
+) -> Tensor:
+    """Inverted dropout on the host RNG (PyTorch's default ``training=True``)."""
+    return _core.dropout(input, p, training)
+
+
+# ------------------------------------------------------------------------------------ layers
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    return _core.linear(input, weight, bias)
+
+
+def layer_norm(
+    input: Tensor,
+    normalized_shape: int | tuple[int, ...],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    return _core.layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def embedding(
+    input: Any,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of `weight` picked by integer indices; the row `padding_idx` gets no gradient."""
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError(
+            "embedding: max_norm, scale_grad_by_freq and sparse are not supported; renormalise "
+            "the weight yourself under no_grad if you need max_norm"
+        )
+    if padding_idx is not None:
+        rows = weight.shape[0]
+        if not -rows <= padding_idx < rows:
+            raise ValueError(
+                f"embedding: padding_idx {padding_idx} is out of range for {rows} rows"
+            )
+        index = padding_idx % rows
+        xp = backend.namespace(weight.data)
+        is_pad = xp.arange(rows, device=weight.data.device) == index
+        # The same values, but the padding row comes from a detached copy: no gradient reaches it.
+        weight = where(weight.constant(xp.reshape(is_pad, (rows, 1))), weight.detach(), weight)
+    return _core.embedding(input, weight)
+
+
+def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
+    """int64 one-hot vectors: out[..., c] = 1 where tensor == c. Shapes: (...) -> (..., C)."""
+    tensor = _as_tensor("one_hot", tensor)
+    xp = backend.namespace(tensor.data)
+    if backend.is_floating(xp, tensor.dtype) or backend.dtype_name(tensor.dtype) == "bool":
+        raise TypeError(
+            f"one_hot: expected an integer tensor, got dtype {backend.dtype_name(tensor.dtype)}"
+        )
+    data = tensor.data
+    empty = 0 in tensor.shape
+    if not empty and bool(xp.any(data < 0)):
+        raise ValueError("one_hot: class values must be non-negative")
+    if num_classes == -1:
+        if empty:
+            raise ValueError("one_hot: cannot infer num_classes of an empty tensor; pass it")
+        num_classes = int(xp.max(data)) + 1
+    elif not empty and bool(xp.any(data >= num_classes)):
+        raise ValueError(f"one_hot: class values must be smaller than num_classes={num_classes}")
+    classes = xp.arange(num_classes, dtype=data.dtype, device=data.device)
+    hits = data[..., None] == classes
+    return Tensor._from_op(xp.astype(hits, backend.dtype_of_name(xp, "int64")), None)
+
+
+# ---------------------------------------------------------------------------------------- losses
+def cross_entropy(
+    input: Tensor,
+    target: Any,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    ignore_index: int = -100,
+    reduce: Any = None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """PyTorch's cross entropy: input (N, C), (N, C, d1, ...) or (C,) logits with classes on
+    axis 1, target class indices (N, d1, ...) or class probabilities shaped like input.
+
+    loss_i = (1 - s) * (-log p[i, t_i]) + s * mean_c(-log p[i, c]); "mean" averages over the
+    targets not equal to ignore_index (0 when all are ignored; PyTorch gives NaN).
+    """
+    op = "cross_entropy"
+    if weight is not None or size_average is not None or reduce is not None:
+        raise NotImplementedError(
+            f"{op}: weight=, size_average= and reduce= are not supported; use reduction= and "
+            "weight the per-target losses of reduction='none' yourself"
+        )
+    _check_reduction(op, reduction)
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{op}: input must be a Tensor of logits, got {type(input).__name__}")
+    if input.ndim < 1:
+        raise ValueError(f"{op}: input must have a class axis, got a 0-d tensor")
+    if isinstance(target, Tensor) and backend.is_floating(
+        backend.namespace(target.data), target.dtype
+    ):
+        return _soft_cross_entropy(input, target, reduction, label_smoothing)
+    target = _integer_targets(op, target, input, ignore_index)
+    return _core.cross_entropy(
+        _classes_last(input),
+        target,
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
+    )
+
+
+def _soft_cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    reduction: str,
+    label_smoothing: float,
+) -> Tensor:
+    """Cross entropy against class probabilities: -sum_c q_c log p_c, q smoothed toward 1/C."""
+    if target.shape != input.shape:
+        raise ValueError(
+            f"cross_entropy: probability targets must have the input's shape {input.shape}, "
+            f"got {target.shape}"
+        )
+    dim = 1 if input.ndim >= 2 else 0
+    classes = input.shape[dim]
+    if label_smoothing:
+        target = target * (1.0 - label_smoothing) + label_smoothing / classes
+    loss = -(_core.log_softmax(input, axis=dim) * target).sum(axis=dim)
+    if reduction == "mean" and input.ndim >= 2:
+        return loss.sum() * (1.0 / math.prod(loss.shape))  # PyTorch: divide by N * d1 * ...
+    return _reduce("cross_entropy", loss, reduction)
+
+
+def nll_loss(
+    input: Tensor,
+    target: Any,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    ignore_index: int = -100,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Negative log-likelihood of log-probabilities: loss_i = -input[i, t_i]; input (N, C),
+    (N, C, d1, ...) or (C,); "mean" averages over targets not equal to ignore_index."""
+    op = "nll_loss"
+    if weight is not None or size_average is not None or reduce is not None:
+        raise NotImplementedError(
+            f"{op}: weight=, size_average= and reduce= are not supported; use reduction="
+        )
+    _check_reduction(op, reduction)
+    if not isinstance(input, Tensor) or input.ndim < 1:
+        raise ValueError(f"{op}: input must be a Tensor with a class axis")
+    target = _integer_targets(op, target, input, ignore_index)
+    logp = _classes_last(input)
+    xp = backend.namespace(logp.data)
+    kept = target.data != ignore_index
+    classes = xp.arange(logp.shape[-1], dtype=target.data.dtype, device=target.data.device)
+    picks = (target.data[..., None] == classes) & kept[..., None]
+    loss = -(logp * logp.constant(xp.astype(picks, logp.dtype))).sum(axis=-1)
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    count = int(xp.sum(xp.astype(kept, backend.dtype_of_name(xp, "int64"))))
+    return loss.sum() * (1.0 / max(count, 1))
+
+
+def mse_loss(
+    input: Tensor,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """(input - target)^2, reduced; differing shapes broadcast with a warning, as in PyTorch."""
+    _no_legacy("mse_loss", size_average, reduce)
+    _check_reduction("mse_loss", reduction)
+    target = _as_tensor("mse_loss", target, input)
+    if target.shape != input.shape:
+        warnings.warn(
+            f"mse_loss: target shape {target.shape} differs from input shape {input.shape}; "
+            "they broadcast, which is rarely intended",
+            UserWarning,
+            stacklevel=2,
+        )
+    diff = input - target
+    return _reduce("mse_loss", diff * diff, reduction)
+
+
+def l1_loss(
+    input: Tensor,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """|input - target|, reduced (the gradient at 0 is 0, as PyTorch's sign)."""
+    _no_legacy("l1_loss", size_average, reduce)
+    _check_reduction("l1_loss", reduction)
+    target = _as_tensor("l1_loss", target, input)
+    return _reduce("l1_loss", (input - target).abs(), reduction)
+
+
+def binary_cross_entropy(
+    input: Tensor,
+    target: Any,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """-(y log p + (1 - y) log(1 - p)) for probabilities p; each log is clamped at -100, as in
+    PyTorch, so p = 0 or 1 gives a finite loss."""
+    op = "binary_cross_entropy"
+    _no_legacy(op, size_average, reduce)
+    _check_reduction(op, reduction)
+    target = _as_tensor(op, target, input)
+    if target.shape != input.shape:
+        raise ValueError(f"{op}: target shape {target.shape} must equal input shape {input.shape}")
+    loss = -(
+        target * input.log().clip(min=-100.0)
+        + (1.0 - target) * (1.0 - input).log().clip(min=-100.0)
+    )
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(op, loss, reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Any,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """binary_cross_entropy(sigmoid(x), y) computed stably:
+    (1 - y) x + (1 + (w_pos - 1) y) softplus(-x)."""
+    op = "binary_cross_entropy_with_logits"
+    _no_legacy(op, size_average, reduce)
+    _check_reduction(op, reduction)
+    target = _as_tensor(op, target, input)
+    if target.shape != input.shape:
+        raise ValueError(f"{op}: target shape {target.shape} must equal input shape {input.shape}")
+    log_weight = 1.0 if pos_weight is None else (pos_weight - 1.0) * target + 1.0
+    loss = (1.0 - target) * input + log_weight * _softplus(-input)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(op, loss, reduction)
+
+
+def kl_div(
+    input: Tensor,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """KL(target || exp(input)) pointwise, PyTorch's formula: input holds log-probabilities;
+    target * (log target - input), 0 where target == 0 (or exp(t) * (t - input) with
+    log_target). "batchmean" divides the sum by the batch size input.shape[0]."""
+    op = "kl_div"
+    _no_legacy(op, size_average, reduce)
+    _check_reduction(op, reduction, REDUCTIONS + ("batchmean",))
+    target = _as_tensor(op, target, input)
+    if log_target:
+        pointwise = target.exp() * (target - input)
+    else:
+        positive = target > 0
+        safe = where(positive, target, 1.0)  # log(1) = 0: no -inf * 0 at target == 0
+        pointwise = where(positive, target * safe.log(), 0.0) - target * input
+    if reduction == "batchmean":
+        return pointwise.sum() * (1.0 / input.shape[0]) if input.ndim else pointwise.sum()
+    return _reduce(op, pointwise, reduction)
+
+
+# ------------------------------------------------------------------------------------- attention
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """softmax(q k^T * scale + mask) v, PyTorch's meaning: a bool attn_mask is True where a
+    query may attend (its False scores become -inf); a float attn_mask is added to the scores.
+    Shapes: q (..., L, E), k (..., S, E), v (..., S, Ev), attn_mask broadcastable to (..., L, S)
+    -> (..., L, Ev).
+    """
+    op = "scaled_dot_product_attention"
+    if enable_gqa:
+        raise NotImplementedError(f"{op}: enable_gqa is not supported; repeat the k/v heads")
+    if attn_mask is not None and is_causal:
+        raise ValueError(f"{op}: pass either attn_mask or is_causal=True, not both (as PyTorch)")
+    if attn_mask is not None and not isinstance(attn_mask, Tensor):
+        attn_mask = Tensor(attn_mask, device=query.device)
+    if attn_mask is None or backend.dtype_name(attn_mask.dtype) == "bool":
+        return _core.scaled_dot_product_attention(
+            query, key, value, mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
+        )
+    if not backend.is_floating(backend.namespace(attn_mask.data), attn_mask.dtype):
+        raise TypeError(
+            f"{op}: attn_mask must be bool or floating, got {backend.dtype_name(attn_mask.dtype)}"
+        )
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    scores = (query @ key.mT) * scale + attn_mask.to(backend.dtype_name(query.dtype))
+    weights = _core.softmax(scores, axis=-1)
+    if dropout_p > 0.0:
+        weights = _core.dropout(weights, dropout_p, training=True)
+    return weights @ value
+
+
+# ----------------------------------------------------------------------------------------- pad
+def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:
+    """Constant padding, PyTorch's order: pad = (left, right) of the last axis, then of the one
+    before, ...; negative amounts crop. Gradients flow to the kept elements."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported, only 'constant'")
+    pad = tuple(pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError(
+            f"pad: pad {pad} must hold (left, right) pairs for at most {input.ndim} axes"
+        )
+    value = 0.0 if value is None else value
+    out = input
+    for pair in range(len(pad) // 2):
+        axis = input.ndim - 1 - pair
+        left, right = pad[2 * pair], pad[2 * pair + 1]
+        if left < 0 or right < 0:  # crop first
+            index = [slice(None)] * out.ndim
+            index[axis] = slice(max(-left, 0), out.shape[axis] - max(-right, 0))
+            out = out[tuple(index)]
+        parts = []
+        for amount, at_end in ((left, False), (right, True)):
+            if amount > 0:
+                shape = out.shape[:axis] + (amount,) + out.shape[axis + 1 :]
+                block = full(shape, value, dtype=backend.dtype_name(out.dtype), device=out.device)
+                parts.append((at_end, block))
+        if parts:
+            pieces = [b for end, b in parts if not end] + [out] + [b for end, b in parts if end]
+            out = concat(pieces, axis=axis)
+    return out
+
+
+__all__ = sorted(
+    set(_core_all)
+    | {
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
+        "cross_entropy",
+        "dropout",
+        "elu",
+        "l1_loss",
+        "leaky_relu",
+        "logsigmoid",
+        "softplus",
+        "embedding",
+        "gelu",
+        "kl_div",
+        "layer_norm",
+        "linear",
+        "log_softmax",
+        "mse_loss",
+        "nll_loss",
+        "one_hot",
+        "pad",
+        "relu",
+        "scaled_dot_product_attention",
+        "sigmoid",
+        "silu",
+        "softmax",
+        "tanh",
+    }
+)

@@ -1,0 +1,91 @@
+"""nn.utils: gradient clipping with PyTorch's names, ``clip_grad_norm_`` and ``clip_grad_value_``.
+
+The gradients are replaced by new Tensors (the parameters' ``.grad`` attributes change), never
+scaled inside their arrays, because tinyattn gradients of different parameters may share one
+array. The arithmetic follows PyTorch's: per-tensor norms, the norm of those, then
+``grad * min(1, max_norm / (total + 1e-6))`` in the gradients' dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from .. import backend
+from ..tensor import Tensor
+
+
+def _with_grads(op: str, parameters: Any) -> list[Tensor]:
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    for position, p in enumerate(params):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"{op}: parameter {position} is a {type(p).__name__}, not a Tensor")
+    return [p for p in params if p.grad is not None]
+
+
+def clip_grad_norm_(
+    parameters: Iterable[Tensor] | Tensor,
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: Any = None,
+) -> Tensor:
+    """Scale all gradients together so their joint norm is at most max_norm; returns the
+    total norm before clipping as a 0-d Tensor (PyTorch's rule and return value)."""
+    op = "clip_grad_norm_"
+    if isinstance(max_norm, bool) or not isinstance(max_norm, int | float) or max_norm < 0:
+        raise ValueError(f"{op}: max_norm must be a number >= 0, got {max_norm!r}")
+    norm_type = float(norm_type)
+    if not (norm_type > 0):
+        raise ValueError(f"{op}: norm_type must be > 0 (or inf), got {norm_type}")
+    grads = _with_grads(op, parameters)
+    if not grads:
+        return Tensor(0.0)
+    xp = backend.namespace(grads[0].grad.data)
+    devices = {g.grad.device for g in grads}
+    if len(devices) > 1:
+        raise RuntimeError(f"{op}: gradients are on several devices {sorted(devices)}")
+    dtype = grads[0].grad.data.dtype
+    if norm_type == math.inf:
+        norms = [xp.max(xp.abs(p.grad.data)) for p in grads]
+        total = xp.max(xp.stack([xp.astype(n, dtype) for n in norms]))
+    else:
+        norms = [
+            xp.sum(xp.abs(p.grad.data) ** norm_type) ** (1.0 / norm_type)
+            if norm_type != 2.0
+            else xp.sqrt(xp.sum(p.grad.data * p.grad.data))
+            for p in grads
+        ]
+        stacked = xp.stack([xp.astype(n, dtype) for n in norms])
+        if norm_type == 2.0:
+            total = xp.sqrt(xp.sum(stacked * stacked))
+        else:
+            total = xp.sum(stacked**norm_type) ** (1.0 / norm_type)
+    total_float = float(total)
+    if error_if_nonfinite and not math.isfinite(total_float):
+        raise RuntimeError(
+            f"{op}: the total norm of order {norm_type} of the gradients is non-finite "
+            f"({total_float}); set error_if_nonfinite=False to clip anyway"
+        )
+    coefficient = xp.clip(max_norm / (total + 1e-6), max=1.0)
+    for p in grads:
+        scale = xp.astype(coefficient, p.grad.data.dtype)
+        p.grad = Tensor._from_op(p.grad.data * scale, None)
+    return Tensor._from_op(total, None)
+
+
+def clip_grad_value_(
+    parameters: Iterable[Tensor] | Tensor, clip_value: float, foreach: Any = None
+) -> None:
+    """Clamp every gradient element into [-clip_value, clip_value]."""
+    op = "clip_grad_value_"
+    if isinstance(clip_value, bool) or not isinstance(clip_value, int | float):
+        raise TypeError(f"{op}: clip_value must be a number, got {clip_value!r}")
+    clip_value = float(clip_value)
+    for p in _with_grads(op, parameters):
+        xp = backend.namespace(p.grad.data)
+        p.grad = Tensor._from_op(xp.clip(p.grad.data, -clip_value, clip_value), None)
+
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_"]
