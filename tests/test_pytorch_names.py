@@ -359,3 +359,6 @@ def test_tensors_stay_dict_keys_and_set_members_with_elementwise_eq(device):
     table = {a: "a", b: "b"}
     assert table[a] == "a" and table[b] == "b" and len({a, b, a}) == 2
     assert (a == b).numpy().all()  # equal values, still two keys
+    assert (a == None) is False and (a != None) is True  # noqa: E711  (as torch answers)
+    assert (torch.ones(3) == None) is False  # noqa: E711
+    assert a in [None, "x", a] and [None, a].index(a) == 1

@@ -2,9 +2,13 @@
 
 Imports `backend`, `autograd` and `ops`. A Tensor is an array plus its place in the graph: ``_ctx``
 is the Function that produced it (None for leaves). Every method here validates its arguments
-(shapes, devices, dtypes: errors name the op) and then calls one op's ``apply``; no derivative math
-lives here. Python numbers become constant 0-d tensors of the other operand's dtype, so
-``float32_tensor * 2.0`` stays float32.
+(shapes, devices, dtypes: errors name the op) and then calls one op's ``apply`` or composes other
+methods; no derivative math lives here. The elementwise methods and operators (``x.exp()``,
+``x + y``, ``x < y``) are not written out: `_registered_ops` makes them from the registration
+table in ops/table.py, which the op-table tests read too. Names follow PyTorch (``size()``,
+``transpose(d0, d1)``, ``max(dim)`` with indices, elementwise ``==``); NumPy's ``axis`` and
+``keepdims`` are accepted beside ``dim`` and ``keepdim``. Python numbers become constant 0-d
+tensors of the other operand's dtype, so ``float32_tensor * 2.0`` stays float32.
 """
 
 from __future__ import annotations
@@ -56,10 +60,10 @@ _is_float = backend.is_float_array
 # closures keep the hot path short: a Python number with a float tensor goes straight to the
 # scalar Function (no constant tensor, no sum_to).
 def _unary_method(spec: Unary) -> Callable:
-    function, name = spec.function, spec.name
+    function, name, floats_only = spec.function, spec.name, spec.floats_only
 
     def method(self: Tensor) -> Tensor:
-        if spec.floats_only:
+        if floats_only:
             backend.check_floating(name, self.data)
         return function.apply(self)
 
@@ -81,8 +85,11 @@ def _binary_method(spec: Binary, name: str, reverse: bool = False) -> Callable:
 
 def _logical_method(spec: Logical, name: str, reverse: bool = False) -> Callable:
     op, reference, integral = spec.name, spec.reference, spec.integral
+    operator = name.startswith("__")
 
     def method(self: Tensor, other: Any) -> Tensor:
+        if operator and (other is None or isinstance(other, str)):
+            return NotImplemented  # x == None is False, as in PyTorch, not an error
         return self._logical(other, op, reference, integral, reverse)
 
     return _named(method, name, f"Elementwise {reference} as a bool tensor (no gradient).")
@@ -614,7 +621,9 @@ class Tensor:
             correction = int(unbiased)
         return self.var(axis=dim, keepdims=keepdim, correction=correction).sqrt()
 
-    def logsumexp(self, dim: Any, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None):
+    def logsumexp(
+        self, dim: Any, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None
+    ) -> Tensor:
         """log(sum(exp(x))) along dim, shifted by the (detached) maximum so exp cannot overflow."""
         dim, keepdim = _dims("logsumexp", dim, keepdim, axis, keepdims)
         backend.check_floating("logsumexp", self.data)
@@ -672,9 +681,9 @@ class Tensor:
             raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
         return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1 :])
 
-    def permute(self, *axes: Any) -> Tensor:
+    def permute(self, *axes: Any, dims: Any = None) -> Tensor:
         """Reorder the axes: ``y.shape[i] == x.shape[axes[i]]``."""
-        axes = _shape_arg(axes)
+        axes = _shape_arg(axes if dims is None else (dims,))
         if sorted(a % self.ndim if self.ndim else a for a in axes) != list(range(self.ndim)):
             raise ValueError(
                 f"permute: axes {axes} are not a permutation of a tensor with shape {self.shape}"
@@ -761,9 +770,12 @@ class Tensor:
         out = self.reshape(spread).broadcast_to(tiled)
         return out.reshape(tuple(count * size for count, size in zip(sizes, shape)))
 
-    def flip(self, *dims: Any) -> Tensor:
-        """The values in reverse order along `dims`."""
-        axes = normalize_axes("flip", _shape_arg(dims), self.ndim)
+    def flip(self, *dims: Any, **keywords: Any) -> Tensor:
+        """The values in reverse order along `dims` (``flip(0, 1)``, ``flip((0, 1))``,
+        ``flip(dims=[0])``)."""
+        axes = normalize_axes("flip", _shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
+        if keywords:
+            raise TypeError(f"flip: unexpected keyword argument(s) {sorted(keywords)}")
         return Flip.apply(self, axes=axes) if axes else self
 
     def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
