@@ -152,6 +152,11 @@ CASES = [
     Case("bool mask from x",    lambda t, x: x[x > 0.5], [B3]),
     Case("list index last",     lambda t, x: x[:, [-1]], [A]),
     Case("int then list",       lambda t, x: x[0, :, [1, 3]], [B3]),
+    Case("rows and targets",    lambda t, x, r, c: x[r, c],
+         [A, Const(np.arange(3)), Const(np.array([3, 0, -1]))]),
+    Case("slice, two arrays",   lambda t, x, i, j: x[:, i, j],
+         [B3, Const(np.array([[0], [2]])), Const(np.array([1, 3, 0]))]),
+    Case("two arrays, then int", lambda t, x, i: x[i, i, 1], [B3, Const(np.array([1, 0, 1]))]),
     Case("gather",              lambda t, x, i: t.gather(x, 1, i), [A, INDEX]),
     Case("gather dim 0",        lambda t, x, i: x.gather(0, i[:2, :1]), [A, INDEX]),
     Case("scatter",             lambda t, x, s, i: x.scatter(1, i, s), [A, (3, 2), UNIQUE]),
@@ -312,6 +317,15 @@ def test_scatter_to_one_place_twice_is_refused(device):
     index = ta.tensor([[1, 1]], device=device)
     with pytest.raises(ValueError, match="scatter: the index writes the same place twice"):
         ta.zeros(2, 3, device=device).scatter(1, index, 1.0)
+
+
+def test_index_arrays_apart_are_a_clear_error(device):
+    """NumPy and PyTorch agree here, but the order rules are subtle: refuse rather than guess."""
+    x = ta.ones(2, 3, 4, device=device)
+    with pytest.raises(IndexError, match="adjacent"):
+        x[[0, 1], :, [1, 2]]
+    with pytest.raises(IndexError, match="out of range for axis 1"):
+        x[[0, 1], [1, 3]]
 
 
 def test_transpose_needs_two_dims(device):

@@ -827,7 +827,34 @@ class Tensor:
         mask = _bool_mask(key)
         if mask is not None:
             return self._masked_select(mask)
-        return GetItem.apply(self, key=_index_key(self, key))
+        key = _index_key(self, key)
+        if sum(1 for part in key if _is_index_array(part)) > 1:
+            return self._index_arrays(key)
+        return GetItem.apply(self, key=key)
+
+    def _index_arrays(self, key: tuple) -> Tensor:
+        """``x[i, j]``, ``x[:, i, j]``: adjacent index arrays, broadcast together, become one
+        index into their dims merged into one (row-major), so GetItem gathers once."""
+        at = [position for position, part in enumerate(key) if _is_index_array(part)]
+        first, last = at[0], at[-1]
+        if last - first + 1 != len(at) or any(not isinstance(p, slice) for p in key[:first]):
+            raise IndexError(
+                "getitem: several index arrays are supported when they are adjacent and only "
+                "slices come before them (x[i, j], x[:, i, j]); index in two steps otherwise"
+            )
+        if last >= self.ndim:
+            raise IndexError(f"getitem: too many indices for a tensor of shape {self.shape}")
+        xp = backend.namespace(self.data)
+        shape = ()
+        for part in key[first : last + 1]:
+            shape = broadcast_shapes("getitem", shape, part.shape)
+        flat = xp.zeros(shape, dtype=xp.int64, device=self.data.device)
+        for axis in range(first, last + 1):
+            size = self.shape[axis]
+            index = _wrapped_index(xp, key[axis], size, axis)
+            flat = flat * size + xp.broadcast_to(index, shape)
+        merged = self.reshape(self.shape[:first] + (-1,) + self.shape[last + 1 :])
+        return merged[key[:first] + (Tensor._from_op(flat, None),) + key[last + 1 :]]
 
     def _masked_select(self, mask: Tensor) -> Tensor:
         """``x[mask]``: the elements where the bool mask (over the leading dims) is True."""
@@ -1047,6 +1074,25 @@ def _check_unique(op: str, positions: Any) -> None:
             f"{op}: the index writes the same place twice, where PyTorch leaves the result "
             "undefined; use unique indices"
         )
+
+
+def _is_index_array(part: Any) -> bool:
+    return hasattr(part, "shape") and part.ndim > 0
+
+
+def _wrapped_index(xp: Any, index: Any, size: int, axis: int) -> Any:
+    """An integer index array as int64 in [0, size), or an IndexError naming the axis."""
+    if not backend.dtype_name(index.dtype).startswith(("int", "uint")):
+        raise IndexError(
+            f"getitem: index arrays must be integers, got dtype {backend.dtype_name(index.dtype)}"
+        )
+    index = xp.astype(index, xp.int64)
+    if math.prod(index.shape):
+        low, high = int(xp.min(index)), int(xp.max(index))
+        if low < -size or high >= size:
+            bad = low if low < -size else high
+            raise IndexError(f"getitem: index {bad} is out of range for axis {axis} of size {size}")
+    return xp.where(index < 0, index + size, index)
 
 
 def _bool_mask(key: Any) -> Tensor | None:
