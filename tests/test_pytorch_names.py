@@ -376,3 +376,12 @@ def test_tensors_stay_dict_keys_and_set_members_with_elementwise_eq(device):
     assert (a == None) is False and (a != None) is True  # noqa: E711  (as torch answers)
     assert (torch.ones(3) == None) is False  # noqa: E711
     assert a in [None, "x", a] and [None, a].index(a) == 1
+
+
+def test_star_import_leaves_python_builtins_alone():
+    namespace: dict = {}
+    exec("from tinyattn import *", namespace)
+    for name in ("max", "min", "sum", "abs", "round", "pow", "float", "int", "bool"):
+        assert name not in namespace, name
+    assert {"exp", "cat", "long", "einsum", "tril"} <= set(namespace)
+    assert ta.max is not max and ta.float == "float32"  # still reachable as attributes

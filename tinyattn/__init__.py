@@ -4,6 +4,8 @@ Layers, each importing only those before it: backend -> autograd -> ops -> tenso
 -> nn -> optim, plus gradcheck. See docs/architecture.md.
 """
 
+import builtins as _builtins
+
 from .autograd import (
     AnomalyError,
     Function,
@@ -87,14 +89,11 @@ __all__ = [
     "where",
     "zeros",
     "zeros_like",
-    "bool",
     "double",
     "einsum",
     "empty",
-    "float",
     "float16",
     "half",
-    "int",
     "int16",
     "int8",
     "is_tensor",
@@ -103,7 +102,8 @@ __all__ = [
     "randint",
     "short",
     "uint8",
-    *FUNCTIONS,
+    # `from tinyattn import *` must not replace Python's own max, sum, round, float, ...
+    *(name for name in FUNCTIONS if not hasattr(_builtins, name)),
 ]
 
 # The layers above the core load on first use (PEP 562), so `import tinyattn` stays fast:
