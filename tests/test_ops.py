@@ -2,7 +2,8 @@
 
 Each row gets a forward check against NumPy (float64 inputs built on the host, moved with
 ``ta.tensor(..., device=device)``), a gradcheck and, where the op is twice differentiable, a
-gradgradcheck, on every backend through the ``device`` fixture. Adding an op is adding a row.
+gradgradcheck, on every backend through the ``device`` fixture. An elementwise op registered in
+tinyattn/ops/table.py gets its rows from the table (`TABLE_ROWS`); any other op is a row here.
 
 Inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log, sqrt, pow);
 ``tails`` (|x| from 15 to 40, where cancelling formulas lose relative precision);
