@@ -87,8 +87,10 @@ ERRORS = [
      TypeError, ["exp", "floating-point", "int64"]),
     ("where non-bool", lambda d: ta.where(_ones(2, device=d), _ones(2, device=d), 0.0),
      TypeError, ["where", "bool", "float64"]),
-    ("bool mask index", lambda d: _ones(3, device=d)[_ones(3, device=d) > 0],
-     IndexError, ["boolean", "ta.where"]),
+    ("bool mask beside a slice", lambda d: _ones(2, 3, device=d)[:, _ones(3, device=d) > 0],
+     IndexError, ["getitem", "bool mask", "whole key"]),
+    ("bool mask shape", lambda d: _ones(2, 3, device=d)[_ones(3, device=d) > 0],
+     IndexError, ["getitem", "(3,)", "(2, 3)"]),
     ("float index", lambda d: _ones(3, device=d)[ta.tensor([0.0, 1.0], device=d)],
      IndexError, ["getitem", "integers", "float32"]),
     # ----------------------------------------------------------------------- conversions

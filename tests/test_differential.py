@@ -71,7 +71,7 @@ BINARY = {
     "where": lambda a, b: ta.where(a > b, a, b * 2.0),
     "pow": lambda a, b: (a * a + 0.5) ** b.tanh(),
 }
-REDUCTIONS = ("sum", "mean", "max", "min", "var")
+REDUCTIONS = ("sum", "mean", "amax", "amin", "var")
 
 
 def _pick(draw, shapes, accept=lambda shape: True):

@@ -37,13 +37,13 @@ def twin_check(fused, composed, inputs, atol=1e-12):
 
 # ------------------------------------------------------------------------------------- softmax
 def softmax_composed(x, axis=-1):
-    shifted = x - x.max(axis=axis, keepdims=True).detach()
+    shifted = x - x.amax(axis=axis, keepdims=True).detach()
     exps = shifted.exp()
     return exps / exps.sum(axis=axis, keepdims=True)
 
 
 def log_softmax_composed(x, axis=-1):
-    shifted = x - x.max(axis=axis, keepdims=True).detach()
+    shifted = x - x.amax(axis=axis, keepdims=True).detach()
     return shifted - shifted.exp().sum(axis=axis, keepdims=True).log()
 
 

@@ -2,7 +2,8 @@
 
 Each row gets a forward check against NumPy (float64 inputs built on the host, moved with
 ``ta.tensor(..., device=device)``), a gradcheck and, where the op is twice differentiable, a
-gradgradcheck, on every backend through the ``device`` fixture. Adding an op is adding a row.
+gradgradcheck, on every backend through the ``device`` fixture. An elementwise op registered in
+tinyattn/ops/table.py gets its rows from the table (`TABLE_ROWS`); any other op is a row here.
 
 Inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log, sqrt, pow);
 ``tails`` (|x| from 15 to 40, where cancelling formulas lose relative precision);
@@ -17,6 +18,7 @@ checked against hand-computed gradients.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +30,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import ops
 from tinyattn.backend import dtype_name
+from tinyattn.ops import table
 
 
 # --------------------------------------------------------------------------------- generators
@@ -81,6 +84,9 @@ CONDITION = Const(np.array([[True], [False], [True]]))  # (3, 1), broadcasts aga
 REPEATED = Const(np.array([2, 0, 2, 2, 1]))  # gather with repeats: the gradient adds them
 NEGATIVE = Const(np.array([-1, 0, -1]))
 INDEX_2D = Const(np.array([[0, 3], [3, 3], [1, 2]]))
+MASK = np.array(
+    [[True, False, True, True], [False, False, False, False], [True, True, False, True]]
+)
 A = (3, 4)  # the default operand shape
 B3 = (2, 3, 4)  # a 3-d operand for axes
 
@@ -111,15 +117,10 @@ ROWS = [
     Row("rpow scalar",         lambda a: 2.0**a,    SAME, [A]),
     Row("neg",                 lambda a: -a,        SAME, [A]),
     # ----------------------------------------------------------------------------------- unary
-    Row("exp",     lambda a: a.exp(),     np.exp,                      [A]),
-    Row("log",     lambda a: a.log(),     np.log,                      [A], make=positive),
-    Row("sqrt",    lambda a: a.sqrt(),    np.sqrt,                     [A], make=positive),
-    Row("tanh",    lambda a: a.tanh(),    np.tanh,                     [A]),
     Row("sigmoid", lambda a: a.sigmoid(), lambda a: 1 / (1 + np.exp(-a)), [A]),
     Row("sigmoid tails", lambda a: a.sigmoid(), lambda a: 1 / (1 + np.exp(-a)), [A], make=tails),
     Row("tanh tails", lambda a: a.tanh(), np.tanh,                     [A], make=tails),
     Row("relu",    lambda a: a.relu(),    lambda a: np.maximum(a, 0),  [A], make=distinct),
-    Row("abs",     lambda a: a.abs(),     np.abs,                      [A], make=distinct),
     # ------------------------------------------------------------------ maximum, clip, where, cast
     Row("maximum",           ta.maximum, np.maximum, [A, A], make=distinct),
     Row("maximum broadcast", ta.maximum, np.maximum, [(2, 3, 1), (4,)], make=distinct),
@@ -143,13 +144,32 @@ ROWS = [
     Row("mean axis",               lambda a: a.mean(axis=0),                    SAME, [A]),
     Row("mean axes tuple keep",    lambda a: a.mean(axis=(1, 2), keepdims=True), SAME, [B3]),
     Row("max all",                 lambda a: a.max(),                SAME, [A], make=distinct),
-    Row("max axis",                lambda a: a.max(axis=1),          SAME, [B3], make=distinct),
-    Row("max axes tuple keep",     lambda a: a.max(axis=(0, 2), keepdims=True), SAME, [B3],
+    Row("amax axis",               lambda a: a.amax(axis=1),  lambda a: a.max(axis=1), [B3],
         make=distinct),
+    Row("amax axes tuple keep",    lambda a: a.amax(dim=(0, 2), keepdim=True),
+        lambda a: a.max(axis=(0, 2), keepdims=True), [B3], make=distinct),
     Row("min all",                 lambda a: a.min(),                SAME, [A], make=distinct),
-    Row("min axis keep",           lambda a: a.min(axis=-1, keepdims=True), SAME, [B3],
+    Row("amin axis keep",          lambda a: a.amin(axis=-1, keepdims=True),
+        lambda a: a.min(axis=-1, keepdims=True), [B3], make=distinct),
+    Row("amin axes tuple",         lambda a: a.amin(axis=(0, 1)),  lambda a: a.min(axis=(0, 1)),
+        [B3], make=distinct),
+    Row("max dim values",          lambda a: a.max(1).values,  lambda a: a.max(axis=1), [B3],
         make=distinct),
-    Row("min axes tuple",          lambda a: a.min(axis=(0, 1)),     SAME, [B3], make=distinct),
+    Row("min dim keepdim values",  lambda a: a.min(dim=-1, keepdim=True)[0],
+        lambda a: a.min(axis=-1, keepdims=True), [B3], make=distinct),
+    Row("sum dim keepdim",         lambda a: a.sum(dim=(0, 2), keepdim=True),
+        lambda a: a.sum(axis=(0, 2), keepdims=True), [B3]),
+    Row("std",                     lambda a: a.std(), lambda a: a.std(ddof=1), [A]),
+    Row("std dim keepdim",         lambda a: a.std(dim=1, keepdim=True),
+        lambda a: a.std(axis=1, ddof=1, keepdims=True), [B3]),
+    Row("std correction 0",        lambda a: a.std(0, correction=0), lambda a: a.std(axis=0),
+        [A]),
+    Row("logsumexp",               lambda a: a.logsumexp(-1),
+        lambda a: np.log(np.exp(a).sum(-1)), [B3]),
+    Row("logsumexp dims keepdim",  lambda a: a.logsumexp((0, 2), keepdim=True),
+        lambda a: np.log(np.exp(a).sum((0, 2), keepdims=True)), [B3], make=tails),
+    Row("cumsum",                  lambda a: a.cumsum(1), lambda a: np.cumsum(a, axis=1), [B3]),
+    Row("cumsum negative dim",     lambda a: a.cumsum(dim=-1), lambda a: np.cumsum(a, -1), [A]),
     Row("var all",                 lambda a: a.var(),                           SAME, [A]),
     Row("var axis",                lambda a: a.var(axis=1),                     SAME, [B3]),
     Row("var axes tuple keep",     lambda a: a.var(axis=(0, 2), keepdims=True), SAME, [B3]),
@@ -169,8 +189,38 @@ ROWS = [
     Row("reshape",            lambda a: a.reshape(4, 6),        SAME, [B3]),
     Row("reshape -1 tuple",   lambda a: a.reshape((3, -1)),     SAME, [B3]),
     Row("reshape to 0-d",     lambda a: a.reshape(()),          SAME, [(1, 1)]),
-    Row("transpose reversed", lambda a: a.transpose(),          SAME, [B3]),
-    Row("transpose axes",     lambda a: a.transpose(1, 0, 2),   SAME, [B3]),
+    Row("transpose two dims", lambda a: a.transpose(0, 2),      lambda a: a.swapaxes(0, 2),
+        [B3]),
+    Row("transpose negative", lambda a: a.transpose(-1, -2),    lambda a: a.swapaxes(-1, -2),
+        [B3]),
+    Row("T reversed",         lambda a: a.T,                    lambda a: a.transpose(), [B3]),
+    Row("view -1 varargs",    lambda a: a.view(2, -1),          lambda a: a.reshape(2, -1), [B3]),
+    Row("flatten",            lambda a: a.flatten(),            lambda a: a.reshape(-1), [B3]),
+    Row("flatten from 1",     lambda a: a.flatten(1),           lambda a: a.reshape(2, -1), [B3]),
+    Row("flatten middle",     lambda a: a.flatten(0, 1),        lambda a: a.reshape(6, 4), [B3]),
+    Row("repeat",             lambda a: a.repeat(2, 1, 3),      lambda a: np.tile(a, (2, 1, 3)),
+        [B3]),
+    Row("repeat new dims",    lambda a: a.repeat(2, 1, 2),      lambda a: np.tile(a, (2, 1, 2)),
+        [(3, 4)]),
+    Row("flip",               lambda a: a.flip(0, 2),           lambda a: np.flip(a, (0, 2)), [B3]),
+    Row("flip tuple",         lambda a: a.flip((-1,)),          lambda a: np.flip(a, -1), [A]),
+    Row("expand -1",          lambda a: a.expand(2, -1, 4),
+        lambda a: np.broadcast_to(a, (2, 3, 4)), [(3, 1)]),
+    Row("unsqueeze",          lambda a: a.unsqueeze(dim=0),     lambda a: a[None], [A]),
+    Row("squeeze dim",        lambda a: a.squeeze(dim=2),       lambda a: a.squeeze(2),
+        [(1, 3, 1, 2)]),
+    Row("clone",              lambda a: a.clone(),              lambda a: a.copy(), [A]),
+    Row("contiguous",         lambda a: a.contiguous(),         lambda a: a, [A]),
+    Row("split sizes",        lambda a: ta.cat(a.split([1, 3], dim=1)[::-1], dim=1),
+        lambda a: np.concatenate([a[:, 1:], a[:, :1]], axis=1), [A]),
+    Row("split size",         lambda a: a.split(3, 1)[1],       lambda a: a[:, 3:], [A]),
+    Row("chunk",              lambda a: a.chunk(2, dim=2)[1] * 2.0, lambda a: a[..., 2:] * 2.0,
+        [B3]),
+    Row("tril",               lambda a: ta.tril(a),             np.tril, [B3]),
+    Row("triu diagonal",      lambda a: ta.triu(a, diagonal=1), lambda a: np.triu(a, 1), [B3]),
+    Row("tril negative diagonal", lambda a: a.tril(-1),         lambda a: np.tril(a, -1), [A]),
+    Row("masked_fill",        lambda a, m: a.masked_fill(m, -1.5),
+        lambda a, m: np.where(m, -1.5, a), [A, CONDITION]),
     Row("permute",            lambda a: a.permute(2, 0, 1),     lambda a: a.transpose(2, 0, 1),
         [B3]),
     Row("permute negative",   lambda a: a.permute((-1, 0, 1)),  lambda a: a.transpose(2, 0, 1),
@@ -202,7 +252,26 @@ ROWS = [
     Row("gather inner axis",      lambda a, i: a[:, i],        SAME, [B3, REPEATED]),
     Row("gather 2-d index",       lambda a, i: a[1:, i],       SAME, [A, INDEX_2D]),
     Row("gather with int",        lambda a, i: a[i, 1],        SAME, [A, REPEATED]),
-    Row("gather split from int",  lambda a, i: a[0, :, i],     SAME, [B3, REPEATED]),
+    Row("gather split from int",  lambda a, i: a[0, :, i],     lambda a, i: a[0][:, i],
+        [B3, REPEATED]),
+    Row("index list last",        lambda a: a[:, [-1]],        SAME, [A]),
+    Row("bool mask",              lambda a, m: a[m],           SAME, [A, Const(MASK)]),
+    Row("bool mask leading dims", lambda a, m: a[m],           SAME,
+        [B3, Const(np.array([[True, False, True], [False, False, True]]))]),
+    Row("gather",                 lambda a, i: a.gather(1, i),
+        lambda a, i: np.take_along_axis(a, i, 1), [A, Const(np.array([[0, 3], [1, 1], [2, 0]]))]),
+    Row("gather function dim 0",  lambda a, i: ta.gather(a, 0, i),
+        lambda a, i: np.take_along_axis(a, i, 0), [A, Const(np.array([[2, 0, 1, 2]]))]),
+    Row("scatter",                lambda a, s, i: a.scatter(1, i, s),
+        lambda a, s, i: _scatter_numpy(a, 1, i, s), [A, (3, 2), Const(np.array([[0, 3], [1, 2],
+                                                                               [2, 0]]))]),
+    Row("scatter value",          lambda a, i: ta.scatter(a, 0, i, 0.5),
+        lambda a, i: _scatter_numpy(a, 0, i, np.full(i.shape, 0.5)),
+        [A, Const(np.array([[2, 0, 1, 1]]))]),
+    Row("topk values",            lambda a: a.topk(2).values,
+        lambda a: -np.sort(-a, axis=-1)[..., :2], [B3], make=distinct),
+    Row("topk smallest dim 0",    lambda a: ta.topk(a, 2, dim=0, largest=False)[0],
+        lambda a: np.sort(a, axis=0)[:2], [A], make=distinct),
     Row("gather after ellipsis",  lambda a, i: a[..., i],      SAME, [(2, 3), REPEATED]),
     Row("gather empty list",      lambda a: a[[]],             SAME, [A]),
     Row("index NumPy integers",   lambda a: a[np.int64(1), np.int32(-1)], SAME, [A]),
@@ -211,6 +280,26 @@ ROWS = [
         lambda a, b, c: np.concatenate([a, b, c], axis=1), [(2, 1, 3), (2, 3, 3), (2, 2, 3)]),
     Row("concat negative axis", lambda a, b: ta.concat([a, b], axis=-1),
         lambda a, b: np.concatenate([a, b], axis=-1), [(2, 3), (2, 1)]),
+    Row("cat dim", lambda a, b: ta.cat([a, b], dim=-1),
+        lambda a, b: np.concatenate([a, b], axis=-1), [(2, 3), (2, 1)]),
+    Row("pad",     lambda a: ta.pad(a, (1, 2)), lambda a: np.pad(a, [(0, 0), (0, 0), (1, 2)]),
+        [B3]),
+    Row("pad two dims value", lambda a: ta.pad(a, (0, 1, 2, 0), value=-1.0),
+        lambda a: np.pad(a, [(2, 0), (0, 1)], constant_values=-1.0), [A]),
+    Row("pad negative crops", lambda a: ta.pad(a, (-1, 1)),
+        lambda a: np.pad(a[:, 1:], [(0, 0), (0, 1)]), [A]),
+    Row("einsum attention scores", lambda q, k: ta.einsum("bhtd,bhsd->bhts", q, k),
+        lambda q, k: np.einsum("bhtd,bhsd->bhts", q, k), [(2, 2, 3, 4), (2, 2, 5, 4)]),
+    Row("einsum attention values", lambda w, v: ta.einsum("bhts,bhsd->bhtd", w, v),
+        lambda w, v: np.einsum("bhts,bhsd->bhtd", w, v), [(2, 2, 3, 5), (2, 2, 5, 4)]),
+    Row("einsum matmul", lambda a, b: ta.einsum("ij,jk->ik", a, b), np.matmul, [(3, 4), (4, 2)]),
+    Row("einsum batched", lambda a, b: ta.einsum("bij,bjk->bik", [a, b]), np.matmul,
+        [(2, 3, 4), (2, 4, 2)]),
+    Row("einsum sums a letter", lambda a, b: ta.einsum("ij,kj->k", a, b),
+        lambda a, b: np.einsum("ij,kj->k", a, b), [(3, 4), (2, 4)]),
+    Row("einsum transpose", lambda a: ta.einsum("ijk->kij", a), lambda a: a.transpose(2, 0, 1),
+        [B3]),
+    Row("einsum outer implicit", lambda a, b: ta.einsum("i,j", a, b), np.outer, [(3,), (4,)]),
     Row("stack",   lambda a, b: ta.stack([a, b]), lambda a, b: np.stack([a, b]), [(2, 3), (2, 3)]),
     Row("stack axis", lambda a, b, c: ta.stack([a, b, c], axis=-1),
         lambda a, b, c: np.stack([a, b, c], axis=-1), [(2, 3), (2, 3), (2, 3)]),
@@ -235,6 +324,53 @@ ROWS = [
         / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b, [B3, (4,), (4,)]),
 ]
 # fmt: on
+
+
+def _scatter_numpy(a: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) -> np.ndarray:
+    out = a.copy()
+    np.put_along_axis(out, index, src[tuple(slice(0, n) for n in index.shape)], dim)
+    return out
+
+
+# ------------------------------------------------------------------ rows from the op tables
+# Every registered elementwise op (tinyattn/ops/table.py) gets rows here without a hand-written
+# line: its method, its free function, its operators and its scalar forms, against the NumPy
+# function the table names.
+GENERATORS = {"normal": normal, "positive": positive, "distinct": distinct}
+
+
+def _unary_rows(spec: table.Unary) -> list[Row]:
+    make, reference, name = GENERATORS[spec.domain], getattr(np, spec.reference), spec.name
+    return [
+        Row(name, lambda a: getattr(a, name)(), reference, [A], make=make),
+        Row(f"ta.{name}", lambda a: getattr(ta, name)(a), reference, [B3], make=make),
+    ]
+
+
+def _binary_rows(spec: table.Binary) -> list[Row]:
+    make, reference, name = GENERATORS[spec.domain], getattr(np, spec.reference), spec.name
+    rows = [
+        Row(f"{name} method", lambda a, b: getattr(a, name)(b), reference, [A, A], make=make),
+        Row(f"ta.{name} broadcast", lambda a, b: getattr(ta, name)(a, b), reference,
+            [(2, 1, 4), (3, 1)], make=make),
+    ]  # fmt: skip
+    if spec.dunder:
+        op = getattr(operator, spec.dunder)
+        rows.append(Row(f"{name} operator", op, reference, [A, (4,)], make=make))
+        rows.append(
+            Row(f"{name} operator scalar", lambda a: op(a, 1.5), lambda a: reference(a, 1.5), [A],
+                make=make)
+        )  # fmt: skip
+        rows.append(
+            Row(f"{name} reflected scalar", lambda a: op(1.5, a), lambda a: reference(1.5, a),
+                [A], make=make)
+        )  # fmt: skip
+    return rows
+
+
+TABLE_ROWS = [row for spec in table.UNARY if spec.reference for row in _unary_rows(spec)]
+TABLE_ROWS += [row for spec in table.BINARY if spec.differentiable for row in _binary_rows(spec)]
+ROWS = ROWS + TABLE_ROWS
 
 
 def _reference(row: Row) -> Callable:
@@ -306,21 +442,21 @@ def test_gradcheck_float32(device, row):
 TIES = [
     # (name, call, input, expected gradient of out.sum())
     (
-        "max axis",
-        lambda x: x.max(axis=1),
+        "amax axis",
+        lambda x: x.amax(axis=1),
         [[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]],
         [[0.0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]],
     ),
     ("max all", lambda x: x.max(), [[1.0, 3.0], [3.0, 0.0]], [[0.0, 0.5], [0.5, 0.0]]),
     (
-        "max axes tuple",
-        lambda x: x.max(axis=(1, 2)),
+        "amax axes tuple",
+        lambda x: x.amax(axis=(1, 2)),
         [[[4.0, 4.0], [4.0, 1.0]], [[0.0, 4.0], [2.0, 3.0]]],
         [[[1 / 3, 1 / 3], [1 / 3, 0.0]], [[0.0, 1.0], [0.0, 0.0]]],
     ),
     (
-        "min axis keepdims",
-        lambda x: x.min(axis=0, keepdims=True),
+        "amin axis keepdims",
+        lambda x: x.amin(axis=0, keepdims=True),
         [[-1.0, 5.0], [-1.0, 6.0]],
         [[0.5, 1.0], [0.5, 0.0]],
     ),
@@ -349,6 +485,59 @@ def test_maximum_tie_gives_each_side_half(device):
     np.testing.assert_array_equal(b.grad.numpy(), [0.5, 0.0])
 
 
+@pytest.mark.parametrize(
+    "spec", [s for s in table.BINARY if not s.differentiable], ids=lambda spec: spec.name
+)
+def test_non_differentiable_binary_op_matches_numpy_and_refuses_backward(device, spec):
+    rng = np.random.default_rng(0)
+    a_host, b_host = rng.uniform(-3.0, 3.0, (3, 4)), rng.uniform(0.5, 2.0, (4,))
+    a = ta.tensor(a_host, dtype="float64", device=device, requires_grad=True)
+    b = ta.tensor(b_host, dtype="float64", device=device)
+    reference = getattr(np, spec.reference)
+    np.testing.assert_array_equal(getattr(a, spec.name)(b).numpy(), reference(a_host, b_host))
+    op = getattr(operator, spec.dunder)
+    np.testing.assert_array_equal(op(a, 1.5).numpy(), reference(a_host, 1.5))
+    np.testing.assert_array_equal(op(4, b).numpy(), reference(4, b_host))
+    with pytest.raises(RuntimeError, match=spec.name):
+        op(a, b).sum().backward()
+
+
+@pytest.mark.parametrize("spec", table.LOGICAL, ids=lambda spec: spec.name)
+def test_logical_table(device, spec):
+    """Every comparison and bitwise entry: method, operator, free function, against NumPy."""
+    rng = np.random.default_rng(1)
+    if spec.integral:
+        a_host, b_host = rng.integers(0, 2, (3, 4)) > 0, rng.integers(0, 2, (4,)) > 0
+    else:
+        a_host, b_host = rng.integers(0, 3, (3, 4)) * 0.5, rng.integers(0, 3, (4,)) * 0.5
+    a, b = ta.tensor(a_host, device=device), ta.tensor(b_host, device=device)
+    expected = getattr(np, spec.reference)(a_host, b_host)
+    results = [getattr(a, spec.name)(b), getattr(ta, spec.name)(a, b)]
+    if spec.dunder:
+        op = getattr(operator, spec.dunder + "_", None) or getattr(operator, spec.dunder)
+        results.append(op(a, b))
+    for out in results:
+        assert dtype_name(out.dtype) == dtype_name(expected.dtype) and not out.requires_grad
+        np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_bitwise_ops_refuse_floats(device):
+    x = ta.ones(2, device=device)
+    with pytest.raises(TypeError, match="bitwise_and: expected a bool or integer tensor"):
+        _ = x & x
+    with pytest.raises(TypeError, match="bitwise_not: expected a bool or integer tensor"):
+        _ = ~x
+
+
+def test_invert_and_integer_bitwise_ops(device):
+    mask = ta.tensor([True, False, True], device=device)
+    np.testing.assert_array_equal((~mask).numpy(), [False, True, False])
+    np.testing.assert_array_equal((mask | ~mask).numpy(), [True] * 3)
+    ints = ta.tensor([6, 3], device=device)
+    np.testing.assert_array_equal((ints & 5).numpy(), [4, 1])
+    np.testing.assert_array_equal((5 ^ ints).numpy(), [3, 6])
+
+
 # ------------------------------------------------------------------------------- comparisons
 COMPARISONS = [
     ("lt", lambda a, b: a < b),
@@ -358,7 +547,9 @@ COMPARISONS = [
     ("lt scalar", lambda a, b: a < 0.5),
     ("ge scalar", lambda a, b: a >= 0.5),
     ("gt reflected scalar", lambda a, b: 0.5 > a),
-    ("eq", lambda a, b: a.eq(b) if isinstance(a, ta.Tensor) else a == b),
+    ("eq", lambda a, b: a == b),
+    ("ne scalar", lambda a, b: a != 0.5),
+    ("eq method", lambda a, b: a.eq(b) if isinstance(a, ta.Tensor) else a == b),
 ]
 
 

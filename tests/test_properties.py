@@ -104,8 +104,8 @@ def _one_hot_extreme(x, axis, keepdims, pick):
 REDUCTIONS = [
     ("sum", np.sum, lambda x, axis: np.ones_like(x)),
     ("mean", np.mean, lambda x, axis: np.full_like(x, 1.0 / _count(x.shape, axis))),
-    ("max", np.max, lambda x, axis: _one_hot_extreme(x, axis, True, np.max)),
-    ("min", np.min, lambda x, axis: _one_hot_extreme(x, axis, True, np.min)),
+    ("amax", np.max, lambda x, axis: _one_hot_extreme(x, axis, True, np.max)),
+    ("amin", np.min, lambda x, axis: _one_hot_extreme(x, axis, True, np.min)),
     ("var", np.var, lambda x, axis: 2 * (x - x.mean(axis, keepdims=True)) / _count(x.shape, axis)),
 ]  # fmt: skip
 

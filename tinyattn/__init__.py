@@ -4,6 +4,8 @@ Layers, each importing only those before it: backend -> autograd -> ops -> tenso
 -> nn -> optim, plus gradcheck. See docs/architecture.md.
 """
 
+import builtins as _builtins
+
 from .autograd import (
     AnomalyError,
     Function,
@@ -16,15 +18,19 @@ from .autograd import (
 )
 from .backend import cupy_status, get_rng_state, manual_seed, set_rng_state
 from .tensor import (
+    FUNCTIONS,
     Tensor,
     arange,
+    cat,
     concat,
+    empty,
     from_numpy,
     full,
-    maximum,
+    is_tensor,
     ones,
     ones_like,
     rand,
+    randint,
     randn,
     stack,
     tensor,
@@ -32,12 +38,23 @@ from .tensor import (
     zeros,
     zeros_like,
 )
+from .tensor_functions import einsum, pad
 
-float32 = "float32"
-float64 = "float64"
-int64 = "int64"
-int32 = "int32"
-bool_ = "bool"
+# Dtypes by PyTorch's names (inside this namespace `float`, `int` and `bool` name dtypes, as in
+# PyTorch); every dtype argument accepts these names.
+float32 = float = "float32"  # noqa: A001
+float64 = double = "float64"
+float16 = half = "float16"
+int64 = long = "int64"
+int32 = int = "int32"  # noqa: A001
+int16 = short = "int16"
+int8 = "int8"
+uint8 = "uint8"
+bool = bool_ = "bool"  # noqa: A001
+
+# tinyattn.exp(x), tinyattn.sin(x), tinyattn.pow(x, 2), tinyattn.topk(x, k) ...: each is the
+# Tensor method of the same name (tinyattn/tensor.py builds them from the op tables).
+globals().update(FUNCTIONS)
 
 __version__ = "0.1.0"
 
@@ -48,6 +65,7 @@ __all__ = [
     "Tensor",
     "arange",
     "bool_",
+    "cat",
     "concat",
     "cupy_status",
     "enable_grad",
@@ -61,7 +79,6 @@ __all__ = [
     "int64",
     "is_grad_enabled",
     "manual_seed",
-    "maximum",
     "no_grad",
     "ones",
     "ones_like",
@@ -74,6 +91,21 @@ __all__ = [
     "where",
     "zeros",
     "zeros_like",
+    "double",
+    "einsum",
+    "empty",
+    "float16",
+    "half",
+    "int16",
+    "int8",
+    "is_tensor",
+    "long",
+    "pad",
+    "randint",
+    "short",
+    "uint8",
+    # `from tinyattn import *` must not replace Python's own max, sum, round, float, ...
+    *(name for name in FUNCTIONS if not hasattr(_builtins, name)),
 ]
 
 # The layers above the core load on first use (PEP 562), so `import tinyattn` stays fast:

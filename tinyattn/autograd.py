@@ -431,7 +431,7 @@ def default_root_grad(output: Any, given: Any, caller: str) -> Any:
             "did you create it under no_grad, detach it, or forget requires_grad=True?"
         )
     if given is None:
-        if output.size != 1:
+        if output.numel() != 1:
             raise RuntimeError(
                 f"{caller}: the output has shape {output.shape}; backward without a gradient is "
                 "only defined for a single-element output. Reduce it (e.g. .sum()) or pass a "

@@ -544,3 +544,34 @@ def load_safetensors(path: Any) -> tuple[dict[str, np.ndarray], dict[str, str] |
         # safetensors reports a bad file with its own SafetensorError; bfloat16 has no NumPy type.
         raise ValueError(f"not a readable safetensors file ({type(exc).__name__}: {exc})") from None
     return arrays, metadata
+
+
+# ------------------------------------------------------------------ data-dependent and sampling
+def nonzero(array: Any) -> tuple[Any, ...]:
+    """``xp.nonzero(array)`` (one int64 index array per dimension, on the array's device).
+
+    The result's length depends on the values, which the strict backend refuses (as some
+    accelerator libraries do): there the indices are found on the host and moved back.
+    """
+    xp = namespace(array)
+    if xp is np or _is_cupy_array(array):
+        return tuple(xp.astype(i, xp.int64) for i in xp.nonzero(array))
+    found = np.nonzero(to_numpy(array))
+    return tuple(xp.asarray(i.astype(np.int64), device=array.device) for i in found)
+
+
+def multinomial(probabilities: np.ndarray, num_samples: int, replacement: bool) -> np.ndarray:
+    """Draw `num_samples` category indices per row of (rows, categories) host weights from the
+    seeded host generator; without replacement each row's indices are distinct. int64."""
+    rows = []
+    for weights in probabilities:
+        p = weights.astype(np.float64) / weights.astype(np.float64).sum()
+        rows.append(_host_rng.choice(len(p), size=num_samples, replace=replacement, p=p))
+    return np.asarray(rows, dtype=np.int64).reshape(len(rows), num_samples)
+
+
+def random_integers(low: int, high: int, shape: tuple, dtype: Any, device: Any) -> Any:
+    """Integers uniform in [low, high) from the seeded host generator, moved to `device`."""
+    xp, native = resolve_device(device)
+    host = _host_rng.integers(low, high, size=shape).astype(dtype_name(dtype or "int64"))
+    return host if xp is np else xp.asarray(host, device=native)

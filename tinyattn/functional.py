@@ -272,7 +272,7 @@ def embedding(indices: Any, weight: Tensor) -> Tensor:
     if indices.ndim == 0:
         indices = indices.reshape(1)
         return embedding(indices, weight).reshape(weight.shape[1])
-    if indices.size:
+    if indices.numel():
         low, high = int(xp.min(indices.data)), int(xp.max(indices.data))
         # Negative indices are rejected, not wrapped: -1 is almost always a padding bug.
         if low < 0 or high >= rows:

@@ -2,53 +2,43 @@
 
 Imports `backend`, `autograd` and `ops`. A Tensor is an array plus its place in the graph: ``_ctx``
 is the Function that produced it (None for leaves). Every method here validates its arguments
-(shapes, devices, dtypes: errors name the op) and then calls one op's ``apply``; no derivative math
-lives here. Python numbers become constant 0-d tensors of the other operand's dtype, so
-``float32_tensor * 2.0`` stays float32.
+(shapes, devices, dtypes: errors name the op) and then calls one op's ``apply`` or composes other
+methods; no derivative math lives here. The elementwise methods and operators (``x.exp()``,
+``x + y``, ``x < y``) are not written out: `_registered_ops` makes them from the registration
+table in ops/table.py, which the op-table tests read too. Names follow PyTorch (``size()``,
+``transpose(d0, d1)``, ``max(dim)`` with indices, elementwise ``==``); NumPy's ``axis`` and
+``keepdims`` are accepted beside ``dim`` and ``keepdim``. Python numbers become constant 0-d
+tensors of the other operand's dtype, so ``float32_tensor * 2.0`` stays float32.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import backend
 from .autograd import RemovableHandle, default_root_grad, run_backward
 from .ops import (
-    Abs,
-    Add,
-    AddScalar,
     BroadcastTo,
     Cast,
     Clip,
+    Clone,
     Concat,
+    Cumsum,
     Div,
-    DivScalar,
-    Exp,
+    Flip,
     GetItem,
-    Log,
+    IndexAdd,
     MatMul,
     Max,
-    Maximum,
     Mean,
     Min,
-    Mul,
-    MulScalar,
     Neg,
     Permute,
-    Pow,
-    PowScalar,
-    RDivScalar,
-    Relu,
     Reshape,
-    RPowScalar,
-    RSubScalar,
-    Sigmoid,
-    Sqrt,
-    Sub,
     Sum,
     SumTo,
-    Tanh,
     ToDevice,
     Where,
     broadcast_shapes,
@@ -56,6 +46,8 @@ from .ops import (
     matmul_shape,
     normalize_axes,
 )
+from .ops.indexing import parse_key
+from .ops.table import BINARY, LOGICAL, UNARY, Binary, Logical, Unary
 
 _HOST_ARRAY = backend.HOST_ARRAY
 # Python numbers that go straight to the array library as the other operand of a float tensor.
@@ -63,6 +55,97 @@ _SCALARS = (float, int)
 _is_float = backend.is_float_array
 
 
+# --------------------------------------------------------------------------- generated methods
+# Each registered op (ops/table.py) becomes a method, its operators and a free function. The
+# closures keep the hot path short: a Python number with a float tensor goes straight to the
+# scalar Function (no constant tensor, no sum_to).
+def _unary_method(spec: Unary) -> Callable:
+    function, name, floats_only = spec.function, spec.name, spec.floats_only
+
+    def method(self: Tensor) -> Tensor:
+        if floats_only:
+            backend.check_floating(name, self.data)
+        return function.apply(self)
+
+    return _named(method, name, function.__doc__)
+
+
+def _binary_method(spec: Binary, name: str, reverse: bool = False) -> Callable:
+    function, op = spec.function, spec.name
+    scalar = spec.reflected_scalar if reverse else spec.scalar
+    sign = -1 if spec.negate_scalar and not reverse else 1
+
+    def method(self: Tensor, other: Any) -> Tensor:
+        if scalar is not None and type(other) in _SCALARS and _is_float(self.data):
+            return scalar.apply(self, c=sign * other)
+        return self._binary(function, other, op, reverse)
+
+    return _named(method, name, function.__doc__)
+
+
+def _logical_method(spec: Logical, name: str, reverse: bool = False) -> Callable:
+    op, reference, integral = spec.name, spec.reference, spec.integral
+    operator = name.startswith("__")
+
+    def method(self: Tensor, other: Any) -> Tensor:
+        if operator and (other is None or isinstance(other, str)):
+            return NotImplemented  # x == None is False, as in PyTorch, not an error
+        return self._logical(other, op, reference, integral, reverse)
+
+    return _named(method, name, f"Elementwise {reference} as a bool tensor (no gradient).")
+
+
+def _named(method: Callable, name: str, doc: str | None) -> Callable:
+    method.__name__ = name
+    method.__qualname__ = f"Tensor.{name}"
+    method.__doc__ = doc
+    return method
+
+
+def _registered_methods() -> dict[str, Callable]:
+    """Every method the op tables define: x.name(...), and __op__/__rop__ for operators."""
+    methods = {spec.name: _unary_method(spec) for spec in UNARY}
+    for spec in BINARY:
+        methods[spec.name] = _binary_method(spec, spec.name)
+        if spec.dunder:
+            methods[f"__{spec.dunder}__"] = _binary_method(spec, f"__{spec.dunder}__")
+            reflected = f"__r{spec.dunder}__"
+            methods[reflected] = _binary_method(spec, reflected, reverse=True)
+    for spec in LOGICAL:
+        methods[spec.name] = _logical_method(spec, spec.name)
+        if spec.dunder:
+            methods[f"__{spec.dunder}__"] = _logical_method(spec, f"__{spec.dunder}__")
+        if spec.reflected:
+            reflected = f"__r{spec.dunder}__"
+            methods[reflected] = _logical_method(spec, reflected, reverse=True)
+    return methods
+
+
+def _registered_ops(cls: type) -> type:
+    """Class decorator: give Tensor the methods and operators of the op tables."""
+    for name, method in _registered_methods().items():
+        setattr(cls, name, method)
+    return cls
+
+
+def _free_function(name: str) -> Callable:
+    """``tinyattn.name(input, *args)``: the method ``input.name(*args)`` (a number first, as in
+    ``tinyattn.pow(2.0, x)``, is turned into a tensor beside the other operand)."""
+
+    def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002  (PyTorch's name)
+        if not isinstance(input, Tensor):
+            anchor = next((a for a in args if isinstance(a, Tensor)), None)
+            if anchor is None:
+                raise TypeError(f"{name}: expected a Tensor, got {type(input).__name__}")
+            input = anchor._operand(input, name)  # noqa: A001
+        return getattr(input, name)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"``tinyattn.{name}(x, ...)`` is ``x.{name}(...)``."
+    return function
+
+
+@_registered_ops
 class Tensor:
     """An n-dimensional array that records the operations applied to it, for reverse mode."""
 
@@ -116,10 +199,6 @@ class Tensor:
         return self.data.ndim
 
     @property
-    def size(self) -> int:
-        return self.data.size
-
-    @property
     def dtype(self) -> Any:
         return self.data.dtype
 
@@ -165,7 +244,7 @@ class Tensor:
 
     def item(self) -> float | int | bool:
         """The single value of a one-element tensor as a Python number."""
-        if self.size != 1:
+        if self.numel() != 1:
             raise ValueError(
                 f"item: only one-element tensors can be converted to a Python number, "
                 f"got shape {self.shape}"
@@ -179,7 +258,7 @@ class Tensor:
         return int(self.item())
 
     def __bool__(self) -> bool:
-        if self.size != 1:
+        if self.numel() != 1:
             raise ValueError(
                 f"bool: the truth value of a tensor of shape {self.shape} is ambiguous; "
                 "use (x > 0).numpy().any() or .all() on the host"
@@ -273,6 +352,8 @@ class Tensor:
         self.grad = None
 
     # ------------------------------------------------------------------------------ arithmetic
+    # The elementwise methods and operators (x.exp(), x + y, x < y, x & y ...) are generated from
+    # the registration table in ops/table.py by `_registered_ops` below this class.
     def _operand(self, other: Any, op: str) -> Tensor:
         """Turn the other operand into a Tensor on this tensor's device, checking devices."""
         if isinstance(other, Tensor):
@@ -310,56 +391,33 @@ class Tensor:
             a, b = a._cast("float32"), b._cast("float32")
         return function.apply(a, b)
 
-    # A Python number with a float tensor takes the scalar ops (no constant tensor, no sum_to).
-    def __add__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return AddScalar.apply(self, c=other)
-        return self._binary(Add, other, "add")
+    def _logical(
+        self, other: Any, op: str, name: str, integral: bool, reverse: bool = False
+    ) -> Tensor:
+        """A comparison or bitwise op (the array API function `name`): no gradient."""
+        other = self._operand(other, op)
+        a, b = (other, self) if reverse else (self, other)
+        if a.data.shape != b.data.shape:
+            broadcast_shapes(op, a.shape, b.shape)
+        if a.data.dtype != b.data.dtype:  # strict (like CuPy's type rules) will not mix them
+            a, b = _promote(a.detach(), b.detach(), op)
+        if integral:
+            _check_integral(op, a)
+        return Tensor._from_op(getattr(backend.namespace(a.data), name)(a.data, b.data), None)
 
-    def __radd__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return AddScalar.apply(self, c=other)
-        return self._binary(Add, other, "add", reverse=True)
+    # Tensors are compared elementwise by ==, but hashed by identity: a tensor stays usable as a
+    # dict key or set member (the engine keys its gradient table by tensor).
+    __hash__ = object.__hash__
 
-    def __sub__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return AddScalar.apply(self, c=-other)
-        return self._binary(Sub, other, "sub")
+    def __invert__(self) -> Tensor:
+        """``~x``: logical not of a bool tensor, bitwise not of an integer one (no gradient)."""
+        _check_integral("bitwise_not", self)
+        return Tensor._from_op(backend.namespace(self.data).bitwise_invert(self.data), None)
 
-    def __rsub__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return RSubScalar.apply(self, c=other)
-        return self._binary(Sub, other, "sub", reverse=True)
+    bitwise_not = __invert__
 
-    def __mul__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return MulScalar.apply(self, c=other)
-        return self._binary(Mul, other, "mul")
-
-    def __rmul__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return MulScalar.apply(self, c=other)
-        return self._binary(Mul, other, "mul", reverse=True)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return DivScalar.apply(self, c=other)
-        return self._binary(Div, other, "div")
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return RDivScalar.apply(self, c=other)
-        return self._binary(Div, other, "div", reverse=True)
-
-    def __pow__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return PowScalar.apply(self, c=other)
-        return self._binary(Pow, other, "pow")
-
-    def __rpow__(self, other: Any) -> Tensor:
-        if type(other) in _SCALARS and _is_float(self.data):
-            return RPowScalar.apply(self, c=other)
-        return self._binary(Pow, other, "pow", reverse=True)
+    def logical_not(self) -> Tensor:
+        return self.bool().__invert__()
 
     def __matmul__(self, other: Any) -> Tensor:
         other = self._operand(other, "matmul")
@@ -370,73 +428,22 @@ class Tensor:
     def __rmatmul__(self, other: Any) -> Tensor:
         return self._operand(other, "matmul").__matmul__(self)
 
+    matmul = __matmul__
+
     def __abs__(self) -> Tensor:
         return self.abs()
 
     def __neg__(self) -> Tensor:
         return Neg.apply(self)
 
+    neg = __neg__
+
     def __pos__(self) -> Tensor:
         return self
 
-    def maximum(self, other: Any) -> Tensor:
-        return self._binary(Maximum, other, "maximum")
-
-    # Comparisons give bool tensors and carry no gradient. __eq__ stays identity-based (hashable).
-    def _compare(self, other: Any, op: str, compare: Callable) -> Tensor:
-        other = self._operand(other, op)
-        if self.data.shape != other.data.shape:
-            broadcast_shapes(op, self.shape, other.shape)
-        a = self
-        if a.data.dtype != other.data.dtype:  # strict (like CuPy's type rules) will not mix them
-            a, other = _promote(a.detach(), other.detach(), op)
-        return type(self)._from_op(compare(a.data, other.data), None)
-
-    def __lt__(self, other: Any) -> Tensor:
-        return self._compare(other, "lt", lambda a, b: a < b)
-
-    def __le__(self, other: Any) -> Tensor:
-        return self._compare(other, "le", lambda a, b: a <= b)
-
-    def __gt__(self, other: Any) -> Tensor:
-        return self._compare(other, "gt", lambda a, b: a > b)
-
-    def __ge__(self, other: Any) -> Tensor:
-        return self._compare(other, "ge", lambda a, b: a >= b)
-
-    def eq(self, other: Any) -> Tensor:
-        """Elementwise equality as a bool tensor (``==`` itself compares identity)."""
-        return self._compare(other, "eq", lambda a, b: a == b)
-
-    # ----------------------------------------------------------------------------------- unary
-    def _unary(self, function: type, op: str) -> Tensor:
-        if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
-            raise TypeError(
-                f"{op}: expected a floating-point tensor, "
-                f"got dtype {backend.dtype_name(self.dtype)}"
-            )
-        return function.apply(self)
-
-    def exp(self) -> Tensor:
-        return self._unary(Exp, "exp")
-
-    def log(self) -> Tensor:
-        return self._unary(Log, "log")
-
-    def sqrt(self) -> Tensor:
-        return self._unary(Sqrt, "sqrt")
-
-    def tanh(self) -> Tensor:
-        return self._unary(Tanh, "tanh")
-
-    def sigmoid(self) -> Tensor:
-        return self._unary(Sigmoid, "sigmoid")
-
-    def relu(self) -> Tensor:
-        return self._unary(Relu, "relu")
-
-    def abs(self) -> Tensor:
-        return Abs.apply(self)
+    def minimum(self, other: Any) -> Tensor:
+        """Elementwise minimum, -maximum(-x, -y): tied elements share the gradient."""
+        return -(-self).maximum(-self._operand(other, "minimum"))
 
     def clip(self, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
         """Clamp into [min, max]; the gradient passes where min <= x <= max."""
@@ -445,43 +452,144 @@ class Tensor:
         if min is not None and max is not None and min > max:
             raise ValueError(f"clip: min ({min}) must not exceed max ({max})")
         if isinstance(min, float) or isinstance(max, float):
-            if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
+            if not _is_float(self.data):
                 return self._cast("float32").clip(min, max)  # float bounds: a float result
         return Clip.apply(self, low=min, high=max)
 
     clamp = clip
 
-    # ------------------------------------------------------------------------------- reductions
-    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return Sum.apply(self, axis=axis, keepdims=keepdims)
+    def softmax(self, dim: int = -1) -> Tensor:
+        """``exp(x) / sum(exp(x))`` along `dim` (tinyattn.functional.softmax)."""
+        from .functional import softmax  # noqa: PLC0415  (the layer above: resolved at call)
 
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return self._unary_reduce(Mean, "mean", axis, keepdims)
+        return softmax(self, axis=dim)
 
-    def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return Max.apply(self, axis=axis, keepdims=keepdims)
+    def log_softmax(self, dim: int = -1) -> Tensor:
+        """``x - logsumexp(x)`` along `dim` (tinyattn.functional.log_softmax)."""
+        from .functional import log_softmax  # noqa: PLC0415
 
-    def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return Min.apply(self, axis=axis, keepdims=keepdims)
+        return log_softmax(self, axis=dim)
 
-    def _unary_reduce(self, function: type, op: str, axis: Any, keepdims: bool) -> Tensor:
-        if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
-            raise TypeError(
-                f"{op}: expected a floating-point tensor, "
-                f"got dtype {backend.dtype_name(self.dtype)}"
+    def masked_fill(self, mask: Tensor, value: float) -> Tensor:
+        """A copy with `value` where the bool `mask` (broadcast to this shape) is True."""
+        if not isinstance(mask, Tensor) or backend.dtype_name(mask.dtype) != "bool":
+            raise TypeError(f"masked_fill: mask must be a bool Tensor, got {_describe(mask)}")
+        broadcast = broadcast_shapes("masked_fill", self.shape, mask.shape)
+        if broadcast != self.shape:
+            raise ValueError(
+                f"masked_fill: mask of shape {mask.shape} does not broadcast to {self.shape}"
             )
-        return function.apply(self, axis=axis, keepdims=keepdims)
+        if isinstance(value, Tensor):
+            value = value.to(self.dtype)
+        return where(mask, value, self)
 
-    def var(self, axis: Any = None, keepdims: bool = False, correction: float = 0) -> Tensor:
+    # ------------------------------------------------------------------------------- reductions
+    # NumPy's `axis`/`keepdims` and PyTorch's `dim`/`keepdim` are both accepted (`_dims`).
+    def sum(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        """Sum over axes; bool and integer tensors sum to int64, as in PyTorch."""
+        axis, keepdims = _dims("sum", axis, keepdims, dim, keepdim)
+        source = self
+        if not _is_float(self.data) and backend.dtype_name(self.dtype) != "int64":
+            source = self._cast("int64")
+        return Sum.apply(source, axis=axis, keepdims=keepdims)
+
+    def mean(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        axis, keepdims = _dims("mean", axis, keepdims, dim, keepdim)
+        backend.check_floating("mean", self.data)
+        return Mean.apply(self, axis=axis, keepdims=keepdims)
+
+    def amax(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        """The largest value over axes (a tuple allowed); tied maxima share the gradient."""
+        axis, keepdims = _dims("amax", axis, keepdims, dim, keepdim)
+        axes = normalize_axes("amax", axis, self.ndim)  # an error names amax, not the op
+        return Max.apply(self, axis=axes, keepdims=keepdims)
+
+    def amin(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        """The smallest value over axes (a tuple allowed); tied minima share the gradient."""
+        axis, keepdims = _dims("amin", axis, keepdims, dim, keepdim)
+        axes = normalize_axes("amin", axis, self.ndim)  # an error names amin, not the op
+        return Min.apply(self, axis=axes, keepdims=keepdims)
+
+    def max(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Any:
+        """PyTorch's max: no dim, the largest value; ``max(dim)``, the named tuple
+        ``(values, indices)`` along dim (the gradient goes to the index); ``max(other)``,
+        the elementwise maximum."""
+        return self._extreme("max", axis, keepdims, dim, keepdim)
+
+    def min(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Any:
+        """PyTorch's min: the smallest value, ``(values, indices)`` along a dim, or elementwise."""
+        return self._extreme("min", axis, keepdims, dim, keepdim)
+
+    def _extreme(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Any:
+        axis, keepdims = _dims(op, axis, keepdims, dim, keepdim)
+        if isinstance(axis, Tensor):
+            return self.maximum(axis) if op == "max" else self.minimum(axis)
+        if axis is None:
+            return Max.apply(self) if op == "max" else Min.apply(self)
+        if not isinstance(axis, int) or isinstance(axis, bool):
+            raise TypeError(
+                f"{op}: dim must be an int (got {axis!r}); for several dims use a{op}(dims)"
+            )
+        indices = self.argmax(axis, True) if op == "max" else self.argmin(axis, True)
+        values = self.gather(axis, indices)
+        if not keepdims:
+            values, indices = values.squeeze(axis), indices.squeeze(axis)
+        return ValuesIndices(values, indices)
+
+    def argmax(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        """Index of the first largest value (of the flattened tensor when no dim), int64."""
+        return self._arg_extreme("argmax", axis, keepdims, dim, keepdim)
+
+    def argmin(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        """Index of the first smallest value (of the flattened tensor when no dim), int64."""
+        return self._arg_extreme("argmin", axis, keepdims, dim, keepdim)
+
+    def _arg_extreme(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
+        axis, keepdims = _dims(op, axis, keepdims, dim, keepdim)
+        if self.numel() == 0:
+            raise ValueError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
+        xp = backend.namespace(self.data)
+        data = self.data
+        if axis is None:
+            data, axis = xp.reshape(data, (-1,)), 0
+            keepdims = keepdims and self.ndim == 0  # PyTorch: a flat index, 0-d
+        else:
+            axis = normalize_axes(op, axis, self.ndim)[0]
+        found = getattr(xp, op)(data, axis=axis, keepdims=keepdims)
+        return Tensor._from_op(xp.astype(xp.asarray(found), xp.int64), None)
+
+    def var(
+        self,
+        axis: Any = None,
+        keepdims: bool = False,
+        correction: float = 0,
+        *,
+        dim: Any = None,
+        keepdim: Any = None,
+    ) -> Tensor:
         """Variance, ``sum((x - mean)**2) / (N - correction)``; NumPy's default correction=0.
 
         Composed from mean, sub, mul and sum, so its gradient ``2 (x - mean) / (N - correction)``
         and every higher derivative come from those ops.
         """
-        if not backend.is_floating(backend.namespace(self.data), self.data.dtype):
-            raise TypeError(
-                f"var: expected a floating-point tensor, got dtype {backend.dtype_name(self.dtype)}"
-            )
+        axis, keepdims = _dims("var", axis, keepdims, dim, keepdim)
+        backend.check_floating("var", self.data)
         axes = normalize_axes("var", axis, self.ndim)
         count = 1
         for a in axes:
@@ -495,8 +603,60 @@ class Tensor:
             1.0 / (count - correction)
         )
 
+    def std(
+        self,
+        dim: Any = None,
+        correction: float = 1,
+        keepdim: bool = False,
+        *,
+        axis: Any = None,
+        keepdims: Any = None,
+        unbiased: bool | None = None,
+    ) -> Tensor:
+        """Standard deviation, sqrt(var); PyTorch's default correction=1 (``unbiased=True``)."""
+        dim, keepdim = _dims("std", dim, keepdim, axis, keepdims)
+        if isinstance(correction, bool):  # x.std(dim, True): PyTorch's positional `unbiased`
+            correction = int(correction)
+        if unbiased is not None:
+            correction = int(unbiased)
+        return self.var(axis=dim, keepdims=keepdim, correction=correction).sqrt()
+
+    def logsumexp(
+        self, dim: Any, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None
+    ) -> Tensor:
+        """log(sum(exp(x))) along dim, shifted by the (detached) maximum so exp cannot overflow."""
+        dim, keepdim = _dims("logsumexp", dim, keepdim, axis, keepdims)
+        backend.check_floating("logsumexp", self.data)
+        axes = normalize_axes("logsumexp", dim, self.ndim)
+        shift = self.detach().amax(axis=axes, keepdims=True)
+        # An all -inf row: shift by 0 so the result is -inf, not NaN (inf - inf).
+        shift = where(shift.abs() == float("inf"), 0.0, shift)
+        total = (self - shift).exp().sum(axis=axes, keepdims=True).log() + shift
+        return total if keepdim else total.squeeze(axes)
+
+    def cumsum(self, dim: int, *, axis: Any = None) -> Tensor:
+        """Running sum along dim (bool and integer tensors sum in int64, as in PyTorch)."""
+        dim, _ = _dims("cumsum", dim, False, axis, None)
+        source = self if _is_float(self.data) else self._cast("int64")
+        return Cumsum.apply(source, axis=normalize_axes("cumsum", dim, self.ndim)[0])
+
     # ------------------------------------------------------------------------------------ shape
+    def size(self, dim: int | None = None) -> Any:
+        """The shape (PyTorch's ``x.size()``), or the length of one dimension: ``x.size(0)``."""
+        if dim is None:
+            return self.shape
+        return self.shape[normalize_axes("size", dim, self.ndim)[0]]
+
+    def numel(self) -> int:
+        """The number of elements."""
+        return math.prod(self.data.shape)
+
+    def dim(self) -> int:
+        """The number of dimensions (``ndim``)."""
+        return self.data.ndim
+
     def reshape(self, *shape: Any) -> Tensor:
+        """The same values in a new shape; one size may be -1 (inferred)."""
         shape = _shape_arg(shape)
         if shape == self.shape:
             return self
@@ -504,19 +664,40 @@ class Tensor:
 
     view = reshape
 
-    def permute(self, *axes: Any) -> Tensor:
+    def contiguous(self) -> Tensor:
+        """This tensor itself: every tinyattn array is laid out so that reshape works."""
+        return self
+
+    def clone(self) -> Tensor:
+        """A copy in new memory that stays in the graph (the gradient passes through)."""
+        return Clone.apply(self)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dims start_dim..end_dim into one."""
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = (normalize_axes("flatten", d, self.ndim)[0] for d in (start_dim, end_dim))
+        if start > end:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1 :])
+
+    def permute(self, *axes: Any, dims: Any = None) -> Tensor:
         """Reorder the axes: ``y.shape[i] == x.shape[axes[i]]``."""
-        axes = _shape_arg(axes)
+        axes = _shape_arg(axes if dims is None else (dims,))
         if sorted(a % self.ndim if self.ndim else a for a in axes) != list(range(self.ndim)):
             raise ValueError(
                 f"permute: axes {axes} are not a permutation of a tensor with shape {self.shape}"
             )
         return Permute.apply(self, axes=tuple(a % self.ndim for a in axes))
 
-    def transpose(self, *axes: Any) -> Tensor:
-        """NumPy's transpose: reverse the axes, or permute them when ``axes`` are given."""
-        axes = _shape_arg(axes) or tuple(reversed(range(self.ndim)))
-        return self.permute(*axes)
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """Swap two dimensions (PyTorch's meaning; a full reordering is ``permute``)."""
+        return self.swapaxes(dim0, dim1)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802  (PyTorch's and NumPy's name)
+        """All dimensions reversed (the matrix transpose of a 2-d tensor)."""
+        return self.permute(*reversed(range(self.ndim)))
 
     def swapaxes(self, axis1: int, axis2: int) -> Tensor:
         a, b = (
@@ -537,10 +718,12 @@ class Tensor:
         axis %= ndim
         return Reshape.apply(self, shape=self.shape[:axis] + (1,) + self.shape[axis:])
 
-    unsqueeze = expand_dims
+    def unsqueeze(self, dim: int) -> Tensor:
+        return self.expand_dims(dim)
 
-    def squeeze(self, axis: Any = None) -> Tensor:
+    def squeeze(self, axis: Any = None, *, dim: Any = None) -> Tensor:
         """Remove size-1 axes (all of them, or the given ones, which must have size 1)."""
+        axis, _ = _dims("squeeze", axis, False, dim, None)
         if axis is None:
             axes = tuple(i for i, n in enumerate(self.shape) if n == 1)
         else:
@@ -562,7 +745,75 @@ class Tensor:
             raise ValueError(f"broadcast_to: cannot broadcast shape {self.shape} to {shape}")
         return BroadcastTo.apply(self, shape=shape)
 
-    expand = broadcast_to
+    def expand(self, *sizes: Any) -> Tensor:
+        """broadcast_to, where -1 keeps a dimension's size (PyTorch's expand)."""
+        sizes = _shape_arg(sizes)
+        lead = len(sizes) - self.ndim
+        return self.broadcast_to(
+            tuple(self.shape[i - lead] if n == -1 and i >= lead else n for i, n in enumerate(sizes))
+        )
+
+    def repeat(self, *sizes: Any) -> Tensor:
+        """Tile the tensor `sizes[i]` times along dim i (PyTorch's repeat, NumPy's tile).
+
+        Composed from reshape and broadcast_to: (a, b) -> (1, a, 1, b) -> (r, a, s, b) ->
+        (r a, s b), so the gradient (a sum over the copies) comes from those ops.
+        """
+        sizes = _checked_shape("repeat", _shape_arg(sizes))
+        if len(sizes) < self.ndim:
+            raise ValueError(
+                f"repeat: {len(sizes)} repeat count(s) for a tensor with {self.ndim} dimensions"
+            )
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        spread = tuple(n for size in shape for n in (1, size))
+        tiled = tuple(n for count, size in zip(sizes, shape) for n in (count, size))
+        out = self.reshape(spread).broadcast_to(tiled)
+        return out.reshape(tuple(count * size for count, size in zip(sizes, shape)))
+
+    def flip(self, *dims: Any, **keywords: Any) -> Tensor:
+        """The values in reverse order along `dims` (``flip(0, 1)``, ``flip((0, 1))``,
+        ``flip(dims=[0])``)."""
+        axes = normalize_axes("flip", _shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
+        if keywords:
+            raise TypeError(f"flip: unexpected keyword argument(s) {sorted(keywords)}")
+        return Flip.apply(self, axes=axes) if axes else self
+
+    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces of `split_size` along dim (the last may be shorter), or of the listed sizes."""
+        axis = normalize_axes("split", dim, self.ndim)[0]
+        length = self.shape[axis]
+        if isinstance(split_size_or_sections, int):
+            step = split_size_or_sections
+            if step <= 0:
+                raise ValueError(f"split: split_size must be positive, got {step}")
+            sizes = [min(step, length - start) for start in range(0, length, step)] or [0]
+        else:
+            sizes = list(split_size_or_sections)
+            if sum(sizes) != length:
+                raise ValueError(
+                    f"split: sizes {sizes} sum to {sum(sizes)}, not to the length {length} of "
+                    f"dim {dim} of shape {self.shape}"
+                )
+        pieces, start = [], 0
+        for size in sizes:
+            pieces.append(self[(slice(None),) * axis + (slice(start, start + size),)])
+            start += size
+        return tuple(pieces)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """At most `chunks` pieces of equal size ceil(n / chunks) along dim."""
+        if chunks <= 0:
+            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        length = self.shape[normalize_axes("chunk", dim, self.ndim)[0]]
+        return self.split(max(1, -(-length // chunks)), dim)
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        """Zeros above the `diagonal`-th diagonal of the last two dims."""
+        return where(_band(self, diagonal, lower=True), self, 0)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        """Zeros below the `diagonal`-th diagonal of the last two dims."""
+        return where(_band(self, diagonal, lower=False), self, 0)
 
     def sum_to(self, shape: tuple) -> Tensor:
         """Sum over broadcast axes so the result has `shape` (the adjoint of broadcast_to)."""
@@ -571,11 +822,286 @@ class Tensor:
             return self
         return SumTo.apply(self, shape=shape)
 
+    # -------------------------------------------------------------------------------- indexing
     def __getitem__(self, key: Any) -> Tensor:
-        return GetItem.apply(self, key=_index_key(self, key))
+        mask = _bool_mask(key)
+        if mask is not None:
+            return self._masked_select(mask)
+        key = _index_key(self, key)
+        if sum(1 for part in key if _is_index_array(part)) > 1:
+            return self._index_arrays(key)
+        return GetItem.apply(self, key=key)
+
+    def _index_arrays(self, key: tuple) -> Tensor:
+        """``x[i, j]``, ``x[:, i, j]``: adjacent index arrays, broadcast together, become one
+        index into their dims merged into one (row-major), so GetItem gathers once."""
+        at = [position for position, part in enumerate(key) if _is_index_array(part)]
+        first, last = at[0], at[-1]
+        if last - first + 1 != len(at) or any(not isinstance(p, slice) for p in key[:first]):
+            raise IndexError(
+                "getitem: several index arrays are supported when they are adjacent and only "
+                "slices come before them (x[i, j], x[:, i, j]); index in two steps otherwise"
+            )
+        if last >= self.ndim:
+            raise IndexError(f"getitem: too many indices for a tensor of shape {self.shape}")
+        xp = backend.namespace(self.data)
+        shape = ()
+        for part in key[first : last + 1]:
+            shape = broadcast_shapes("getitem", shape, part.shape)
+        flat = xp.zeros(shape, dtype=xp.int64, device=self.data.device)
+        for axis in range(first, last + 1):
+            size = self.shape[axis]
+            index = _wrapped_index(xp, key[axis], size, axis)
+            flat = flat * size + xp.broadcast_to(index, shape)
+        merged = self.reshape(self.shape[:first] + (-1,) + self.shape[last + 1 :])
+        return merged[key[:first] + (Tensor._from_op(flat, None),) + key[last + 1 :]]
+
+    def _masked_select(self, mask: Tensor) -> Tensor:
+        """``x[mask]``: the elements where the bool mask (over the leading dims) is True."""
+        mask = self._operand(mask, "getitem")
+        if mask.shape != self.shape[: mask.ndim]:
+            raise IndexError(
+                f"getitem: a bool mask of shape {mask.shape} does not match the leading "
+                f"dimensions of shape {self.shape}"
+            )
+        (flat,) = backend.nonzero(backend.namespace(mask.data).reshape(mask.data, (-1,)))
+        rows = self.reshape((-1,) + self.shape[mask.ndim :])
+        return rows[Tensor._from_op(flat, None)]
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """``out[i][j][k] = x[index[i][j][k]][j][k]`` for dim 0 (and so on): values picked
+        along `dim`; index has this tensor's ndim and no larger sizes. The gradient adds back.
+        """
+        index = self._operand(index, "gather")
+        axis = normalize_axes("gather", dim, self.ndim)[0]
+        _check_index("gather", self, axis, index)
+        positions = _flat_positions(self.shape, axis, index.data)
+        flat = self.reshape(-1)[Tensor._from_op(positions, None)]
+        return flat.reshape(index.shape)
+
+    def scatter(self, dim: int, index: Tensor, src: Any) -> Tensor:
+        """Out of place: a copy with ``out[index[i][j]][j] = src[i][j]`` (dim 0; and so on).
+
+        The gradient of this tensor is zero at the written places; `src` gets the gradient
+        gathered from them. Repeated target places are refused (PyTorch leaves them undefined).
+        """
+        index = self._operand(index, "scatter")
+        axis = normalize_axes("scatter", dim, self.ndim)[0]
+        _check_index("scatter", self, axis, index)
+        positions = _flat_positions(self.shape, axis, index.data)
+        _check_unique("scatter", positions)
+        if isinstance(src, Tensor):
+            src = self._operand(src, "scatter")
+            src = src[tuple(slice(0, n) for n in index.shape)].to(self.dtype)
+        else:
+            src = self._operand(src, "scatter").broadcast_to(index.shape).to(self.dtype)
+        key = parse_key(positions, (self.numel(),))
+        placed = IndexAdd.apply(src.reshape(-1), shape=(self.numel(),), key=key)
+        hits = IndexAdd.apply(self.constant(_ones(positions)), shape=(self.numel(),), key=key)
+        written = (hits > 0).reshape(self.shape)
+        return where(written, placed.reshape(self.shape), self)
+
+    def topk(
+        self,
+        k: int,
+        dim: int = -1,
+        largest: bool = True,
+        sorted: bool = True,  # noqa: A002
+    ) -> ValuesIndices:
+        """The k largest (or smallest) values along dim, in order, and their indices."""
+        axis = normalize_axes("topk", dim, self.ndim)[0] if self.ndim else 0
+        length = self.shape[axis] if self.ndim else 1
+        if not 0 <= k <= length:
+            raise ValueError(f"topk: k={k} is out of range for dim {dim} of shape {self.shape}")
+        xp = backend.namespace(self.data)
+        keys = self.data if _is_float(self.data) else xp.astype(self.data, xp.float64)
+        # A stable sort of -x puts the largest first and keeps ties in index order.
+        order = xp.argsort(-keys if largest else keys, axis=axis, stable=True)
+        order = xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
+        indices = Tensor._from_op(order, None)
+        return ValuesIndices(self.gather(axis, indices) if self.ndim else self, indices)
+
+    def nonzero(self, as_tuple: bool = False) -> Any:
+        """The indices of the non-zero elements: an (n, ndim) int64 tensor, or one per dim."""
+        found = tuple(Tensor._from_op(i, None) for i in backend.nonzero(self.data))
+        return found if as_tuple else stack(found, axis=1)
+
+    def multinomial(self, num_samples: int, replacement: bool = False) -> Tensor:
+        """Category indices drawn with these (unnormalised) weights, per row, from the host
+        generator seeded by ``ta.manual_seed``; without replacement they are distinct."""
+        if self.ndim not in (1, 2):
+            raise ValueError(f"multinomial: expected 1-d or 2-d weights, got shape {self.shape}")
+        host = backend.to_numpy(self.data).reshape(-1, self.shape[-1])
+        if not (host >= 0).all() or not (host.sum(axis=1) > 0).all():
+            raise ValueError("multinomial: weights must be non-negative with a positive sum")
+        if not replacement and num_samples > int((host > 0).sum(axis=1).min()):
+            raise ValueError(
+                f"multinomial: cannot draw {num_samples} distinct categories without "
+                f"replacement from a row with fewer non-zero weights (shape {self.shape})"
+            )
+        drawn = backend.multinomial(host, num_samples, replacement)
+        drawn = backend.asarray(drawn, device=self.device)
+        out = Tensor._from_op(drawn, None)
+        return out.reshape(num_samples) if self.ndim == 1 else out
+
+    # ----------------------------------------------------------------------- dtypes and values
+    def type(self, dtype: Any = None) -> Any:
+        """With a dtype: a copy converted to it (``x.type(ta.long)``); without: the type name."""
+        if dtype is None:
+            return f"tinyattn.{_TYPE_NAMES.get(backend.dtype_name(self.dtype), 'Tensor')}"
+        return self._cast(dtype)
+
+    def type_as(self, other: Tensor) -> Tensor:
+        """A copy with `other`'s dtype."""
+        return self._cast(other.dtype)
+
+    def long(self) -> Tensor:
+        return self._cast("int64")
+
+    def int(self) -> Tensor:
+        return self._cast("int32")
+
+    def bool(self) -> Tensor:
+        return self._cast("bool")
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python lists of numbers (a host copy)."""
+        return backend.to_numpy(self.data).tolist()
 
 
 # ------------------------------------------------------------------------------------- helpers
+class ValuesIndices(NamedTuple):
+    """What ``max(dim)``, ``min(dim)`` and ``topk`` return, as PyTorch's named tuples do."""
+
+    values: Tensor
+    indices: Tensor
+
+
+_TYPE_NAMES = {
+    "float32": "FloatTensor",
+    "float64": "DoubleTensor",
+    "float16": "HalfTensor",
+    "int64": "LongTensor",
+    "int32": "IntTensor",
+    "int16": "ShortTensor",
+    "int8": "CharTensor",
+    "uint8": "ByteTensor",
+    "bool": "BoolTensor",
+}
+
+
+def _dims(op: str, axis: Any, keepdims: Any, dim: Any, keepdim: Any) -> tuple[Any, bool]:
+    """Merge NumPy's (axis, keepdims) with PyTorch's (dim, keepdim) spellings."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError(f"{op}: got both axis={axis!r} and dim={dim!r}; give one")
+        axis = dim
+    if keepdim is not None:
+        keepdims = keepdim
+    return axis, bool(keepdims)
+
+
+def _check_integral(op: str, tensor: Tensor) -> None:
+    name = backend.dtype_name(tensor.dtype)
+    if name != "bool" and not name.startswith(("int", "uint")):
+        raise TypeError(f"{op}: expected a bool or integer tensor, got dtype {name}")
+
+
+def _ones(array: Any) -> Any:
+    xp = backend.namespace(array)
+    return xp.ones(array.shape, dtype=xp.float32, device=array.device)
+
+
+def _band(tensor: Tensor, diagonal: int, lower: bool) -> Tensor:
+    """The bool mask of tril (lower) or triu over the last two dims of `tensor`."""
+    if tensor.ndim < 2:
+        raise ValueError(
+            f"{'tril' if lower else 'triu'}: needs at least 2 dimensions, got shape {tensor.shape}"
+        )
+    rows, cols = tensor.shape[-2:]
+    xp = backend.namespace(tensor.data)
+    offset = (
+        xp.arange(cols, device=tensor.data.device)[None, :]
+        - xp.arange(rows, device=tensor.data.device)[:, None]
+    )
+    return Tensor._from_op(offset <= diagonal if lower else offset >= diagonal, None)
+
+
+def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
+    """gather/scatter: an integer index of the same ndim, no larger, values in range."""
+    name = backend.dtype_name(index.dtype)
+    if not name.startswith(("int", "uint")):
+        raise TypeError(f"{op}: index must be an integer tensor, got dtype {name}")
+    if index.ndim != tensor.ndim or any(
+        n > m for d, (n, m) in enumerate(zip(index.shape, tensor.shape)) if d != axis
+    ):
+        raise ValueError(
+            f"{op}: index of shape {index.shape} does not fit a tensor of shape {tensor.shape} "
+            f"along dim {axis} (same ndim, no larger size in the other dims)"
+        )
+    if index.numel():
+        xp = backend.namespace(index.data)
+        low, high = int(xp.min(index.data)), int(xp.max(index.data))
+        if low < 0 or high >= tensor.shape[axis]:
+            raise IndexError(
+                f"{op}: index {low if low < 0 else high} is out of range for dim {axis} of "
+                f"size {tensor.shape[axis]}"
+            )
+
+
+def _flat_positions(shape: tuple, axis: int, index: Any) -> Any:
+    """Row-major positions in a flattened `shape` of the elements gather/scatter address."""
+    xp = backend.namespace(index)
+    positions = xp.zeros(index.shape, dtype=xp.int64, device=index.device)
+    stride = 1
+    for d in reversed(range(len(shape))):
+        if d == axis:
+            coordinate = xp.astype(index, xp.int64)
+        else:
+            along = [1] * index.ndim
+            along[d] = index.shape[d]
+            coordinate = xp.reshape(xp.arange(index.shape[d], device=index.device), tuple(along))
+        positions = positions + coordinate * stride
+        stride *= shape[d]
+    return xp.reshape(positions, (-1,))
+
+
+def _check_unique(op: str, positions: Any) -> None:
+    xp = backend.namespace(positions)
+    ordered = xp.sort(positions)
+    if positions.shape[0] > 1 and bool(xp.any(ordered[1:] == ordered[:-1])):
+        raise ValueError(
+            f"{op}: the index writes the same place twice, where PyTorch leaves the result "
+            "undefined; use unique indices"
+        )
+
+
+def _is_index_array(part: Any) -> bool:
+    return hasattr(part, "shape") and part.ndim > 0
+
+
+def _wrapped_index(xp: Any, index: Any, size: int, axis: int) -> Any:
+    """An integer index array as int64 in [0, size), or an IndexError naming the axis."""
+    if not backend.dtype_name(index.dtype).startswith(("int", "uint")):
+        raise IndexError(
+            f"getitem: index arrays must be integers, got dtype {backend.dtype_name(index.dtype)}"
+        )
+    index = xp.astype(index, xp.int64)
+    if math.prod(index.shape):
+        low, high = int(xp.min(index)), int(xp.max(index))
+        if low < -size or high >= size:
+            bad = low if low < -size else high
+            raise IndexError(f"getitem: index {bad} is out of range for axis {axis} of size {size}")
+    return xp.where(index < 0, index + size, index)
+
+
+def _bool_mask(key: Any) -> Tensor | None:
+    """The mask of ``x[mask]``: a bool Tensor as the whole key, else None."""
+    if isinstance(key, Tensor) and backend.dtype_name(key.dtype) == "bool" and key.ndim > 0:
+        return key
+    return None
+
+
 def _shape_arg(args: tuple) -> tuple:
     """Accept both ``f(2, 3)`` and ``f((2, 3))``."""
     if len(args) == 1 and isinstance(args[0], list | tuple):
@@ -647,7 +1173,10 @@ def _index_key(tensor: Tensor, key: Any) -> Any:
             else:
                 raise IndexError(f"getitem: unsupported index type {type(part).__name__}")
         if hasattr(part, "dtype") and backend.dtype_name(part.dtype) == "bool":
-            raise IndexError("getitem: boolean mask indexing is not supported; use ta.where")
+            raise IndexError(
+                "getitem: a bool mask must be the whole key, as a bool Tensor (x[mask]); "
+                "combine masks with slices via ta.where"
+            )
         converted.append(part)
     return tuple(converted)
 
@@ -697,6 +1226,13 @@ def ones(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     return _filled(_checked_shape("ones", _shape_arg(shape)), 1, dtype, device, requires_grad)
 
 
+def empty(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """A new tensor of the shape; tinyattn fills it with zeros (PyTorch leaves it unset)."""
+    return _filled(_checked_shape("empty", _shape_arg(shape)), 0, dtype, device, requires_grad)
+
+
 def full(
     shape: Any, value: float, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
@@ -715,19 +1251,25 @@ def ones_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> 
 
 
 def arange(
-    start: float, stop: float | None = None, step: float = 1, dtype: Any = None, device: Any = None
+    start: float,
+    end: float | None = None,
+    step: float = 1,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
 ) -> Tensor:
-    """Evenly spaced values in [start, stop); integers give int64, floats float32."""
-    if stop is None:
-        start, stop = 0, start
+    """Evenly spaced values in [start, end); integers give int64, floats float32."""
+    if end is None:
+        start, end = 0, start
     if step == 0:
-        raise ValueError(f"arange: step must not be zero (start={start}, stop={stop})")
+        raise ValueError(f"arange: step must not be zero (start={start}, end={end})")
     if dtype is None:
-        all_ints = all(isinstance(v, int) for v in (start, stop, step))
+        all_ints = all(isinstance(v, int) for v in (start, end, step))
         dtype = "int64" if all_ints else "float32"
     xp, native = backend.resolve_device(device)
     dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype))
-    return Tensor._from_op(xp.arange(start, stop, step, dtype=dtype, device=native), None)
+    out = Tensor._from_op(xp.arange(start, end, step, dtype=dtype, device=native), None)
+    return out.requires_grad_() if requires_grad else out
 
 
 def randn(
@@ -737,6 +1279,26 @@ def randn(
     shape = _checked_shape("randn", _shape_arg(shape))
     out = Tensor._from_op(backend.random_array("normal", shape, dtype, device), None)
     return out.requires_grad_() if requires_grad else out
+
+
+def randint(
+    low: int,
+    high: Any = None,
+    size: Any = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+) -> Tensor:
+    """Integers uniform in [low, high) of shape `size` (``randint(high, size)`` starts at 0),
+    from the host generator seeded by ``ta.manual_seed``; int64 unless `dtype` says."""
+    if size is None and isinstance(high, tuple | list):
+        low, high, size = 0, low, high
+    if size is None:
+        raise TypeError("randint: the size (a tuple) is required, e.g. randint(0, 10, (2, 3))")
+    if high is None or high <= low:
+        raise ValueError(f"randint: need low < high, got low={low}, high={high}")
+    shape = _checked_shape("randint", _shape_arg((size,)))
+    return Tensor._from_op(backend.random_integers(low, high, shape, dtype, device), None)
 
 
 def rand(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -768,12 +1330,6 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def maximum(a: Tensor, b: Any) -> Tensor:
-    if not isinstance(a, Tensor):
-        a, b = b, a
-    return a.maximum(b)
-
-
 def _tensor_list(op: str, tensors: Sequence[Tensor]) -> list[Tensor]:
     """A non-empty list of Tensors, or an error naming the op and the first bad element."""
     if isinstance(tensors, Tensor):
@@ -787,8 +1343,9 @@ def _tensor_list(op: str, tensors: Sequence[Tensor]) -> list[Tensor]:
     return tensors
 
 
-def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+def concat(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -> Tensor:
     """Join tensors along an existing axis; all other axes must match."""
+    axis = axis if dim is None else dim
     tensors = _tensor_list("concat", tensors)
     first = tensors[0]
     axis = normalize_axes("concat", axis, first.ndim)[0]
@@ -809,8 +1366,14 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     return Concat.apply(*tensors, axis=axis)
 
 
-def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+def cat(tensors: Sequence[Tensor], dim: int = 0, *, axis: int | None = None) -> Tensor:
+    """PyTorch's name of `concat`."""
+    return concat(tensors, axis=dim if axis is None else axis)
+
+
+def stack(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -> Tensor:
     """Join same-shape tensors along a new axis."""
+    axis = axis if dim is None else dim
     tensors = _tensor_list("stack", tensors)
     for position, t in enumerate(tensors[1:], start=1):
         tensors[0]._operand(t, "stack")  # a device mismatch names stack, not concat
@@ -821,3 +1384,21 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
             )
     axis = normalize_axes("stack", axis, tensors[0].ndim + 1)[0]  # an axis of the result
     return concat([t.expand_dims(axis) for t in tensors], axis=axis)
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, Tensor)
+
+
+# The free functions that are a Tensor method with the tensor first: ta.exp(x) is x.exp().
+FUNCTIONS = {
+    name: _free_function(name)
+    for name in (
+        *(spec.name for spec in (*UNARY, *BINARY, *LOGICAL)),
+        *("amax", "amin", "argmax", "argmin", "chunk", "clone", "cumsum", "flatten", "flip"),
+        *("gather", "logsumexp", "masked_fill", "matmul", "max", "mean", "min", "minimum"),
+        *("multinomial", "nonzero", "numel", "permute", "reshape", "scatter", "softmax"),
+        *("log_softmax", "split", "squeeze", "std", "sum", "topk", "transpose", "tril", "triu"),
+        *("unsqueeze", "var", "clip", "clamp", "relu", "logical_not", "bitwise_not", "neg"),
+    )
+}

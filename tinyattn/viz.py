@@ -171,7 +171,7 @@ def _node_line(
         shape, colour = "ellipse", _PARAM_COLOUR
         grad = tensor.grad
     else:  # a constant: one-element constants show their value (the 2.0 of x * 2.0)
-        lines.append(name or (repr(tensor.item()) if tensor.size == 1 else "constant"))
+        lines.append(name or (repr(tensor.item()) if tensor.numel() == 1 else "constant"))
         shape, colour = "ellipse", _CONSTANT_COLOUR
     if name is not None and fn is not None:
         lines.append(name)

@@ -90,3 +90,12 @@ __all__ = [
     "normalize_axes",
     "sum_array",
 ]
+
+# Functions added for PyTorch's names, one idea per file (registered in ops/table.py).
+from .movement import Clone, Flip  # noqa: E402
+from .rounding import Ceil, Floor, FloorDivide, Remainder, Round  # noqa: E402
+from .scan import Cumsum  # noqa: E402
+from .trig import Cos, Sin  # noqa: E402
+
+__all__ += ["Ceil", "Clone", "Cos", "Cumsum", "Flip", "Floor", "FloorDivide", "Remainder"]
+__all__ += ["Round", "Sin"]

@@ -54,8 +54,10 @@ def parse_key(key: Any, shape: tuple) -> ParsedKey:
     position = arrays[0]
     basic = key[:position] + (slice(None),) + key[position + 1 :]
     axis = sum(1 for k in key[:position] if not isinstance(k, int))
-    advanced = [i for i, k in enumerate(key) if isinstance(k, int) or i == position]
-    to_front = advanced[-1] - advanced[0] + 1 != len(advanced)
+    # PyTorch applies the ints first (basic indexing), so the gathered dims stay where the array
+    # was: x[0, :, i] has shape (n, len(i)). (NumPy counts the int as a second advanced index
+    # and would move the gathered dims to the front when a slice separates the two.)
+    to_front = False
     basic_no_new = tuple(k for k in basic if k is not None)
     return ParsedKey(key, basic, basic_no_new, key[position], axis, to_front)
 

@@ -1,0 +1,387 @@
+"""PyTorch's names mean PyTorch's things: the same program text runs on tinyattn and on torch.
+
+Each case is one expression written once, ``call(lib, *tensors)``, and run twice: with
+``lib = tinyattn`` on the backend under test and with ``lib = torch``, on the same float64 values
+(and the same integer or bool constants). The results must agree in value, dtype and shape
+(named tuples field by field, Python values exactly), and every float input's gradient of
+``sum(out * cotangent)`` must agree too, so a method with the right forward and a wrong gradient
+convention (max(dim) giving the gradient to the index, floor giving zeros) fails. Skipped
+cleanly without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tinyattn as ta  # noqa: E402  (after the skip)
+from tinyattn.backend import dtype_name  # noqa: E402
+
+TOL = {"rtol": 1e-10, "atol": 1e-12}
+
+
+@dataclass(frozen=True)
+class Const:
+    """An input that is not differentiated: an integer index or a bool mask."""
+
+    value: object
+
+
+@dataclass
+class Case:
+    name: str
+    call: Callable  # (lib, *tensors) -> tensor, tuple of tensors, or a Python value
+    inputs: list  # shapes of float64 inputs that require grad, or Const
+    distinct: bool = False  # values all distinct and away from 0 (no ties at max, sort, floor)
+
+
+def _pad(lib):
+    return lib.nn.functional.pad if lib is torch else lib.pad
+
+
+MASK = Const(np.array([[True, False, True, True], [False, False, False, False], [True] * 4]))
+ROW_MASK = Const(np.array([True, False, True]))
+INDEX = Const(np.array([[0, 3], [1, 1], [2, 0]]))
+UNIQUE = Const(np.array([[0, 3], [1, 2], [2, 0]]))  # scatter: each row writes distinct places
+A, B3 = (3, 4), (2, 3, 4)
+
+# fmt: off
+CASES = [
+    # ----------------------------------------------------------------- meanings that changed
+    Case("transpose two dims",  lambda t, x: x.transpose(0, 1), [A]),
+    Case("transpose 3-d",       lambda t, x: x.transpose(-1, 0), [B3]),
+    Case("T of a matrix",       lambda t, x: x.T, [A]),
+    Case("max dim",             lambda t, x: x.max(1), [B3], distinct=True),
+    Case("max dim keepdim",     lambda t, x: x.max(dim=-1, keepdim=True), [B3], distinct=True),
+    Case("max dim ties",        lambda t, x: (x * 0.0 + 1.0).max(0), [A]),
+    Case("min dim",             lambda t, x: t.min(x, 0), [A], distinct=True),
+    Case("max all",             lambda t, x: x.max(), [A], distinct=True),
+    Case("max of two tensors",  lambda t, x, y: t.max(x, y), [A, A], distinct=True),
+    Case("min of two tensors",  lambda t, x, y: x.min(y), [A, (4,)], distinct=True),
+    Case("amax dims",           lambda t, x: x.amax(dim=(0, 2)), [B3], distinct=True),
+    Case("eq",                  lambda t, x: x == x[0], [A]),
+    Case("ne scalar",           lambda t, x: (x * 0.0).floor() != 0.0, [A]),
+    Case("size",                lambda t, x: tuple(x.size()), [B3]),
+    Case("size dim",            lambda t, x: x.size(-1), [B3]),
+    Case("numel and dim",       lambda t, x: (x.numel(), x.dim(), t.numel(x)), [B3]),
+    # --------------------------------------------------------------------------------- shape
+    Case("view -1",             lambda t, x: x.view(-1, 4), [B3]),
+    Case("view varargs",        lambda t, x: x.view(4, 6), [B3]),
+    Case("reshape tuple",       lambda t, x: x.reshape((3, -1)), [B3]),
+    Case("flatten",             lambda t, x: x.flatten(1), [B3]),
+    Case("split size",          lambda t, x: x.split(3, dim=1), [(2, 7)]),
+    Case("split sections",      lambda t, x: x.split([1, 3], 1), [A]),
+    Case("chunk",               lambda t, x: x.chunk(3, -1), [(2, 7)]),
+    Case("chunk fewer",         lambda t, x: x.chunk(4, 0), [(6, 2)]),
+    Case("contiguous",          lambda t, x: x.transpose(0, 1).contiguous().view(-1), [A]),
+    Case("repeat",              lambda t, x: x.repeat(2, 1, 3), [A]),
+    Case("flip",                lambda t, x: x.flip(0, -1), [B3]),
+    Case("flip list",           lambda t, x: t.flip(x, [1]), [A]),
+    Case("expand -1",           lambda t, x: x.expand(2, -1, 4), [(3, 1)]),
+    Case("unsqueeze squeeze",   lambda t, x: x.unsqueeze(1).squeeze(dim=1), [A]),
+    Case("tril",                lambda t, x: t.tril(x), [B3]),
+    Case("triu diagonal",       lambda t, x: t.triu(x, diagonal=1), [(4, 5)]),
+    Case("tril method",         lambda t, x: x.tril(-1), [A]),
+    Case("cat",                 lambda t, x, y: t.cat([x, y], dim=1), [(2, 3), (2, 1)]),
+    Case("cat negative dim",    lambda t, x, y: t.cat((x, y), -1), [B3, (2, 3, 2)]),
+    Case("pad",                 lambda t, x: _pad(t)(x, (1, 2)), [B3]),
+    Case("pad two dims value",  lambda t, x: _pad(t)(x, (0, 1, 2, 0), value=-1.0), [A]),
+    Case("pad crops",           lambda t, x: _pad(t)(x, (-1, 1)), [A]),
+    # -------------------------------------------------------------------------------- values
+    Case("clone",               lambda t, x: x.clone() * 2.0, [A]),
+    Case("masked_fill",         lambda t, x, m: x.masked_fill(m, -1e9), [A, MASK]),
+    Case("masked_fill row",     lambda t, x, m: x.masked_fill(m[:, None], 0.0), [A, ROW_MASK]),
+    Case("type long",           lambda t, x: x.type(t.long), [A]),
+    Case("type_as",             lambda t, x, i: i.type_as(x), [A, INDEX]),
+    Case("long float bool int", lambda t, x: (x.long(), x.int(), x.bool(), x.long().float()),
+         [A]),
+    Case("double",              lambda t, x: x.float().double(), [A]),
+    Case("tolist",              lambda t, x: (x * 4.0).round().tolist(), [A]),
+    # ---------------------------------------------------------------------------- reductions
+    Case("std",                 lambda t, x: x.std(), [A]),
+    Case("std dim keepdim",     lambda t, x: x.std(dim=1, keepdim=True), [B3]),
+    Case("std dim unbiased",    lambda t, x: x.std(0, False), [A]),
+    Case("std correction",      lambda t, x: x.std(dim=-1, correction=0), [B3]),
+    Case("sum dim keepdim",     lambda t, x: x.sum(dim=(0, 2), keepdim=True), [B3]),
+    Case("mean dim",            lambda t, x: x.mean(dim=-1), [B3]),
+    Case("var dim",             lambda t, x: x.var(dim=1, correction=1), [B3]),
+    Case("sum of bool",         lambda t, x: (x > 0).sum(), [B3]),
+    Case("sum of bool dim",     lambda t, x: (x > 0).sum(dim=0), [B3]),
+    Case("sum of int",          lambda t, i: i.int().sum(1), [INDEX]),
+    Case("logsumexp",           lambda t, x: x.logsumexp(-1), [B3]),
+    Case("logsumexp keepdim",   lambda t, x: t.logsumexp(x * 40.0, dim=0, keepdim=True), [A]),
+    Case("cumsum",              lambda t, x: x.cumsum(1), [B3]),
+    Case("cumsum function",     lambda t, x: t.cumsum(x, dim=-1), [A]),
+    Case("cumsum of int",       lambda t, i: i.cumsum(0), [INDEX]),
+    Case("argmax",              lambda t, x: x.argmax(), [A], distinct=True),
+    Case("argmax dim",          lambda t, x: x.argmax(dim=1), [B3], distinct=True),
+    Case("argmin dim keepdim",  lambda t, x: t.argmin(x, -1, keepdim=True), [B3], distinct=True),
+    Case("softmax",             lambda t, x: x.softmax(-1), [B3]),
+    Case("softmax dim 0",       lambda t, x: x.softmax(dim=0), [A]),
+    Case("log_softmax",         lambda t, x: x.log_softmax(1), [B3]),
+    Case("topk",                lambda t, x: t.topk(x, 2), [B3], distinct=True),
+    Case("topk smallest dim 0", lambda t, x: x.topk(2, dim=0, largest=False), [A], distinct=True),
+    # ---------------------------------------------------------------------------- elementwise
+    Case("relu",                lambda t, x: x.relu(), [A], distinct=True),
+    Case("sin cos",             lambda t, x: x.sin() * x.cos(), [A]),
+    Case("functions",           lambda t, x: (t.exp(x), t.sin(x), t.cos(x), t.tanh(x),
+                                              t.pow(x, 2), t.pow(2.0, x)), [A]),
+    Case("log sqrt functions",  lambda t, x: (t.log(x.abs()), t.sqrt(x.abs())), [A],
+         distinct=True),
+    Case("floor ceil round",    lambda t, x: (x * 3.0).floor() + (x * 3.0).ceil() + x.round(),
+         [A], distinct=True),
+    Case("remainder",           lambda t, x, y: x % (y.abs() + 0.5), [A, A], distinct=True),
+    Case("remainder scalar",    lambda t, x: x % 0.75, [A], distinct=True),
+    Case("remainder int",       lambda t, i: (i - 2) % 3, [INDEX]),
+    Case("floor divide",        lambda t, x: x.detach() // 0.5, [A], distinct=True),
+    Case("floor divide int",    lambda t, i: (i - 2) // 2, [INDEX]),
+    Case("comparisons",         lambda t, x, y: (x < y, x <= 0.1, x > y, x >= y, 0.2 < x),
+         [A, (4,)], distinct=True),
+    Case("and or not",          lambda t, x: ((x > 0) & (x < 1), (x > 0) | (x < -1), ~(x > 0)),
+         [A]),
+    Case("matmul function",     lambda t, x, y: t.matmul(x, y), [(2, 3, 4), (4, 2)]),
+    Case("minimum",             lambda t, x, y: t.minimum(x, y), [A, A], distinct=True),
+    # ------------------------------------------------------------------------------- indexing
+    Case("bool mask",           lambda t, x, m: x[m], [A, MASK]),
+    Case("bool mask rows",      lambda t, x, m: x[m], [A, ROW_MASK]),
+    Case("bool mask from x",    lambda t, x: x[x > 0.5], [B3]),
+    Case("list index last",     lambda t, x: x[:, [-1]], [A]),
+    Case("int then list",       lambda t, x: x[0, :, [1, 3]], [B3]),
+    Case("rows and targets",    lambda t, x, r, c: x[r, c],
+         [A, Const(np.arange(3)), Const(np.array([3, 0, -1]))]),
+    Case("slice, two arrays",   lambda t, x, i, j: x[:, i, j],
+         [B3, Const(np.array([[0], [2]])), Const(np.array([1, 3, 0]))]),
+    Case("two arrays, then int", lambda t, x, i: x[i, i, 1], [B3, Const(np.array([1, 0, 1]))]),
+    Case("gather",              lambda t, x, i: t.gather(x, 1, i), [A, INDEX]),
+    Case("gather dim 0",        lambda t, x, i: x.gather(0, i[:2, :1]), [A, INDEX]),
+    Case("scatter",             lambda t, x, s, i: x.scatter(1, i, s), [A, (3, 2), UNIQUE]),
+    Case("scatter value",       lambda t, x, i: t.scatter(x, 1, i, 0.5), [A, UNIQUE]),
+    Case("nonzero",             lambda t, x: t.nonzero(x > 0.5), [B3]),
+    Case("nonzero as tuple",    lambda t, x: (x > 0).nonzero(as_tuple=True), [A]),
+    # --------------------------------------------------------------------------------- einsum
+    Case("einsum scores",       lambda t, q, k: t.einsum("bhtd,bhsd->bhts", q, k),
+         [(2, 2, 3, 4), (2, 2, 5, 4)]),
+    Case("einsum values",       lambda t, w, v: t.einsum("bhts,bhsd->bhtd", w, v),
+         [(2, 2, 3, 5), (2, 2, 5, 4)]),
+    Case("einsum matmul",       lambda t, a, b: t.einsum("ij,jk->ik", a, b), [(3, 4), (4, 2)]),
+    Case("einsum batched",      lambda t, a, b: t.einsum("bij,bjk->bik", a, b),
+         [(2, 3, 4), (2, 4, 2)]),
+    Case("einsum implicit",     lambda t, a, b: t.einsum("ij,jk", a, b), [(3, 4), (4, 2)]),
+    Case("einsum sum and permute", lambda t, a: t.einsum("ijk->ki", a), [B3]),
+]
+# fmt: on
+
+
+def _host(case: Case, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    shapes = [s for s in case.inputs if not isinstance(s, Const)]
+    if case.distinct:
+        sizes = [int(np.prod(s)) for s in shapes]
+        ranks = rng.permutation(sum(sizes)) + 1
+        values = 0.13 * ranks * np.where(ranks % 2, 1.0, -1.0)
+        drawn = iter(np.split(values, np.cumsum(sizes)[:-1]))
+        floats = [next(drawn).reshape(s) for s in shapes]
+    else:
+        floats = [rng.standard_normal(s) for s in shapes]
+    it = iter(floats)
+    return [np.asarray(s.value) if isinstance(s, Const) else next(it) for s in case.inputs]
+
+
+def _tensors(lib, case: Case, host: list, device: str) -> list:
+    out = []
+    for spec, array in zip(case.inputs, host, strict=True):
+        if lib is torch:
+            grad = not isinstance(spec, Const)
+            out.append(torch.tensor(array, requires_grad=grad))
+        elif isinstance(spec, Const):
+            out.append(ta.tensor(array, device=device))
+        else:
+            out.append(ta.tensor(array, dtype="float64", device=device, requires_grad=True))
+    return out
+
+
+def _leaves(result) -> list:
+    if isinstance(result, tuple | list) and not isinstance(result, str):
+        return [leaf for part in result for leaf in _leaves(part)]
+    return [result]
+
+
+def _compare(ours, theirs, what: str) -> None:
+    if isinstance(theirs, torch.Tensor):
+        assert isinstance(ours, ta.Tensor), what
+        assert dtype_name(ours.dtype) == str(theirs.dtype).removeprefix("torch."), what
+        assert tuple(ours.shape) == tuple(theirs.shape), what
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), **TOL, err_msg=what)
+    else:
+        assert ours == theirs, what
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_same_program_same_numbers(device, case):
+    host = _host(case)
+    ours_in, theirs_in = _tensors(ta, case, host, device), _tensors(torch, case, host, device)
+    ours, theirs = case.call(ta, *ours_in), case.call(torch, *theirs_in)
+    if hasattr(theirs, "_fields"):  # a named tuple: the same field names
+        assert ours._fields == ("values", "indices") and len(theirs) == 2
+    ours_leaves, theirs_leaves = _leaves(ours), _leaves(theirs)
+    assert len(ours_leaves) == len(theirs_leaves)
+    for position, (o, t) in enumerate(zip(ours_leaves, theirs_leaves, strict=True)):
+        _compare(o, t, f"{case.name}: output {position}")
+    # Gradients of sum(out * cotangent) over the differentiable outputs, against torch's.
+    rng = np.random.default_rng(1)
+    pairs = [
+        (o, t)
+        for o, t in zip(ours_leaves, theirs_leaves, strict=True)
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
+    if not pairs:
+        return
+    loss_ours, loss_theirs = 0.0, 0.0
+    for o, t in pairs:
+        cotangent = rng.standard_normal(tuple(t.shape))
+        loss_ours = loss_ours + (o * ta.tensor(cotangent, device=device).double()).sum()
+        loss_theirs = loss_theirs + (t * torch.tensor(cotangent)).sum()
+    loss_ours.backward()
+    loss_theirs.backward()
+    for position, (o, t) in enumerate(zip(ours_in, theirs_in, strict=True)):
+        if t.requires_grad:
+            expected = t.grad if t.grad is not None else torch.zeros_like(t)
+            got = o.grad if o.grad is not None else ta.zeros_like(o)
+            _compare(got, expected, f"{case.name}: gradient of input {position}")
+
+
+# ---------------------------------------------------------------------------------- factories
+# (name, call(lib, device keyword arguments)): the result's values, dtype and shape must match.
+FACTORIES = [
+    ("ones varargs", lambda t, kw: t.ones(2, 3, **kw)),
+    ("ones tuple", lambda t, kw: t.ones((2, 3), dtype=t.float64, **kw)),
+    ("zeros varargs", lambda t, kw: t.zeros(4, dtype=t.long, **kw)),
+    ("zeros tuple", lambda t, kw: t.zeros((1, 2), **kw)),
+    ("full", lambda t, kw: t.full((2, 2), 1.5, **kw)),
+    ("full int dtype", lambda t, kw: t.full((3,), 7, dtype=t.int64, **kw)),
+    ("empty shape", lambda t, kw: t.empty(2, 3, **kw).shape),
+    ("empty tuple", lambda t, kw: t.empty((4,), dtype=t.uint8, **kw).shape),
+    ("dtype compares with the name", lambda t, kw: t.ones(2, dtype=t.long).dtype == t.long),
+    ("arange", lambda t, kw: t.arange(5, **kw)),
+    ("arange start end step", lambda t, kw: t.arange(1, 10, 3, **kw)),
+    ("arange keywords", lambda t, kw: t.arange(start=2, end=4, step=0.5, dtype=t.float32, **kw)),
+    ("arange float", lambda t, kw: t.arange(0.0, 1.0, 0.25, **kw)),
+    ("tensor long dtype", lambda t, kw: t.tensor([1, 2], dtype=t.long, **kw)),
+    ("tensor bool dtype", lambda t, kw: t.tensor([1, 0], dtype=t.bool, **kw)),
+    ("tensor uint8", lambda t, kw: t.tensor([1, 255], dtype=t.uint8, **kw)),
+    ("tensor int and float", lambda t, kw: t.tensor([1, 2], dtype=t.int, **kw).float()),
+    ("is_tensor", lambda t, kw: (t.is_tensor(t.ones(1, **kw)), t.is_tensor([1.0]))),
+]
+
+
+@pytest.mark.parametrize("name,call", FACTORIES, ids=[f[0] for f in FACTORIES])
+def test_factories_match(device, name, call):
+    ours, theirs = call(ta, {"device": device}), call(torch, {})
+    if isinstance(theirs, torch.Size):
+        theirs = tuple(theirs)
+    for position, (o, t) in enumerate(zip(_leaves(ours), _leaves(theirs), strict=True)):
+        _compare(o, t, f"{name}: output {position}")
+
+
+def test_dtype_names_match_torch():
+    for name in ("long", "int", "float", "double", "half", "bool", "uint8", "int8", "int16"):
+        ours, theirs = getattr(ta, name), getattr(torch, name)
+        assert ours == str(theirs).removeprefix("torch."), name
+    for name in ("int64", "int32", "float32", "float64", "float16"):
+        assert getattr(ta, name) == name
+
+
+# ------------------------------------------------------------------------- PyTorch's errors
+def test_floor_divide_refuses_backward_as_torch_does(device):
+    x = torch.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        (x // 0.5).sum().backward()
+    y = ta.ones(2, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="floor_divide"):
+        (y // 0.5).sum().backward()
+
+
+def test_einsum_outside_the_supported_forms_is_a_clear_error(device):
+    x = ta.ones(3, 3, device=device)
+    for equation, operands in (("ii->i", (x,)), ("...ij->...ji", (x,)), ("ij,jk,kl", (x,) * 3)):
+        with pytest.raises(ValueError, match="einsum"):
+            ta.einsum(equation, *operands)
+
+
+def test_scatter_to_one_place_twice_is_refused(device):
+    index = ta.tensor([[1, 1]], device=device)
+    with pytest.raises(ValueError, match="scatter: the index writes the same place twice"):
+        ta.zeros(2, 3, device=device).scatter(1, index, 1.0)
+
+
+def test_index_arrays_apart_are_a_clear_error(device):
+    """NumPy and PyTorch agree here, but the order rules are subtle: refuse rather than guess."""
+    x = ta.ones(2, 3, 4, device=device)
+    with pytest.raises(IndexError, match="adjacent"):
+        x[[0, 1], :, [1, 2]]
+    with pytest.raises(IndexError, match="out of range for axis 1"):
+        x[[0, 1], [1, 3]]
+
+
+def test_transpose_needs_two_dims(device):
+    with pytest.raises(TypeError):
+        ta.ones(2, 3, device=device).transpose()
+
+
+# ------------------------------------------------------------------ seeded random functions
+def test_randint_is_seeded_and_in_range(device):
+    ta.manual_seed(5)
+    first = ta.randint(3, 9, (200,), device=device)
+    ta.manual_seed(5)
+    again = ta.randint(3, 9, (200,), device=device)
+    assert dtype_name(first.dtype) == "int64" and first.shape == (200,)
+    np.testing.assert_array_equal(first.numpy(), again.numpy())
+    values = first.numpy()
+    assert values.min() == 3 and values.max() == 8  # 200 draws from 6 values hit both ends
+    assert ta.randint(4, (2, 3), device=device).numpy().max() < 4  # randint(high, size)
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_multinomial_is_seeded_and_follows_the_weights(device, replacement):
+    weights = ta.tensor([[0.0, 1.0, 3.0, 0.0], [2.0, 2.0, 0.0, 4.0]], device=device)
+    ta.manual_seed(11)
+    drawn = ta.multinomial(weights, 2, replacement=replacement)
+    ta.manual_seed(11)
+    np.testing.assert_array_equal(drawn.numpy(), weights.multinomial(2, replacement).numpy())
+    assert drawn.shape == (2, 2) and dtype_name(drawn.dtype) == "int64"
+    rows = drawn.numpy()
+    assert set(rows[0]) <= {1, 2} and set(rows[1]) <= {0, 1, 3}  # never a zero weight
+    if not replacement:
+        assert all(len(set(row)) == 2 for row in rows)
+    counts = np.bincount(ta.multinomial(weights[0], 4000, True).numpy(), minlength=4)
+    assert counts[0] == counts[3] == 0 and 0.7 < counts[2] / 4000 < 0.8  # p = 3/4
+
+
+def test_multinomial_without_replacement_refuses_too_many(device):
+    with pytest.raises(ValueError, match="multinomial"):
+        ta.multinomial(ta.tensor([1.0, 0.0, 1.0], device=device), 3)
+
+
+# ----------------------------------------------------------------- identity hashing survives
+def test_tensors_stay_dict_keys_and_set_members_with_elementwise_eq(device):
+    a, b = ta.ones(3, device=device), ta.ones(3, device=device)
+    table = {a: "a", b: "b"}
+    assert table[a] == "a" and table[b] == "b" and len({a, b, a}) == 2
+    assert (a == b).numpy().all()  # equal values, still two keys
+    assert (a == None) is False and (a != None) is True  # noqa: E711  (as torch answers)
+    assert (torch.ones(3) == None) is False  # noqa: E711
+    assert a in [None, "x", a] and [None, a].index(a) == 1
+
+
+def test_star_import_leaves_python_builtins_alone():
+    namespace: dict = {}
+    exec("from tinyattn import *", namespace)
+    for name in ("max", "min", "sum", "abs", "round", "pow", "float", "int", "bool"):
+        assert name not in namespace, name
+    assert {"exp", "cat", "long", "einsum", "tril"} <= set(namespace)
+    assert ta.max is not max and ta.float == "float32"  # still reachable as attributes

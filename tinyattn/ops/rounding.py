@@ -1,0 +1,96 @@
+"""Rounding primitives: floor, ceil, round, floor division and remainder.
+
+floor, ceil and round are step functions: their derivative is 0 wherever it exists, and PyTorch
+defines it as 0 everywhere, so their gradient is zeros (the graph is kept, so a loss through them
+backpropagates zeros rather than failing). Floor division has no derivative in PyTorch at all:
+its backward raises. The remainder a - b * floor(a / b) is differentiable almost everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function
+from ..backend import namespace
+
+
+class _Step(Function):
+    """A piecewise-constant function: y = step(x);  dL/dx = 0 (PyTorch's convention)."""
+
+    __slots__ = ()
+    step = ""  # the array API function name
+
+    def forward(self, x: Any) -> Any:
+        return getattr(namespace(x), self.step)(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad * 0.0
+
+
+class Floor(_Step):
+    """y = floor(x), the largest integer <= x;  dL/dx = 0.
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    step = "floor"
+
+
+class Ceil(_Step):
+    """y = ceil(x), the smallest integer >= x;  dL/dx = 0.
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    step = "ceil"
+
+
+class Round(_Step):
+    """y = x rounded to the nearest integer, halves to even (as NumPy and PyTorch);  dL/dx = 0.
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    step = "round"
+
+
+class FloorDivide(Function):
+    """y = floor(a / b) (Python's ``//``);  no derivative: backward raises, as in PyTorch.
+
+    Shapes: a and b broadcast together -> y.
+    """
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return namespace(a).floor_divide(a, b)
+
+    def backward(self, grad: Any) -> tuple:
+        raise RuntimeError(
+            "floor_divide: the derivative of a // b is not defined (PyTorch has none either); "
+            "use a / b, or detach() the operands"
+        )
+
+
+class Remainder(Function):
+    """y = a - b * floor(a / b) (Python's ``%``, the sign of b);
+    dL/da = g, dL/db = -g * floor(a / b).
+
+    Shapes: a and b broadcast together -> y.
+    """
+
+    __slots__ = ()
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return namespace(a).remainder(a, b)
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        quotient = grad.constant(namespace(a.data).floor_divide(a.data, b.data))
+        return (
+            grad.sum_to(a.shape) if a.requires_grad else None,
+            (-grad * quotient).sum_to(b.shape) if b.requires_grad else None,
+        )

@@ -1,0 +1,143 @@
+"""Free functions composed from Tensor methods: einsum and pad (PyTorch's names).
+
+Imports `tensor` only. Neither holds derivative math: einsum is a permute, a reshape and one
+batched matmul; pad is a concat with constant blocks (or a slice, for negative padding), so their
+gradients, of any order, come from those ops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .tensor import Tensor, concat, full
+
+_EINSUM_HELP = "e.g. 'bhtd,bhsd->bhts', 'ij,jk->ik' or 'ij->ji' (one or two operands, no '...')"
+
+
+def einsum(equation: str, *operands: Any) -> Tensor:
+    """Sum of products over the letters an equation names (one or two operands).
+
+    Letters of both operands that are missing from the output are contracted (a matmul), letters
+    of both that are kept form a batch, a letter of one operand alone is summed out first when
+    the output drops it. Repeated letters within an operand (traces, diagonals) and ``...`` are
+    refused with an error.
+    """
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        operands = tuple(operands[0])
+    inputs, output = _parse_einsum(equation, len(operands))
+    sizes: dict[str, int] = {}
+    for letters, operand in zip(inputs, operands, strict=True):
+        if not isinstance(operand, Tensor):
+            raise TypeError(f"einsum: operands must be Tensors, got {type(operand).__name__}")
+        if operand.ndim != len(letters):
+            raise ValueError(
+                f"einsum: operand '{letters}' of {equation!r} has shape {operand.shape}"
+            )
+        for letter, n in zip(letters, operand.shape, strict=True):
+            if sizes.setdefault(letter, n) != n:
+                raise ValueError(
+                    f"einsum: letter '{letter}' of {equation!r} has sizes {sizes[letter]} and {n}"
+                )
+    keep = set(output) | (set(inputs[1]) if len(inputs) == 2 else set())
+    first = _sum_letters(operands[0], inputs[0], keep)
+    if len(inputs) == 1:
+        return _permuted(first[0], first[1], output)
+    keep = set(output) | set(inputs[0])
+    second = _sum_letters(operands[1], inputs[1], keep)
+    return _contract(first, second, output, sizes)
+
+
+def _parse_einsum(equation: str, count: int) -> tuple[list[str], str]:
+    if not isinstance(equation, str) or "..." in equation or count not in (1, 2):
+        raise ValueError(
+            f"einsum: unsupported equation {equation!r} with {count} operand(s); {_EINSUM_HELP}"
+        )
+    equation = equation.replace(" ", "")
+    left, arrow, output = equation.partition("->")
+    inputs = left.split(",")
+    if not arrow:  # implicit output: the letters seen once, in alphabetical order
+        output = "".join(sorted(c for c in set(left) - {","} if left.count(c) == 1))
+    if len(inputs) != count:
+        raise ValueError(f"einsum: {equation!r} names {len(inputs)} operand(s), got {count}")
+    for letters in (*inputs, output):
+        if not letters.isalpha() and letters or len(set(letters)) != len(letters):
+            raise ValueError(
+                f"einsum: '{letters}' in {equation!r} repeats a letter or is not letters; "
+                f"{_EINSUM_HELP}"
+            )
+    if set(output) - set("".join(inputs)):
+        raise ValueError(f"einsum: output letters of {equation!r} appear in no operand")
+    return inputs, output
+
+
+def _sum_letters(operand: Tensor, letters: str, keep: set) -> tuple[Tensor, str]:
+    """Sum out the letters that no later step needs."""
+    drop = tuple(i for i, c in enumerate(letters) if c not in keep)
+    if drop:
+        operand = operand.sum(axis=drop)
+        letters = "".join(c for c in letters if c in keep)
+    return operand, letters
+
+
+def _permuted(operand: Tensor, letters: str, order: str) -> Tensor:
+    if letters == order:
+        return operand
+    return operand.permute(*(letters.index(c) for c in order))
+
+
+def _contract(first: tuple, second: tuple, output: str, sizes: dict) -> Tensor:
+    """(batch, M, K) @ (batch, K, N): the batched matmul every two-operand einsum becomes."""
+    (a, a_letters), (b, b_letters) = first, second
+    batch = "".join(c for c in output if c in a_letters and c in b_letters)
+    summed = "".join(c for c in a_letters if c in b_letters and c not in output)
+    rows = "".join(c for c in a_letters if c not in b_letters)
+    cols = "".join(c for c in b_letters if c not in a_letters)
+
+    def count(letters: str) -> int:
+        return math.prod(sizes[c] for c in letters)
+
+    # a: (batch..., rows..., summed...) -> (B, M, K); b: (batch..., summed..., cols...) -> (B, K, N)
+    a = _permuted(a, a_letters, batch + rows + summed).reshape(
+        count(batch), count(rows), count(summed)
+    )
+    b = _permuted(b, b_letters, batch + summed + cols).reshape(
+        count(batch), count(summed), count(cols)
+    )
+    out = (a @ b).reshape(tuple(sizes[c] for c in batch + rows + cols))
+    return _permuted(out, batch + rows + cols, output)
+
+
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:  # noqa: A002
+    """Pad with `value` (PyTorch's F.pad): `pad` lists (before, after) counts for the last
+    dimension first, then the one before it, and so on; negative counts crop."""
+    if mode != "constant":
+        raise NotImplementedError(
+            f"pad: mode {mode!r} is not supported; only mode='constant' is (pad with a value)"
+        )
+    pad = tuple(pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError(
+            f"pad: expected pairs (before, after) for at most {input.ndim} dims, got {pad}"
+        )
+    out = input
+    for pair in range(len(pad) // 2):
+        axis = input.ndim - 1 - pair
+        out = _pad_axis(out, axis, pad[2 * pair], pad[2 * pair + 1], value)
+    return out
+
+
+def _pad_axis(x: Tensor, axis: int, before: int, after: int, value: float) -> Tensor:
+    length = x.shape[axis]
+    if -min(before, 0) - min(after, 0) > length:
+        raise ValueError(f"pad: cropping {before}, {after} exceeds dim {axis} of shape {x.shape}")
+    start, stop = max(-before, 0), length - max(-after, 0)
+    if start or stop != length:  # negative padding crops
+        x = x[(slice(None),) * axis + (slice(start, stop),)]
+    parts = []
+    for count in (before, after):
+        shape = x.shape[:axis] + (max(count, 0),) + x.shape[axis + 1 :]
+        parts.append(full(shape, value, dtype=x.dtype, device=x.device) if count > 0 else None)
+    pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
+    return concat(pieces, axis=axis) if len(pieces) > 1 else x
