@@ -308,10 +308,6 @@ def manual_seed(seed: int) -> None:
     _host_rng = np.random.default_rng(seed)
 
 
-def host_rng() -> np.random.Generator:
-    return _host_rng
-
-
 def make_rng(seed: int) -> np.random.Generator:
     """An independent host generator (gradcheck's cotangents and directions)."""
     return np.random.default_rng(seed)

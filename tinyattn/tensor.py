@@ -66,7 +66,18 @@ _is_float = backend.is_float_array
 class Tensor:
     """An n-dimensional array that records the operations applied to it, for reverse mode."""
 
-    __slots__ = ("data", "grad", "requires_grad", "_ctx", "_hooks", "__weakref__")
+    # `_version_counter` is a one-element list holding the version, shared by a tensor and its
+    # views (reshape, permute, basic indexing) so that an in-place change through one is seen
+    # through all; `_version` reads it.
+    __slots__ = (
+        "data",
+        "_grad",
+        "requires_grad",
+        "_ctx",
+        "_hooks",
+        "_version_counter",
+        "__weakref__",
+    )
     # NumPy must hand `ndarray * Tensor` to Tensor.__rmul__ instead of broadcasting over it.
     __array_ufunc__ = None
 
@@ -76,9 +87,10 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.data
         self.data = backend.asarray(data, dtype=dtype, device=_device_spec(data, device))
-        self.grad = None
+        self._grad = None
         self._ctx = None
         self._hooks = None
+        self._version_counter = [0]
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_()
@@ -92,11 +104,35 @@ class Tensor:
         """
         out = Tensor.__new__(Tensor)
         out.data = data
-        out.grad = None
+        out._grad = None
         out._ctx = ctx
         out._hooks = None
+        out._version_counter = [0]
         out.requires_grad = ctx is not None
         return out
+
+    # ------------------------------------------------------------------ gradient and version
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient (a Tensor of this tensor's shape, dtype and device) or None."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None and not (
+            isinstance(value, Tensor)
+            and type(value.data) is _HOST_ARRAY
+            and type(self.data) is _HOST_ARRAY
+            and value.data.shape == self.data.shape
+            and value.data.dtype == self.data.dtype
+        ):  # NumPy gradients from the engine pass the quick test above; the rest is checked
+            _check_assigned_grad(self, value)
+        self._grad = value
+
+    @property
+    def _version(self) -> int:
+        """How many in-place changes this tensor's storage has had (PyTorch's ``_version``)."""
+        return self._version_counter[0]
 
     def constant(self, array: Any) -> Tensor:
         """Wrap an array as a constant (no grad) Tensor; used by backward rules."""
@@ -590,6 +626,25 @@ def _type_name(value: Any) -> str:
     if module == "builtins":
         return type(value).__name__
     return f"{module}.{type(value).__name__}; wrap it with ta.tensor(array, device=...)"
+
+
+def _check_assigned_grad(tensor: Tensor, value: Any) -> None:
+    """``x.grad = value`` must be a Tensor of x's shape, dtype and device, as in PyTorch."""
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"assigned grad expected to be a Tensor or None but got {_type_name(value)} "
+            f"(for a tensor of shape {tensor.shape})"
+        )
+    for what, got, expected in (
+        ("shape", value.shape, tensor.shape),
+        ("dtype", backend.dtype_name(value.dtype), backend.dtype_name(tensor.dtype)),
+        ("device", value.device, tensor.device),
+    ):
+        if got != expected:
+            raise RuntimeError(
+                f"assigned grad has {what} {got!r}, but the tensor has {what} {expected!r} "
+                f"(shape {tensor.shape})"
+            )
 
 
 def _device_spec(data: Any, device: Any) -> Any:

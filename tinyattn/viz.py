@@ -46,7 +46,7 @@ def _walk(root: Tensor) -> tuple[list[Tensor], list[tuple[int, int, int]]]:
         tensor = nodes[position]
         fn = tensor._ctx
         if fn is not None:
-            if getattr(fn, "_released", False) or fn.inputs is None:
+            if fn.inputs is None:
                 raise RuntimeError(
                     f"to_dot: the graph through {fn.name} was freed by backward(); call to_dot "
                     "before backward, or pass retain_graph=True to backward"

@@ -89,6 +89,8 @@ class GetItem(Function):
     """y = x[key];  dL/dx = zeros with g scattered (added) into the indexed places."""
 
     __slots__ = ("key",)
+    backward_reads = ()
+    shares_storage = True
 
     def forward(self, x: Any, key: Any = None) -> Any:
         self.key = parse_key(key, x.shape)
@@ -114,6 +116,7 @@ class IndexAdd(Function):
     """y = zeros(shape) with g added at x[key] (repeats summed);  dL/dg = (dL/dy)[key]."""
 
     __slots__ = ("key",)
+    backward_reads = ()
 
     def forward(self, grad: Any, shape: tuple = (), key: ParsedKey | None = None) -> Any:
         self.key = key
