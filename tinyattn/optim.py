@@ -1,9 +1,12 @@
 """Optim layer: SGD (momentum, Nesterov), Adam, AdamW and clip_grad_norm.
 
 Imports `backend`, `autograd` and `tensor`. Invariants: updates run on raw arrays (no graph is
-ever recorded) and ASSIGN new arrays, ``p.data = new``, never writing into an existing one,
-because tinyattn gradients and state dicts may share arrays; the arithmetic follows PyTorch's
-single-tensor implementations step for step, so float64 runs agree with torch to ~1e-15.
+ever recorded) and are written into each parameter in place, as in PyTorch: views of a parameter
+and ``state_dict()`` tensors (which share its array) see the new values, and the parameter's
+version goes up, so backward through a graph kept from before the step raises instead of using
+the new weights. Optimizer state arrays are replaced, never updated in place. The arithmetic
+follows PyTorch's single-tensor implementations step for step, so float64 runs agree with torch
+to ~1e-15.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ class Optimizer:
                     continue
                 self._check_grad(position, p)
                 state = self.state.setdefault(p, {})
-                p.data = self._update(p.data, p.grad.data, group, state)
+                p._store(f"{self.name}.step", self._update(p.data, p.grad.data, group, state))
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         raise NotImplementedError
