@@ -237,6 +237,7 @@ class Function:
     )
     backward_reads: tuple[str, ...] = ("inputs", "output")
     shares_storage: bool = False
+    _reads_inputs = _reads_output = True  # backward_reads as two flags, set per subclass
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -253,6 +254,7 @@ class Function:
                 f"{cls.__name__}.backward_reads must be a tuple of 'inputs' and 'output', "
                 f"got {reads!r}"
             )
+        cls._reads_inputs, cls._reads_output = "inputs" in reads, "output" in reads
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -322,17 +324,17 @@ class Function:
     def release(self) -> None:
         """Drop what backward needed, keeping the skeleton; a second backward then raises."""
         if self.inputs is not None:
-            self._released_inputs = tuple([t if t._ctx is None else t._ctx for t in self.inputs])
+            # A Function is always truthy, so `t._ctx or t` is the producer, else the leaf.
+            self._released_inputs = tuple([t._ctx or t for t in self.inputs])
         self._saved = None
         self.inputs = None
 
 
 def _versions_read(fn: Function, output: Any) -> tuple:
     """(output version or None, input versions or None): what backward will read, as of now."""
-    reads = fn.backward_reads
     return (
-        output._version_counter[0] if "output" in reads else None,
-        tuple([t._version_counter[0] for t in fn.inputs]) if "inputs" in reads else None,
+        output._version_counter[0] if fn._reads_output else None,
+        tuple([t._version_counter[0] for t in fn.inputs]) if fn._reads_inputs else None,
     )
 
 
