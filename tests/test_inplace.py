@@ -111,9 +111,15 @@ def _view_of_mul_input(x):
     return (x * base.reshape(2, 3)).sum(), base.reshape(6)
 
 
+def _detached_exp_output(x):
+    y = x.exp()
+    return y.sum(), y.detach()
+
+
 CHANGED = [
     # (name, build -> (loss, tensor to change), op named in the error, what, shape)
     ("Exp output", _exp_output, "Exp's output", (2, 3)),
+    ("through detach()", _detached_exp_output, "Exp's output", (2, 3)),
     ("Mul input", _mul_input, "Mul's input 1", (2, 3)),
     ("through a view", _view_of_mul_input, "Mul's input 1", (2, 3)),
 ]

@@ -262,8 +262,10 @@ class Tensor:
 
     # ---------------------------------------------------------------------------------- autograd
     def detach(self) -> Tensor:
-        """The same values, cut from the graph (shares memory)."""
-        return type(self)._from_op(self.data, None)
+        """The same values, cut from the graph (shares memory and the version counter)."""
+        out = type(self)._from_op(self.data, None)
+        out._version_counter = self._version_counter  # in-place changes through it are seen
+        return out
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """Mark a leaf as a parameter to differentiate with respect to."""
