@@ -39,6 +39,9 @@ class _Modes(threading.local):
 
 
 _modes = _Modes()
+# How many threads are inside detect_anomaly: while none is (almost always), the hot paths skip
+# the thread-local lookup with one test of this plain global.
+_anomaly_threads = 0
 
 
 def is_grad_enabled() -> bool:
@@ -106,10 +109,14 @@ class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801
     """
 
     def __enter__(self) -> None:
+        global _anomaly_threads
         self._previous, _modes.anomaly = _modes.anomaly, True
+        _anomaly_threads += 1
 
     def __exit__(self, *exc: object) -> None:
+        global _anomaly_threads
         _modes.anomaly = self._previous
+        _anomaly_threads -= 1
 
     def _recreate_cm(self) -> detect_anomaly:
         return type(self)()
@@ -271,11 +278,10 @@ class Function:
             data = fn.forward(inputs[0].data, **kwargs)
         else:
             data = fn.forward(*[t.data for t in inputs], **kwargs)
-        modes = _modes
-        if modes.anomaly:
+        if _anomaly_threads and _modes.anomaly:
             _check_forward(fn, data)
         recorded = False
-        if modes.grad_enabled:
+        if _modes.grad_enabled:
             for t in inputs:
                 if t.requires_grad:
                     recorded = True
@@ -323,9 +329,14 @@ class Function:
 
     def release(self) -> None:
         """Drop what backward needed, keeping the skeleton; a second backward then raises."""
-        if self.inputs is not None:
+        inputs = self.inputs
+        if inputs is not None:
             # A Function is always truthy, so `t._ctx or t` is the producer, else the leaf.
-            self._released_inputs = tuple([t._ctx or t for t in self.inputs])
+            self._released_inputs = (
+                (inputs[0]._ctx or inputs[0],)  # the common unary case, without a loop
+                if len(inputs) == 1
+                else tuple([t._ctx or t for t in inputs])
+            )
         self._saved = None
         self.inputs = None
 
@@ -434,7 +445,8 @@ def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
         _check_versions(fn, output)
     fn.output = output  # lent to the rule for this call only: no lasting cycle
     try:
-        grads = fn.backward(grad) if not _modes.anomaly else _run_rule(fn, grad)
+        anomaly = _anomaly_threads and _modes.anomaly
+        grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
     finally:
         fn.output = None
     if type(grads) is not tuple or len(grads) != len(fn.inputs):
@@ -464,7 +476,7 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
         )
     if grad.data.dtype != parent.data.dtype:
         grad = grad.to(parent.dtype)
-    if _modes.anomaly:
+    if _anomaly_threads and _modes.anomaly:
         _check_backward(fn, position, grad)
     return grad
 
