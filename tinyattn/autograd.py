@@ -42,6 +42,7 @@ _modes = _Modes()
 # How many threads are inside detect_anomaly: while none is (almost always), the hot paths skip
 # the thread-local lookup with one test of this plain global.
 _anomaly_threads = 0
+_anomaly_lock = threading.Lock()  # `+= 1` on a global is not atomic between threads
 
 
 def is_grad_enabled() -> bool:
@@ -111,12 +112,14 @@ class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801
     def __enter__(self) -> None:
         global _anomaly_threads
         self._previous, _modes.anomaly = _modes.anomaly, True
-        _anomaly_threads += 1
+        with _anomaly_lock:
+            _anomaly_threads += 1
 
     def __exit__(self, *exc: object) -> None:
         global _anomaly_threads
         _modes.anomaly = self._previous
-        _anomaly_threads -= 1
+        with _anomaly_lock:
+            _anomaly_threads -= 1
 
     def _recreate_cm(self) -> detect_anomaly:
         return type(self)()
