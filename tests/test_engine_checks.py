@@ -96,6 +96,29 @@ def test_a_new_thread_starts_with_grad_on_and_anomaly_off():
     assert seen == {"grad": True, "anomaly": False}
 
 
+def test_anomaly_mode_in_one_thread_does_not_check_another():
+    inside, checked = threading.Event(), threading.Event()
+    seen = {}
+
+    def watched():
+        with ta.detect_anomaly():
+            inside.set()
+            checked.wait(timeout=30)
+            try:
+                ta.tensor([-1.0]).sqrt()
+            except ta.AnomalyError:
+                seen["watched"] = "raised"
+
+    def free():
+        inside.wait(timeout=30)
+        with np.errstate(invalid="ignore"):  # NumPy's error state is per thread too
+            seen["free"] = bool(np.isnan(ta.tensor([-1.0]).sqrt().numpy()[0]))
+        checked.set()
+
+    _run_threads(watched, free)
+    assert seen == {"watched": "raised", "free": True}
+
+
 def test_one_decorated_function_runs_in_two_threads_at_once():
     entered = threading.Barrier(2, timeout=30)
 
