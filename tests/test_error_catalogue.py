@@ -460,7 +460,7 @@ CATALOGUE = [
     ("gradcheck without inputs", lambda d: ta.gradcheck(lambda x: x, (ones(2, device=d),)),
      ValueError, "gradcheck:", ["no input requires grad"]),
     ("step gradient shape", lambda d: step_with_grad(ones(3, device=d), d),
-     ValueError, "SGD.step:", ["parameter 0", "(2,)", "(3,)"]),
+     RuntimeError, "assigned grad has shape", ["(2,)", "(3,)"]),
     # ------------------------------------------------------------ devices and backends
     ("add across devices", lambda d: ones(3, device="cpu") + ones(3, device="strict"),
      RuntimeError, "add:", ["'cpu'", "'strict:device1'", ".to(device)"]),
@@ -493,7 +493,7 @@ CATALOGUE = [
      .backward(ones(2, device="strict")),
      RuntimeError, "backward:", ["'strict:device1'", "'cpu'"]),
     ("step gradient device", lambda d: step_with_grad(ones(2, device="strict"), "cpu"),
-     RuntimeError, "SGD.step:", ["parameter 0", "'cpu'", "'strict:device1'"]),
+     RuntimeError, "assigned grad has device", ["'cpu'", "'strict:device1'", "(2,)"]),
     ("a raw strict array", lambda d: ones(3, device="cpu") + strict_array(),
      TypeError, "add:", ["array_api_strict.Array", "ta.tensor"]),
     ("implicit NumPy conversion", lambda d: np.asarray(ones(2, device="strict")),

@@ -11,6 +11,9 @@ its inputs, so popping the largest number first (a heap) runs each backward rule
 of its output's consumers, with the summed gradient; leaves accumulate at the end. Backward
 rules are written with Tensor operations: under ``create_graph=True`` they record a graph of
 their own (higher-order gradients); otherwise they run with grad mode off and record nothing.
+
+Grad mode and anomaly mode are per thread: a ``no_grad`` block in one thread never changes what
+another thread records.
 """
 
 from __future__ import annotations
@@ -19,50 +22,77 @@ import contextlib
 import heapq
 import itertools
 import os
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import backend
 
-# The global state: whether ops record a graph, and whether anomaly mode checks every result.
-_grad_enabled = True
-_anomaly_mode = False
-_in_rule = False  # set by the engine while a backward rule runs in anomaly mode
+
+# ------------------------------------------------------------------------- grad mode, per thread
+class _Modes(threading.local):
+    """The only global state, one copy per thread; class attributes are each thread's defaults."""
+
+    grad_enabled = True  # whether ops record a graph
+    anomaly = False  # whether every forward and backward result is checked for NaN/Inf
+    in_rule = False  # set by the engine while a backward rule runs in anomaly mode
+
+
+_modes = _Modes()
+# How many threads are inside detect_anomaly: while none is (almost always), the hot paths skip
+# the thread-local lookup with one test of this plain global.
+_anomaly_threads = 0
+_anomaly_lock = threading.Lock()  # `+= 1` on a global is not atomic between threads
 
 
 def is_grad_enabled() -> bool:
-    return _grad_enabled
+    return _modes.grad_enabled
 
 
-@contextlib.contextmanager
-def set_grad_enabled(mode: bool) -> Iterator[None]:
-    """Context manager that turns graph recording on or off, restoring the old mode on exit."""
-    global _grad_enabled
-    previous, _grad_enabled = _grad_enabled, bool(mode)
-    try:
-        yield
-    finally:
-        _grad_enabled = previous
+class set_grad_enabled(contextlib.ContextDecorator):  # noqa: N801  (PyTorch's name)
+    """Turn graph recording on or off for this thread; as a context manager, restore on exit.
+
+    Like PyTorch, ``ta.set_grad_enabled(False)`` called alone switches the mode at once.
+    """
+
+    def __init__(self, mode: bool) -> None:
+        self._mode = bool(mode)
+        self._previous = _modes.grad_enabled
+        _modes.grad_enabled = self._mode
+
+    def __call__(self, function: Callable) -> Callable:
+        _modes.grad_enabled = self._previous  # used as a decorator: change nothing until a call
+        return super().__call__(function)
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        _modes.grad_enabled = self._previous
+
+    def _recreate_cm(self) -> set_grad_enabled:  # a decorated function gets a fresh one per call
+        return type(self)(self._mode)
 
 
 class no_grad(contextlib.ContextDecorator):  # noqa: N801  (named like the PyTorch context manager)
-    """``with ta.no_grad():`` (or ``@ta.no_grad()``): ops inside record no graph."""
+    """``with ta.no_grad():`` (or ``@ta.no_grad()``): ops inside record no graph (this thread)."""
+
+    _mode = False
 
     def __enter__(self) -> None:
-        global _grad_enabled
-        self._previous, _grad_enabled = _grad_enabled, False
+        self._previous, _modes.grad_enabled = _modes.grad_enabled, self._mode
 
     def __exit__(self, *exc: object) -> None:
-        global _grad_enabled
-        _grad_enabled = self._previous
+        _modes.grad_enabled = self._previous
+
+    def _recreate_cm(self) -> no_grad:  # one decorated function may run in two threads at once
+        return type(self)()
 
 
 class enable_grad(no_grad):  # noqa: N801
     """Turn recording back on inside a ``no_grad`` block."""
 
-    def __enter__(self) -> None:
-        global _grad_enabled
-        self._previous, _grad_enabled = _grad_enabled, True
+    _mode = True
 
 
 class AnomalyError(RuntimeError):
@@ -75,21 +105,28 @@ class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801
     The first non-finite value raises AnomalyError naming the op (for backward: the op whose
     rule produced it) and the line of user code that created that op in forward. In forward,
     a NaN or Inf that an op only carries from its inputs (the -inf of a masked attention score)
-    is not reported: the op that introduced it is. Off by default; when off it costs one flag
-    test per op.
+    is not reported: the op that introduced it is. Off by default and per thread; when off it
+    costs one flag test per op.
     """
 
     def __enter__(self) -> None:
-        global _anomaly_mode
-        self._previous, _anomaly_mode = _anomaly_mode, True
+        global _anomaly_threads
+        self._previous, _modes.anomaly = _modes.anomaly, True
+        with _anomaly_lock:
+            _anomaly_threads += 1
 
     def __exit__(self, *exc: object) -> None:
-        global _anomaly_mode
-        _anomaly_mode = self._previous
+        global _anomaly_threads
+        _modes.anomaly = self._previous
+        with _anomaly_lock:
+            _anomaly_threads -= 1
+
+    def _recreate_cm(self) -> detect_anomaly:
+        return type(self)()
 
 
 def is_anomaly_enabled() -> bool:
-    return _anomaly_mode
+    return _modes.anomaly
 
 
 def _user_frame() -> str:
@@ -133,7 +170,7 @@ def _introduced(fn: Function, data: Any) -> str | None:
 
 
 def _check_forward(fn: Function, data: Any) -> None:
-    if _in_rule:
+    if _modes.in_rule:
         return  # ops run by a backward rule are checked as that rule's result, by the engine
     fn._trace = _user_frame()
     bad = _introduced(fn, data)
@@ -154,7 +191,19 @@ def _check_backward(fn: Function, position: int, grad: Any) -> None:
         )
 
 
+def _run_rule(fn: Function, grad: Any) -> Any:
+    """Call the backward rule in anomaly mode: ops it runs are checked as its result."""
+    previous, _modes.in_rule = _modes.in_rule, True
+    try:
+        return fn.backward(grad)
+    finally:
+        _modes.in_rule = previous
+
+
 # --------------------------------------------------------------------------------------- Function
+_READS = frozenset({"inputs", "output"})
+
+
 class Function:
     """Base class of every differentiable operation, built-in or user-defined.
 
@@ -162,13 +211,60 @@ class Function:
     ``backward(self, grad) -> Tensor | tuple`` with Tensor operations (one gradient per input,
     ``None`` for inputs that need none). Inside backward, ``self.inputs`` are the input Tensors,
     ``self.output`` is the output Tensor, and ``self.saved_tensors`` what forward saved.
-    Apply with ``MyOp.apply(*tensors, **kwargs)``.
+    Apply with ``MyOp.apply(*tensors, **kwargs)``: the keyword arguments (constants such as a
+    scale or an axis) go to ``forward``, which keeps what backward needs on ``self``. apply
+    creates the instance without calling ``__init__``, so defining ``__init__`` is an error.
+
+    Class attributes a subclass may set:
+
+    - ``backward_reads``: which values backward reads, ``("inputs", "output")`` by default.
+      Their versions are recorded with the node and checked before backward runs, so a tensor
+      changed in place in between is an error, not a wrong gradient. An op whose backward uses
+      only shapes (Add, Sum, Reshape) declares ``()``; Exp, which reads its output, ``("output",)``.
+    - ``shares_storage``: True for ops whose result may be a view of input 0 (reshape, permute,
+      basic indexing): the result then shares that input's version counter.
+
+    After a backward without ``retain_graph`` the node is released: ``inputs`` and the saved
+    values are dropped (that frees the memory), and ``released_inputs`` keeps a skeleton for
+    drawing the graph: for each former input, the input Tensor itself if it is a leaf, else the
+    Function that produced it (whose own ``released_inputs`` continue the chain). The skeleton
+    points only from newer nodes to older ones, so it makes no reference cycle.
     """
 
     # Built-in ops add their own __slots__; a user subclass without __slots__ gets a __dict__.
     # `inputs` is None once the node is released (after a backward without retain_graph).
-    # `_seq` is the creation number the engine orders by (set when the node is recorded).
-    __slots__ = ("inputs", "output", "_saved", "_trace", "_seq", "released_inputs")
+    # `_seq` is the creation number the engine orders by (set when the node is recorded);
+    # `_versions` the (output, inputs) versions backward will check, or None.
+    __slots__ = (
+        "inputs",
+        "output",
+        "_released_inputs",
+        "_saved",
+        "_saved_versions",
+        "_versions",
+        "_trace",
+        "_seq",
+    )
+    backward_reads: tuple[str, ...] = ("inputs", "output")
+    shares_storage: bool = False
+    _reads_inputs = _reads_output = True  # backward_reads as two flags, set per subclass
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in vars(cls):
+            raise TypeError(
+                f"{cls.__name__} defines __init__, but apply() creates a Function without "
+                f"calling __init__. Pass constants as keyword arguments instead: "
+                f"{cls.__name__}.apply(x, scale=2.0) calls forward(self, x, scale=2.0), and "
+                "forward keeps what backward needs on self (self.scale = scale)."
+            )
+        reads = cls.backward_reads
+        if not isinstance(reads, tuple) or not _READS.issuperset(reads):
+            raise TypeError(
+                f"{cls.__name__}.backward_reads must be a tuple of 'inputs' and 'output', "
+                f"got {reads!r}"
+            )
+        cls._reads_inputs, cls._reads_output = "inputs" in reads, "output" in reads
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -185,28 +281,41 @@ class Function:
             data = fn.forward(inputs[0].data, **kwargs)
         else:
             data = fn.forward(*[t.data for t in inputs], **kwargs)
-        if _anomaly_mode:
+        if _anomaly_threads and _modes.anomaly:
             _check_forward(fn, data)
-        if _grad_enabled:
+        recorded = False
+        if _modes.grad_enabled:
             for t in inputs:
                 if t.requires_grad:
-                    fn._seq = _next_seq()
-                    return inputs[0]._from_op(data, fn)
-        return inputs[0]._from_op(data, None)
+                    recorded = True
+                    break
+        out = inputs[0]._from_op(data, fn if recorded else None)
+        if cls.shares_storage:  # a view: an in-place change through either one bumps both
+            out._version_counter = inputs[0]._version_counter
+        if recorded:
+            fn._seq = _next_seq()
+            fn._versions = _versions_read(fn, out) if cls.backward_reads else None
+        return out
 
     def save_for_backward(self, *values: Any) -> None:
         """Keep values (Tensors, or arrays that become constant Tensors) for the backward rule."""
         self._saved = values
+        self._saved_versions = tuple(
+            v._version_counter[0] if hasattr(v, "_version_counter") else None for v in values
+        )
 
     @property
     def saved_tensors(self) -> tuple:
         if self.inputs is None:
             raise RuntimeError(_freed_message(self))
+        saved = getattr(self, "_saved", None) or ()
+        versions = getattr(self, "_saved_versions", None) or ()
+        for position, (value, version) in enumerate(zip(saved, versions)):
+            if version is not None and value._version_counter[0] != version:
+                what = f"saved tensor {position}"
+                raise RuntimeError(_modified_message(self, what, value, version))
         anchor = self.inputs[0]
-        return tuple(
-            v if v is None or hasattr(v, "_ctx") else anchor.constant(v)
-            for v in getattr(self, "_saved", None) or ()
-        )
+        return tuple(v if v is None or hasattr(v, "_ctx") else anchor.constant(v) for v in saved)
 
     @property
     def needs_input_grad(self) -> tuple[bool, ...]:
@@ -217,19 +326,50 @@ class Function:
         return type(self).__name__
 
     @property
-    def released(self) -> bool:
-        return self.inputs is None
+    def released_inputs(self) -> tuple | None:
+        """After release: each former input (a leaf Tensor) or its producing Function; else None."""
+        return getattr(self, "_released_inputs", None)
 
     def release(self) -> None:
-        """Drop what backward needed; a second backward through this node then raises.
-
-        ``released_inputs`` keeps the graph's shape for pictures: each former input if it is a
-        leaf, else the Function that produced it (no array of an intermediate stays alive).
-        """
+        """Drop what backward needed, keeping the skeleton; a second backward then raises."""
+        inputs = self.inputs
+        if inputs is not None:
+            # A Function is always truthy, so `t._ctx or t` is the producer, else the leaf.
+            self._released_inputs = (
+                (inputs[0]._ctx or inputs[0],)  # the common unary case, without a loop
+                if len(inputs) == 1
+                else tuple([t._ctx or t for t in inputs])
+            )
         self._saved = None
-        if self.inputs is not None:
-            self.released_inputs = tuple(t if t._ctx is None else t._ctx for t in self.inputs)
         self.inputs = None
+
+
+def _versions_read(fn: Function, output: Any) -> tuple:
+    """(output version or None, input versions or None): what backward will read, as of now."""
+    return (
+        output._version_counter[0] if fn._reads_output else None,
+        tuple([t._version_counter[0] for t in fn.inputs]) if fn._reads_inputs else None,
+    )
+
+
+def _check_versions(fn: Function, output: Any) -> None:
+    """Refuse to run a rule whose values were changed in place after the node was recorded."""
+    output_version, input_versions = fn._versions
+    if output_version is not None and output._version_counter[0] != output_version:
+        raise RuntimeError(_modified_message(fn, "output", output, output_version))
+    for position, version in enumerate(input_versions or ()):
+        tensor = fn.inputs[position]
+        if tensor._version_counter[0] != version:
+            raise RuntimeError(_modified_message(fn, f"input {position}", tensor, version))
+
+
+def _modified_message(fn: Function, what: str, tensor: Any, expected: int) -> str:
+    return (
+        "one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: {fn.name}'s {what} of shape {tuple(tensor.shape)} is at version "
+        f"{tensor._version_counter[0]}; expected version {expected}. Make the change out of "
+        "place (y = y + 1 instead of y += 1), or after backward()."
+    )
 
 
 def _freed_message(fn: Function) -> str:
@@ -246,36 +386,75 @@ def _freed_message(fn: Function) -> str:
 _next_seq = itertools.count().__next__
 
 
-def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
-    """Wrap arrays, check the shape (a wrong broadcast sum is caught here), match the dtype."""
-    if not hasattr(grad, "_ctx"):
-        grad = parent.constant(grad)
-    if grad.data.shape != parent.data.shape:
-        raise RuntimeError(
-            f"{fn.name}.backward returned a gradient of shape {grad.shape} for input {position} "
-            f"of shape {parent.shape}"
-        )
-    if grad.data.dtype != parent.data.dtype:
-        grad = grad.to(parent.dtype)
-    return grad
+def run_backward(
+    roots: Sequence[Any],
+    root_grads: Sequence[Any],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: Sequence[Any] | None = None,
+) -> dict[int, Any]:
+    """Propagate `root_grads` from `roots` back through the graph, newest node first.
+
+    With ``capture=None`` leaf gradients accumulate into ``.grad``; otherwise the gradients of the
+    tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
+    """
+    pending: dict = {}  # non-leaf tensor -> the sum of the gradients it has received so far
+    leaves: dict = {}  # leaf tensor -> its summed gradient, delivered at the end
+    ready: list = []  # heap of (-creation number, tensor) for the tensors in `pending`
+    for root, grad in zip(roots, root_grads):
+        _send(root, grad, pending, leaves, ready)
+    wanted = None if capture is None else set(capture)
+    captured: dict[int, Any] = {}
+    with set_grad_enabled(create_graph):  # rules record a graph only for higher order
+        while ready:
+            # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
+            tensor = heapq.heappop(ready)[1]
+            grad = pending.pop(tensor)
+            if tensor._hooks:
+                grad = _run_hooks(tensor, grad)
+            if wanted is not None and tensor in wanted:
+                captured[id(tensor)] = grad
+            fn = tensor._ctx
+            input_grads = _call_backward(fn, tensor, grad)
+            for position, parent in enumerate(fn.inputs):
+                parent_grad = input_grads[position]
+                if parent_grad is not None and parent.requires_grad:
+                    parent_grad = _checked(fn, position, parent, parent_grad)
+                    _send(parent, parent_grad, pending, leaves, ready)
+            if not retain_graph:
+                fn.release()
+        _deliver(leaves, wanted, captured)
+    return captured
 
 
-def _run_hooks(tensor: Any, grad: Any) -> Any:
-    for hook in tensor._hooks or ():
-        result = hook(grad)
-        if result is not None:
-            grad = result
-    return grad
+def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> None:
+    """Add one gradient to what `tensor` has received; a tensor's first one queues it."""
+    if tensor._ctx is None:
+        previous = leaves.get(tensor)
+        leaves[tensor] = grad if previous is None else previous + grad
+    elif tensor in pending:
+        pending[tensor] = pending[tensor] + grad
+    else:
+        pending[tensor] = grad
+        # Creation numbers are unique, so two tensors are never compared.
+        heapq.heappush(ready, (-tensor._ctx._seq, tensor))
 
 
-def _run_rule(fn: Function, grad: Any) -> Any:
-    """Call the backward rule in anomaly mode: ops it runs are checked as its result."""
-    global _in_rule
-    previous, _in_rule = _in_rule, True
+def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
+    """Run fn's backward rule on the output's gradient: one gradient (or None) per input."""
+    if fn.inputs is None:
+        raise RuntimeError(_freed_message(fn))
+    if fn._versions is not None:
+        _check_versions(fn, output)
+    fn.output = output  # lent to the rule for this call only: no lasting cycle
     try:
-        return fn.backward(grad)
+        anomaly = _anomaly_threads and _modes.anomaly
+        grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
     finally:
-        _in_rule = previous
+        fn.output = None
+    if type(grads) is not tuple or len(grads) != len(fn.inputs):
+        grads = _as_gradient_tuple(fn, grads)
+    return grads
 
 
 def _as_gradient_tuple(fn: Function, grads: Any) -> tuple:
@@ -289,94 +468,68 @@ def _as_gradient_tuple(fn: Function, grads: Any) -> tuple:
     return grads
 
 
-def run_backward(
-    roots: Sequence[Any],
-    root_grads: Sequence[Any],
-    retain_graph: bool,
-    create_graph: bool,
-    capture: Sequence[Any] | None = None,
-) -> dict[int, Any]:
-    """Propagate `root_grads` from `roots` back through the graph.
+def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
+    """Wrap arrays, check the shape (a wrong broadcast sum is caught here), match the dtype."""
+    if not hasattr(grad, "_ctx"):
+        grad = parent.constant(grad)
+    if grad.data.shape != parent.data.shape:
+        raise RuntimeError(
+            f"{fn.name}.backward returned a gradient of shape {grad.shape} for input {position} "
+            f"of shape {parent.shape}"
+        )
+    if grad.data.dtype != parent.data.dtype:
+        grad = grad.to(parent.dtype)
+    if _anomaly_threads and _modes.anomaly:
+        _check_backward(fn, position, grad)
+    return grad
 
-    With ``capture=None`` leaf gradients accumulate into ``.grad``; otherwise the gradients of the
-    tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
-    """
-    pending: dict = {}  # non-leaf tensor -> its summed gradient so far
-    leaves: dict = {}  # leaf tensor -> its summed gradient
-    # Non-leaf tensors that have received a gradient, as (-creation number, tensor): the newest
-    # pops first, and by then every consumer (all newer) has sent its part. Numbers are unique,
-    # so two tensors are never compared.
-    ready: list = []
-    wanted = None if capture is None else set(capture)
-    captured: dict[int, Any] = {}
-    for root, grad in zip(roots, root_grads):
-        if root._ctx is None:
-            leaves[root] = grad if root not in leaves else leaves[root] + grad
-        elif root in pending:
-            pending[root] = pending[root] + grad
+
+def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
+    """Hand the leaves their summed gradients: into ``.grad``, or into `captured` for grad()."""
+    for leaf, grad in leaves.items():
+        if leaf._hooks:
+            grad = _run_hooks(leaf, grad)
+        if wanted is not None:
+            if leaf in wanted:
+                captured[id(leaf)] = grad
+        elif leaf.grad is None:
+            # Gradients may share arrays (Add passes one gradient to both inputs): tinyattn
+            # never updates a .grad array in place, so sharing is safe and saves a copy.
+            leaf.grad = grad
         else:
-            pending[root] = grad
-            heapq.heappush(ready, (-root._ctx._seq, root))
-    tensor_class = root_grads[0].__class__ if root_grads else None  # what ops return
-    with set_grad_enabled(create_graph):
-        while ready:
-            tensor = heapq.heappop(ready)[1]
-            grad = pending.pop(tensor)
-            if tensor._hooks:
-                grad = _run_hooks(tensor, grad)
-            if wanted is not None and tensor in wanted:
-                captured[id(tensor)] = grad
-            fn = tensor._ctx
-            parents = fn.inputs
-            if parents is None:
-                raise RuntimeError(_freed_message(fn))
-            fn.output = tensor  # lent to the rule for this call only: no lasting cycle
-            try:
-                input_grads = fn.backward(grad) if not _anomaly_mode else _run_rule(fn, grad)
-            finally:
-                fn.output = None
-            if type(input_grads) is not tuple:
-                if len(parents) == 1 and input_grads.__class__ is tensor_class:
-                    input_grads = (input_grads,)  # a unary rule's one gradient, the common case
-                else:
-                    input_grads = _as_gradient_tuple(fn, input_grads)
-            elif len(input_grads) != len(parents):
-                input_grads = _as_gradient_tuple(fn, input_grads)
-            for position, parent in enumerate(parents):
-                parent_grad = input_grads[position]
-                if parent_grad is None or not parent.requires_grad:
-                    continue
-                if (
-                    parent_grad.__class__ is not tensor_class
-                    or parent_grad.data.shape != parent.data.shape
-                    or parent_grad.data.dtype != parent.data.dtype
-                ):  # the rare case: wrap, check or cast (the common one costs three compares)
-                    parent_grad = _checked(fn, position, parent, parent_grad)
-                if _anomaly_mode:
-                    _check_backward(fn, position, parent_grad)
-                if parent._ctx is None:
-                    previous = leaves.get(parent)
-                    leaves[parent] = parent_grad if previous is None else previous + parent_grad
-                elif parent in pending:
-                    pending[parent] = pending[parent] + parent_grad
-                else:
-                    pending[parent] = parent_grad
-                    heapq.heappush(ready, (-parent._ctx._seq, parent))
-            if not retain_graph:
-                fn.release()
-        for leaf, grad in leaves.items():
-            if leaf._hooks:
-                grad = _run_hooks(leaf, grad)
-            if wanted is not None:
-                if leaf in wanted:
-                    captured[id(leaf)] = grad
-            elif leaf.grad is None:
-                # Gradients may share arrays (Add passes one gradient to both inputs): tinyattn
-                # never updates a .grad array in place, so sharing is safe and saves a copy.
-                leaf.grad = grad
-            else:
-                leaf.grad = leaf.grad + grad
-    return captured
+            leaf.grad = leaf.grad + grad
+
+
+def _run_hooks(tensor: Any, grad: Any) -> Any:
+    """Call the tensor's hooks in order; a Tensor a hook returns replaces the gradient."""
+    for hook in list(tensor._hooks or ()):  # a copy: a hook may remove itself
+        result = hook(grad)
+        if result is not None:
+            _check_hook_result(tensor, hook, result)
+            grad = result
+    return grad
+
+
+def _check_hook_result(tensor: Any, hook: Callable, result: Any) -> None:
+    """A hook's replacement must be a Tensor like the tensor (SGD would spread a wrong one)."""
+    name = getattr(hook, "__name__", type(hook).__name__)
+    if not hasattr(result, "_ctx"):
+        kind = type(result)
+        raise TypeError(
+            f"hook '{name}' returned a {kind.__module__}.{kind.__qualname__} for the gradient of "
+            f"a tensor of shape {tuple(tensor.shape)}; a hook must return a Tensor or None"
+        )
+    for what, got, expected in (
+        ("shape", tuple(result.shape), tuple(tensor.shape)),
+        ("dtype", backend.dtype_name(result.dtype), backend.dtype_name(tensor.dtype)),
+        ("device", result.device, tensor.device),
+    ):
+        if got != expected:
+            raise RuntimeError(
+                f"hook '{name}' returned a gradient with {what} {got!r} for a tensor of shape "
+                f"{tuple(tensor.shape)} ({what} {expected!r}); a hook must keep the gradient's "
+                "shape, dtype and device"
+            )
 
 
 def grad(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from . import backend
-from .autograd import RemovableHandle, default_root_grad, run_backward
+from .autograd import RemovableHandle, default_root_grad, is_grad_enabled, no_grad, run_backward
 from .ops import (
     BroadcastTo,
     Cast,
@@ -149,7 +149,18 @@ def _free_function(name: str) -> Callable:
 class Tensor:
     """An n-dimensional array that records the operations applied to it, for reverse mode."""
 
-    __slots__ = ("data", "grad", "requires_grad", "_ctx", "_hooks", "__weakref__")
+    # `_version_counter` is a one-element list holding the version, shared by a tensor and its
+    # views (reshape, permute, basic indexing) so that an in-place change through one is seen
+    # through all; `_version` reads it.
+    __slots__ = (
+        "data",
+        "_grad",
+        "requires_grad",
+        "_ctx",
+        "_hooks",
+        "_version_counter",
+        "__weakref__",
+    )
     # NumPy must hand `ndarray * Tensor` to Tensor.__rmul__ instead of broadcasting over it.
     __array_ufunc__ = None
 
@@ -159,9 +170,10 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.data
         self.data = backend.asarray(data, dtype=dtype, device=_device_spec(data, device))
-        self.grad = None
+        self._grad = None
         self._ctx = None
         self._hooks = None
+        self._version_counter = [0]
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_()
@@ -175,11 +187,35 @@ class Tensor:
         """
         out = Tensor.__new__(Tensor)
         out.data = data
-        out.grad = None
+        out._grad = None
         out._ctx = ctx
         out._hooks = None
+        out._version_counter = [0]
         out.requires_grad = ctx is not None
         return out
+
+    # ------------------------------------------------------------------ gradient and version
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient (a Tensor of this tensor's shape, dtype and device) or None."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None and not (
+            isinstance(value, Tensor)
+            and type(value.data) is _HOST_ARRAY
+            and type(self.data) is _HOST_ARRAY
+            and value.data.shape == self.data.shape
+            and value.data.dtype == self.data.dtype
+        ):  # NumPy gradients from the engine pass the quick test above; the rest is checked
+            _check_assigned_grad(self, value)
+        self._grad = value
+
+    @property
+    def _version(self) -> int:
+        """How many in-place changes this tensor's storage has had (PyTorch's ``_version``)."""
+        return self._version_counter[0]
 
     def constant(self, array: Any) -> Tensor:
         """Wrap an array as a constant (no grad) Tensor; used by backward rules."""
@@ -305,8 +341,10 @@ class Tensor:
 
     # ---------------------------------------------------------------------------------- autograd
     def detach(self) -> Tensor:
-        """The same values, cut from the graph (shares memory)."""
-        return type(self)._from_op(self.data, None)
+        """The same values, cut from the graph (shares memory and the version counter)."""
+        out = type(self)._from_op(self.data, None)
+        out._version_counter = self._version_counter  # in-place changes through it are seen
+        return out
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """Mark a leaf as a parameter to differentiate with respect to."""
@@ -968,6 +1006,121 @@ class Tensor:
         """The values as (nested) Python lists of numbers (a host copy)."""
         return backend.to_numpy(self.data).tolist()
 
+    # ========================================================================================
+    # In-place operations. Each writes into this tensor's existing array (so views and the
+    # array behind ``.data`` see the change) and adds one to its version, which backward checks
+    # before it uses a value saved in forward. They record no graph, so in grad mode they refuse
+    # a tensor that requires grad (a leaf with PyTorch's message) and a value that requires
+    # grad; under ``ta.no_grad()`` they work on anything (``w -= lr * w.grad`` keeps ``w``).
+    # ========================================================================================
+    def _inplace(
+        self, op: str, compute: Callable[[], Any], *values: Any, cast: bool = False
+    ) -> Tensor:
+        """Check that `op` may run, compute the new values out of place, and store them."""
+        _check_inplace(self, op, values)
+        with no_grad():
+            result = compute()
+        if result.shape != self.shape:
+            raise RuntimeError(
+                f"{op}: the result has shape {result.shape}, which does not fit in place in a "
+                f"tensor of shape {self.shape} (in-place operations cannot broadcast their target)"
+            )
+        if not cast:
+            _check_inplace_dtype(op, self, result)
+        self._store(op, result.data)
+        return self
+
+    def _store(self, op: str, array: Any) -> None:
+        """Write `array` (this tensor's shape) into the existing storage and bump the version."""
+        xp = backend.namespace(self.data)
+        if array.dtype != self.data.dtype:
+            array = xp.astype(array, self.data.dtype)
+        if not hasattr(type(self.data), "__setitem__"):
+            self.data = array  # a NumPy scalar (a 0-d result) is immutable: nothing aliases it
+        else:
+            try:
+                self.data[...] = array
+            except ValueError as exc:  # a broadcast view (expand, broadcast_to) is read-only
+                raise RuntimeError(
+                    f"{op}: cannot write into this tensor of shape {self.shape}: its storage is "
+                    f"read-only ({exc}); a broadcast result (expand, broadcast_to) shares one "
+                    "element among many places, so write into a copy instead"
+                ) from exc
+        self._version_counter[0] += 1
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return self._inplace("add_", lambda: self + other, other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return self._inplace("sub_", lambda: self - other, other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return self._inplace("mul_", lambda: self * other, other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return self._inplace("div_", lambda: self / other, other)
+
+    def add_(self, other: Any, alpha: float = 1) -> Tensor:
+        """``self += alpha * other``, in place."""
+        return self._inplace("add_", lambda: self + (other if alpha == 1 else other * alpha), other)
+
+    def sub_(self, other: Any, alpha: float = 1) -> Tensor:
+        """``self -= alpha * other``, in place."""
+        return self._inplace("sub_", lambda: self - (other if alpha == 1 else other * alpha), other)
+
+    def mul_(self, other: Any) -> Tensor:
+        return self._inplace("mul_", lambda: self * other, other)
+
+    def div_(self, other: Any) -> Tensor:
+        return self._inplace("div_", lambda: self / other, other)
+
+    def copy_(self, src: Any) -> Tensor:
+        """Copy `src` into this tensor (broadcast to its shape, cast to its dtype and device)."""
+        if isinstance(src, Tensor) and src.device != self.device:
+            src = src.detach().to(self.device)
+        return self._inplace(
+            "copy_", lambda: self._operand(src, "copy_").broadcast_to(self.shape), src, cast=True
+        )
+
+    def fill_(self, value: Any) -> Tensor:
+        """Set every element to `value` (a number or a one-element tensor)."""
+        return self._inplace(
+            "fill_",
+            lambda: self._operand(value, "fill_").reshape(()).broadcast_to(self.shape),
+            value,
+            cast=True,
+        )
+
+    def zero_(self) -> Tensor:
+        return self.fill_(0)
+
+    def clamp_(self, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
+        return self._inplace("clamp_", lambda: self.clip(min, max))
+
+    clip_ = clamp_
+
+    def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
+        """Set the elements where the bool `mask` (broadcast to this shape) is True to `value`."""
+        return self._inplace("masked_fill_", lambda: where(mask, value, self), value, cast=True)
+
+    def index_fill_(self, dim: int, index: Any, value: Any) -> Tensor:
+        """Set the slices ``index`` along dimension `dim` to `value`."""
+        axis = normalize_axes("index_fill_", dim, max(self.ndim, 1))[0]
+        hit = _positions_hit("index_fill_", self, axis, index)
+        return self._inplace("index_fill_", lambda: where(hit, value, self), value, cast=True)
+
+    def scatter_(self, dim: int, index: Tensor, src: Any) -> Tensor:
+        """``self[..., index[i, j], ...] = src[i, j]`` along `dim` (PyTorch's scatter_).
+
+        `src` is a tensor at least as large as `index` or a number. Where an index repeats, the
+        written value is unspecified in PyTorch; here it is the mean of the values sent there.
+        """
+        return self._inplace("scatter_", lambda: _scattered(self, dim, index, src), src, cast=True)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``x[key] = value``: basic slices, steps, integer lists or arrays, a bool mask."""
+        self._inplace("setitem", lambda: _assigned(self, key, value), value, cast=True)
+
 
 # ------------------------------------------------------------------------------------- helpers
 class ValuesIndices(NamedTuple):
@@ -1116,6 +1269,25 @@ def _type_name(value: Any) -> str:
     if module == "builtins":
         return type(value).__name__
     return f"{module}.{type(value).__name__}; wrap it with ta.tensor(array, device=...)"
+
+
+def _check_assigned_grad(tensor: Tensor, value: Any) -> None:
+    """``x.grad = value`` must be a Tensor of x's shape, dtype and device, as in PyTorch."""
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"assigned grad expected to be a Tensor or None but got {_type_name(value)} "
+            f"(for a tensor of shape {tensor.shape})"
+        )
+    for what, got, expected in (
+        ("shape", value.shape, tensor.shape),
+        ("dtype", backend.dtype_name(value.dtype), backend.dtype_name(tensor.dtype)),
+        ("device", value.device, tensor.device),
+    ):
+        if got != expected:
+            shape = "" if what == "shape" else f" (shape {tensor.shape})"
+            raise RuntimeError(
+                f"assigned grad has {what} {got!r}, but the tensor has {what} {expected!r}{shape}"
+            )
 
 
 def _device_spec(data: Any, device: Any) -> Any:
@@ -1402,3 +1574,184 @@ FUNCTIONS = {
         *("unsqueeze", "var", "clip", "clamp", "relu", "logical_not", "bitwise_not", "neg"),
     )
 }
+
+
+# ------------------------------------------------------------------------- in-place helpers
+# Used by the in-place section at the end of the Tensor class: the checks every in-place
+# operation makes, and the out-of-place values that indexing writes compute.
+def _check_inplace(tensor: Tensor, op: str, values: tuple) -> None:
+    """In grad mode an in-place change may not touch the graph: refuse it with the reason."""
+    if not is_grad_enabled():
+        return
+    if tensor.requires_grad and tensor._ctx is None:
+        raise RuntimeError(
+            f"{op}: a leaf Variable that requires grad is being used in an in-place operation. "
+            "Update parameters inside `with ta.no_grad():`."
+        )
+    if tensor.requires_grad:
+        raise RuntimeError(
+            f"{op}: the tensor of shape {tensor.shape} is part of a graph (made by "
+            f"{tensor._ctx.name}), and in-place operations record no graph; write it out of "
+            "place (y = y + v; ta.where for masked writes) or change it under ta.no_grad()"
+        )
+    for value in values:
+        if isinstance(value, Tensor) and value.requires_grad:
+            raise RuntimeError(
+                f"{op}: the value (shape {value.shape}) requires grad, but an in-place write "
+                "records no graph and would drop its gradient; build the tensor out of place "
+                "(ta.where, ta.concat, ta.stack) or pass value.detach()"
+            )
+
+
+def _dtype_kind(tensor: Tensor) -> int:
+    """0 bool, 1 integer, 2 floating: a result may be stored in place only into its kind or up."""
+    if backend.dtype_name(tensor.dtype) == "bool":
+        return 0
+    return 2 if backend.is_floating(backend.namespace(tensor.data), tensor.dtype) else 1
+
+
+def _check_inplace_dtype(op: str, tensor: Tensor, result: Tensor) -> None:
+    if _dtype_kind(result) > _dtype_kind(tensor):
+        raise RuntimeError(
+            f"{op}: result type {backend.dtype_name(result.dtype)} can't be cast to the desired "
+            f"output type {backend.dtype_name(tensor.dtype)} (shape {tensor.shape})"
+        )
+
+
+def _int_index(op: str, tensor: Tensor, index: Any, size: int, axis: int) -> Any:
+    """An index (Tensor, list or array) as a flat, range-checked integer array (no negatives)."""
+    index = tensor._operand(index, op)
+    xp = backend.namespace(index.data)
+    if not xp.isdtype(index.dtype, "integral"):
+        raise IndexError(
+            f"{op}: index must hold integers, got dtype {backend.dtype_name(index.dtype)}"
+        )
+    flat = xp.reshape(index.data, (-1,))
+    if flat.shape[0]:
+        low, high = int(xp.min(flat)), int(xp.max(flat))
+        if low < -size or high >= size:
+            bad = low if low < -size else high
+            raise IndexError(
+                f"{op}: index {bad} is out of range for dimension {axis} of size {size}"
+            )
+    return xp.where(flat < 0, flat + size, flat)
+
+
+def _positions_hit(op: str, tensor: Tensor, axis: int, index: Any) -> Tensor:
+    """A bool Tensor, True on the slices of dimension `axis` that `index` names."""
+    xp = backend.namespace(tensor.data)
+    size = tensor.shape[axis] if tensor.ndim else 1
+    flat = _int_index(op, tensor, index, size, axis)
+    hit = xp.any(xp.arange(size, device=flat.device)[:, None] == flat[None, :], axis=1)
+    shape = [1] * tensor.ndim
+    if tensor.ndim:
+        shape[axis] = size
+    return Tensor._from_op(xp.reshape(hit, tuple(shape)), None)
+
+
+def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
+    """The values of `tensor` after ``scatter_(dim, index, src)``, computed out of place."""
+    xp = backend.namespace(tensor.data)
+    axis = normalize_axes("scatter_", dim, tensor.ndim)[0]
+    index = tensor._operand(index, "scatter_")
+    if index.ndim != tensor.ndim or any(
+        i > n for d, (i, n) in enumerate(zip(index.shape, tensor.shape)) if d != axis
+    ):
+        raise RuntimeError(
+            f"scatter_: index of shape {index.shape} does not fit a tensor of shape "
+            f"{tensor.shape} (same number of dimensions, no larger outside dimension {axis})"
+        )
+    size = tensor.shape[axis]
+    flat = _int_index("scatter_", tensor, index, size, axis)
+    idx = xp.reshape(flat, index.shape)
+    region = tuple(slice(0, n) for n in index.shape)
+    if isinstance(src, Tensor):
+        tensor._operand(src, "scatter_")
+        if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
+            raise RuntimeError(
+                f"scatter_: src of shape {src.shape} is smaller than index of shape {index.shape}"
+            )
+        values = xp.astype(src.data[region], tensor.dtype)
+    else:
+        values = xp.full(index.shape, src, dtype=tensor.dtype, device=tensor.data.device)
+    # One-hot along a new last axis: match[..., i, ..., j] says index[..., i, ...] == j.
+    match = idx[..., None] == xp.arange(size, device=idx.device)
+    zero = xp.zeros((), dtype=values.dtype, device=values.device)
+    count = xp.sum(xp.astype(match, values.dtype), axis=axis)
+    total = xp.sum(xp.where(match, values[..., None], zero), axis=axis)
+    order = [*range(axis), total.ndim - 1, *range(axis, total.ndim - 1)]  # j back to `axis`
+    count, total = xp.permute_dims(count, tuple(order)), xp.permute_dims(total, tuple(order))
+    hit = count > 0
+    one = xp.ones((), dtype=values.dtype, device=values.device)
+    mean = total / xp.where(hit, count, one) if _dtype_kind(tensor) == 2 else total
+    written = region[:axis] + (slice(None),) + region[axis + 1 :]
+    full_hit = xp.zeros(tensor.shape, dtype=xp.bool, device=hit.device)
+    full_hit[written] = hit
+    full_values = xp.zeros(tensor.shape, dtype=tensor.dtype, device=hit.device)
+    full_values[written] = xp.astype(mean, tensor.dtype)
+    return Tensor._from_op(xp.where(full_hit, full_values, tensor.data), None)
+
+
+def _bool_key(tensor: Tensor, key: Any) -> Tensor | None:
+    """The key as a bool Tensor when it is a boolean mask, else None."""
+    if isinstance(key, list) and key and all(isinstance(k, bool) for k in key):
+        key = Tensor(key, device=tensor.device)
+    elif hasattr(key, "__array_interface__") and key.dtype.kind == "b":
+        key = Tensor(key, device=tensor.device)
+    if isinstance(key, Tensor) and backend.dtype_name(key.dtype) == "bool":
+        return tensor._operand(key, "setitem")
+    return None
+
+
+def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
+    """The values of `tensor` after ``tensor[key] = value``, computed out of place."""
+    value = tensor._operand(value, "setitem")
+    mask = _bool_key(tensor, key)
+    if mask is not None:
+        return _mask_assigned(tensor, mask, value)
+    xp = backend.namespace(tensor.data)
+    size = tensor.size
+    # Which flat positions x[key] reads: indexing a tensor of positions gives every check
+    # (ranges, shapes) of x[key] and the places to write.
+    positions = xp.reshape(xp.arange(size, device=tensor.data.device), tensor.shape)
+    selected = Tensor._from_op(positions, None)[key]
+    if value.shape != selected.shape:
+        value = value.broadcast_to(selected.shape)
+    targets = xp.reshape(selected.data, (-1,))
+    values = xp.astype(xp.reshape(value.data, (-1,)), tensor.dtype)
+    flat = xp.reshape(xp.asarray(tensor.data, copy=True), (-1,))
+    if targets.shape[0]:
+        try:
+            flat[targets] = values
+        except IndexError:  # array_api_strict has no integer-array assignment: match one-hot
+            match = xp.arange(size, device=targets.device)[:, None] == targets[None, :]
+            first = xp.argmax(xp.astype(match, xp.int8), axis=1)
+            flat = xp.where(xp.any(match, axis=1), xp.take(values, first), flat)
+    return Tensor._from_op(xp.reshape(flat, tensor.shape), None)
+
+
+def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
+    """``x[mask] = value``: a number, a value broadcast over the masked rows, or one per row."""
+    xp = backend.namespace(tensor.data)
+    if mask.shape != tensor.shape[: mask.ndim]:
+        raise IndexError(
+            f"setitem: a mask of shape {mask.shape} does not match the shape {tensor.shape} "
+            "of the tensor (it must equal its leading dimensions)"
+        )
+    rest = tensor.shape[mask.ndim :]
+    cond = xp.reshape(mask.data, mask.shape + (1,) * len(rest))
+    if value.ndim <= len(rest):  # the same value for every selected row
+        return where(Tensor._from_op(cond, None), value, tensor)
+    flags = xp.reshape(mask.data, (-1,))
+    count = int(xp.sum(xp.astype(flags, xp.int64)))
+    if value.shape != (count, *rest):
+        raise RuntimeError(
+            f"setitem: the mask selects {count} row(s) of shape {rest}, but the value has "
+            f"shape {value.shape}"
+        )
+    if count == 0:
+        return tensor.detach()
+    order = xp.cumulative_sum(xp.astype(flags, xp.int64)) - 1  # row i takes value[order[i]]
+    rows = xp.take(xp.reshape(value.data, (count, -1)), xp.where(order < 0, 0, order), axis=0)
+    gathered = xp.astype(xp.reshape(rows, tensor.shape), tensor.dtype)
+    return Tensor._from_op(xp.where(cond, gathered, tensor.data), None)

@@ -23,7 +23,8 @@ def _write(tensor: Tensor, values: Any) -> Tensor:
         raise TypeError(f"nn.init: expected a Tensor, got {type(tensor).__name__}")
     new = Tensor(values, dtype=backend.dtype_name(tensor.dtype), device=tensor.device).data
     with no_grad():
-        tensor.data[...] = new  # the one place init writes; in place, so shared views see it
+        # The one place init writes: in place, so shared views see it, and the version goes up.
+        tensor._store("nn.init", new)
     return tensor
 
 

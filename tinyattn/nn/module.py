@@ -329,8 +329,11 @@ class Module:
                 f"load_state_dict: cannot load into {name} (nothing was changed):\n  "
                 + "\n  ".join(problems)
             )
-        for key, array in converted.items():
-            slots[key].data = array
+        with no_grad():
+            for key, array in converted.items():
+                # Into the existing storage, as PyTorch copies: compiled steps and optimizers
+                # that hold the array keep seeing the parameter, and its version goes up.
+                slots[key]._store("load_state_dict", array)
         return IncompatibleKeys(missing, unexpected)
 
     # ------------------------------------------------------------------------------- calling

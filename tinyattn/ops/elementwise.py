@@ -20,6 +20,7 @@ class Add(Function):
     """y = a + b;  dL/da = g, dL/db = g (each summed back to its own shape)."""
 
     __slots__ = ()
+    backward_reads = ()
 
     def forward(self, a: Any, b: Any) -> Any:
         return a + b
@@ -36,6 +37,7 @@ class Sub(Function):
     """y = a - b;  dL/da = g, dL/db = -g."""
 
     __slots__ = ()
+    backward_reads = ()
 
     def forward(self, a: Any, b: Any) -> Any:
         return a - b
@@ -52,6 +54,7 @@ class Mul(Function):
     """y = a * b;  dL/da = g * b, dL/db = g * a."""
 
     __slots__ = ()
+    backward_reads = ("inputs",)
 
     def forward(self, a: Any, b: Any) -> Any:
         return a * b
@@ -103,6 +106,7 @@ class Neg(Function):
     """y = -x;  dL/dx = -g."""
 
     __slots__ = ()
+    backward_reads = ()
 
     def forward(self, x: Any) -> Any:
         return -x
@@ -115,6 +119,7 @@ class Maximum(Function):
     """y = max(a, b) elementwise;  the gradient goes to the larger input, split evenly on ties."""
 
     __slots__ = ()
+    backward_reads = ("inputs",)
 
     def forward(self, a: Any, b: Any) -> Any:
         return namespace(a).maximum(a, b)
@@ -140,6 +145,7 @@ class Exp(Function):
     """y = exp(x);  dL/dx = g * y."""
 
     __slots__ = ()
+    backward_reads = ("output",)
 
     def forward(self, x: Any) -> Any:
         return namespace(x).exp(x)
@@ -152,6 +158,7 @@ class Log(Function):
     """y = log(x);  dL/dx = g / x."""
 
     __slots__ = ()
+    backward_reads = ("inputs",)
 
     def forward(self, x: Any) -> Any:
         return namespace(x).log(x)
@@ -164,6 +171,7 @@ class Sqrt(Function):
     """y = sqrt(x);  dL/dx = g / (2 y)."""
 
     __slots__ = ()
+    backward_reads = ("output",)
 
     def forward(self, x: Any) -> Any:
         return namespace(x).sqrt(x)
@@ -176,6 +184,7 @@ class Tanh(Function):
     """y = tanh(x);  dL/dx = g * (1 - y**2)."""
 
     __slots__ = ()
+    backward_reads = ("output",)
 
     def forward(self, x: Any) -> Any:
         return namespace(x).tanh(x)
@@ -194,6 +203,7 @@ class Sigmoid(Function):
     """
 
     __slots__ = ()
+    backward_reads = ("output",)
 
     def forward(self, x: Any) -> Any:
         xp = namespace(x)
@@ -209,6 +219,7 @@ class Relu(Function):
     """y = max(x, 0);  dL/dx = g * [x > 0] (the subgradient at 0 is 0, as in PyTorch)."""
 
     __slots__ = ()
+    backward_reads = ("inputs",)
 
     def forward(self, x: Any) -> Any:
         return namespace(x).maximum(x, 0.0)  # maximum, not where: ~10x faster, keeps NaN
@@ -222,6 +233,7 @@ class Abs(Function):
     """y = |x|;  dL/dx = g * sign(x) (0 at x = 0)."""
 
     __slots__ = ()
+    backward_reads = ("inputs",)
 
     def forward(self, x: Any) -> Any:
         return namespace(x).abs(x)
@@ -235,6 +247,7 @@ class Clip(Function):
     """y = min(max(x, low), high);  dL/dx = g where low <= x <= high, else 0."""
 
     __slots__ = ("low", "high")
+    backward_reads = ("inputs",)
 
     def forward(self, x: Any, low: float | None = None, high: float | None = None) -> Any:
         self.low, self.high = low, high
@@ -255,6 +268,7 @@ class Where(Function):
     """y = a where cond else b;  dL/da = g * cond, dL/db = g * (1 - cond); cond gets none."""
 
     __slots__ = ()
+    backward_reads = ("inputs",)
 
     def forward(self, cond: Any, a: Any, b: Any) -> Any:
         return namespace(a).where(cond, a, b)
@@ -274,6 +288,7 @@ class Cast(Function):
     """y = x converted to another float dtype;  dL/dx = g converted back."""
 
     __slots__ = ()
+    backward_reads = ()
 
     def forward(self, x: Any, dtype: Any = None) -> Any:
         return namespace(x).astype(x, dtype)
@@ -291,6 +306,7 @@ class AddScalar(Function):
     """y = x + c (also x - c as x + (-c), exact in IEEE arithmetic);  dL/dx = g."""
 
     __slots__ = ()
+    backward_reads = ()
 
     def forward(self, x: Any, c: float = 0.0) -> Any:
         return x + c
@@ -303,6 +319,7 @@ class MulScalar(Function):
     """y = x * c;  dL/dx = g * c."""
 
     __slots__ = ("c",)
+    backward_reads = ()
 
     def forward(self, x: Any, c: float = 1.0) -> Any:
         self.c = c
@@ -316,6 +333,7 @@ class DivScalar(Function):
     """y = x / c;  dL/dx = g / c."""
 
     __slots__ = ("c",)
+    backward_reads = ()
 
     def forward(self, x: Any, c: float = 1.0) -> Any:
         self.c = c
@@ -329,6 +347,7 @@ class RSubScalar(Function):
     """y = c - x;  dL/dx = -g."""
 
     __slots__ = ()
+    backward_reads = ()
 
     def forward(self, x: Any, c: float = 0.0) -> Any:
         return c - x
@@ -353,6 +372,7 @@ class PowScalar(Function):
     """y = x ** c;  dL/dx = g * c * x**(c - 1)."""
 
     __slots__ = ("c",)
+    backward_reads = ("inputs",)
 
     def forward(self, x: Any, c: float = 1.0) -> Any:
         self.c = c
@@ -369,6 +389,7 @@ class RPowScalar(Function):
     """y = c ** x;  dL/dx = g * y * log(c)."""
 
     __slots__ = ("log_c",)
+    backward_reads = ("output",)
 
     def forward(self, x: Any, c: float = 1.0) -> Any:
         self.log_c = math.log(c) if c > 0 else math.nan

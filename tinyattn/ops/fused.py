@@ -24,6 +24,7 @@ class Linear(Function):
     """
 
     __slots__ = ()
+    backward_reads = ("inputs",)
 
     def forward(self, x: Any, weight: Any, bias: Any = None) -> Any:
         xp = namespace(x)

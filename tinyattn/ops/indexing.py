@@ -91,6 +91,8 @@ class GetItem(Function):
     """y = x[key];  dL/dx = zeros with g scattered (added) into the indexed places."""
 
     __slots__ = ("key",)
+    backward_reads = ()
+    shares_storage = True
 
     def forward(self, x: Any, key: Any = None) -> Any:
         self.key = parse_key(key, x.shape)
@@ -116,6 +118,7 @@ class IndexAdd(Function):
     """y = zeros(shape) with g added at x[key] (repeats summed);  dL/dg = (dL/dy)[key]."""
 
     __slots__ = ("key",)
+    backward_reads = ()
 
     def forward(self, grad: Any, shape: tuple = (), key: ParsedKey | None = None) -> Any:
         self.key = key

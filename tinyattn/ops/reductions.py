@@ -84,6 +84,7 @@ class Sum(Function):
     """y = sum of x over axes;  dL/dx = g broadcast back over the summed axes."""
 
     __slots__ = ("axes",)
+    backward_reads = ()
 
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = normalize_axes("sum", axis, x.ndim)
@@ -97,6 +98,7 @@ class Mean(Function):
     """y = mean of x over axes (N elements each);  dL/dx = g / N broadcast back."""
 
     __slots__ = ("axes",)
+    backward_reads = ()
 
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = normalize_axes("mean", axis, x.ndim)
@@ -152,6 +154,8 @@ class BroadcastTo(Function):
     """y = x broadcast to `shape` (NumPy rules);  dL/dx = g summed back to x's shape."""
 
     __slots__ = ()
+    backward_reads = ()
+    shares_storage = True
 
     def forward(self, x: Any, shape: tuple = ()) -> Any:
         return namespace(x).broadcast_to(x, shape)
@@ -164,6 +168,7 @@ class SumTo(Function):
     """y = x summed down to `shape` (the inverse of broadcasting);  dL/dx = g broadcast back."""
 
     __slots__ = ()
+    backward_reads = ()
 
     def forward(self, x: Any, shape: tuple = ()) -> Any:
         lead = x.ndim - len(shape)

@@ -18,6 +18,8 @@ class Reshape(Function):
     """y = x viewed with a new shape (same number of elements);  dL/dx = g reshaped back."""
 
     __slots__ = ()
+    backward_reads = ()
+    shares_storage = True
 
     def forward(self, x: Any, shape: tuple = ()) -> Any:
         return namespace(x).reshape(x, shape)
@@ -31,6 +33,8 @@ class Permute(Function):
     dL/dx = g permuted by the inverse permutation."""
 
     __slots__ = ("axes",)
+    backward_reads = ()
+    shares_storage = True
 
     def forward(self, x: Any, axes: tuple = ()) -> Any:
         self.axes = axes
@@ -47,6 +51,7 @@ class Concat(Function):
     """y = the inputs joined along `axis`;  dL/dx_i = the slice of g that x_i filled."""
 
     __slots__ = ("axis",)
+    backward_reads = ()
 
     def forward(self, *arrays: Any, axis: int = 0) -> Any:
         self.axis = axis
@@ -105,6 +110,7 @@ class MatMul(Function):
     """
 
     __slots__ = ()
+    backward_reads = ("inputs",)
 
     def forward(self, a: Any, b: Any) -> Any:
         matmul_shape(a.shape, b.shape)
@@ -158,6 +164,7 @@ class ToDevice(Function):
     """y = x copied to another device;  dL/dx = g copied back to x's device."""
 
     __slots__ = ()
+    backward_reads = ()
 
     def forward(self, x: Any, device: Any = None) -> Any:
         return to_device(x, device)

@@ -1,9 +1,12 @@
 """Optim layer, part 1: the Optimizer base, SGD (momentum, Nesterov), Adam, AdamW, clip_grad_norm.
 
 Imports `backend`, `autograd` and `tensor`. Invariants: updates run on raw arrays (no graph is
-ever recorded) and ASSIGN new arrays, ``p.data = new``, never writing into an existing one,
-because tinyattn gradients and state dicts may share arrays; the arithmetic follows PyTorch's
-single-tensor implementations step for step, so float64 runs agree with torch to ~1e-15.
+ever recorded) and are written into each parameter in place, as in PyTorch: views of a parameter
+and ``state_dict()`` tensors (which share its array) see the new values, and the parameter's
+version goes up, so backward through a graph kept from before the step raises instead of using
+the new weights. Optimizer state arrays are replaced, never updated in place. The arithmetic
+follows PyTorch's single-tensor implementations step for step, so float64 runs agree with torch
+to ~1e-15.
 """
 
 from __future__ import annotations
@@ -61,12 +64,11 @@ def _check_flags(op: str, flags: dict[str, Any]) -> None:
 _GROUP_KEYS = {"params", "initial_lr"}
 
 
-def _write(param: Tensor, array: Any) -> None:
-    """Give `param` its new values: the Parameter object stays the same (models and optimizers
-    keep holding it); its array is replaced, not overwritten, since gradients and state dicts
-    may share arrays. The one place an update lands, so switching to in-place writes is one line.
-    """
-    param.data = array
+def _write(param: Tensor, array: Any, name: str) -> None:
+    """Give `param` its new values in place, as PyTorch does: the Parameter object and its array
+    stay the same (models, optimizers and state-dict snapshots keep seeing it), and its version
+    goes up, so a graph that saved the old values refuses to backward through them."""
+    param._store(f"{name}.step", array)
 
 
 # --------------------------------------------------------------------------------- Optimizer
@@ -149,7 +151,7 @@ class Optimizer:
                     continue
                 self._check_grad(position, p)
                 state = self.state.setdefault(p, {})
-                _write(p, self._update(p.data, p.grad.data, group, state))
+                _write(p, self._update(p.data, p.grad.data, group, state), self.name)
         return loss
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:

@@ -1,0 +1,286 @@
+"""In-place operations and version counters, with PyTorch as the oracle.
+
+Every in-place operation writes into the tensor's existing array and bumps its version; a node
+records the versions of what its backward reads, and backward refuses when one changed. Each
+case runs on every backend; the PyTorch half of a case skips cleanly without torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+
+BASE = np.array([[0.5, -1.5, 2.0], [3.0, -0.25, 1.0]])
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _pair(device, values=BASE, dtype="float64"):
+    """The same values as a tinyattn tensor and (when torch is importable) a torch tensor."""
+    return ta.tensor(values, dtype=dtype, device=device)
+
+
+# ------------------------------------------------------------------------ values of each op
+# (name, in-place call on tinyattn, the same call on torch); `t` is the tensor, `m` its module.
+INPLACE = [
+    ("+= number", lambda t, m: t.__iadd__(2.0)),
+    ("-= tensor", lambda t, m: t.__isub__(m.ones(3, dtype=t.dtype))),
+    ("*= broadcast row", lambda t, m: t.__imul__(m.tensor([1.0, 2.0, 3.0], dtype=t.dtype))),
+    ("/= number", lambda t, m: t.__itruediv__(4.0)),
+    ("add_ alpha", lambda t, m: t.add_(m.ones(2, 3, dtype=t.dtype), alpha=3.0)),
+    ("sub_", lambda t, m: t.sub_(1.5)),
+    ("mul_", lambda t, m: t.mul_(-2.0)),
+    ("div_", lambda t, m: t.div_(m.full((2, 3), 2.0, dtype=t.dtype))),
+    ("copy_ broadcast", lambda t, m: t.copy_(m.tensor([7.0, 8.0, 9.0], dtype=t.dtype))),
+    ("fill_", lambda t, m: t.fill_(3.5)),
+    ("zero_", lambda t, m: t.zero_()),
+    ("clamp_", lambda t, m: t.clamp_(-1.0, 1.0)),
+    ("masked_fill_", lambda t, m: t.masked_fill_(m.tensor([True, False, True]), -9.0)),
+    ("index_fill_", lambda t, m: t.index_fill_(1, m.tensor([0, 2]), 5.0)),
+    ("scatter_ value", lambda t, m: t.scatter_(1, m.tensor([[2], [0]]), 4.0)),
+    (
+        "scatter_ src",
+        lambda t, m: t.scatter_(
+            0, m.tensor([[1, 0, 1]]), m.tensor([[10.0, 20.0, 30.0]], dtype=t.dtype)
+        ),
+    ),
+    ("setitem slice", lambda t, m: t.__setitem__((slice(None), slice(1, None)), 0.0)),
+    ("setitem step", lambda t, m: t.__setitem__((0, slice(None, None, 2)), -1.0)),
+    ("setitem row tensor", lambda t, m: t.__setitem__(1, m.tensor([4.0, 5.0, 6.0], dtype=t.dtype))),
+    ("setitem int list", lambda t, m: t.__setitem__((slice(None), [2, 0]), 8.0)),
+    ("setitem bool mask", lambda t, m: t.__setitem__(t > 0.75, 0.0)),
+    (
+        "setitem bool mask values",
+        lambda t, m: t.__setitem__(t < 0, m.tensor([-1.0, -2.0], dtype=t.dtype)),
+    ),
+    ("setitem row mask", lambda t, m: t.__setitem__(m.tensor([False, True]), 2.0)),
+]
+
+
+def _module_for(device):
+    """A stand-in for the torch module that builds tinyattn tensors on `device`."""
+
+    class Module:
+        @staticmethod
+        def tensor(values, dtype=None):
+            return ta.tensor(values, dtype=dtype, device=device)
+
+        @staticmethod
+        def ones(*shape, dtype=None):
+            return ta.ones(*shape, dtype=dtype, device=device)
+
+        @staticmethod
+        def full(shape, value, dtype=None):
+            return ta.full(shape, value, dtype=dtype, device=device)
+
+    return Module
+
+
+@pytest.mark.parametrize("name,call", INPLACE, ids=[row[0] for row in INPLACE])
+def test_inplace_ops_match_torch_write_in_place_and_bump_the_version(device, name, call):
+    torch = _torch()
+    t = _pair(device)
+    array, alias = t.data, t.reshape(3, 2)
+    result = call(t, _module_for(device))
+    reference = torch.tensor(BASE)
+    call(reference, torch)
+    assert result is (None if name.startswith("setitem") else t)  # methods return self
+    assert t.data is array  # the same storage, written in place
+    assert t._version == 1 and alias._version == 1  # a view shares the counter
+    np.testing.assert_array_equal(t.numpy(), reference.numpy())
+    np.testing.assert_array_equal(alias.numpy(), reference.numpy().reshape(3, 2))
+
+
+# -------------------------------------------------------- backward refuses changed values
+def _exp_output(x):
+    y = x.exp()
+    return y.sum(), y
+
+
+def _mul_input(x):
+    c = x.detach() * 1.0
+    return (x * c).sum(), c
+
+
+def _view_of_mul_input(x):
+    base = x.detach() * 1.0
+    return (x * base.reshape(2, 3)).sum(), base.reshape(6)
+
+
+def _detached_exp_output(x):
+    y = x.exp()
+    return y.sum(), y.detach()
+
+
+CHANGED = [
+    # (name, build -> (loss, tensor to change), op named in the error, what, shape)
+    ("Exp output", _exp_output, "Exp's output", (2, 3)),
+    ("through detach()", _detached_exp_output, "Exp's output", (2, 3)),
+    ("Mul input", _mul_input, "Mul's input 1", (2, 3)),
+    ("through a view", _view_of_mul_input, "Mul's input 1", (2, 3)),
+]
+
+
+@pytest.mark.parametrize("name,build,what,shape", CHANGED, ids=[row[0] for row in CHANGED])
+def test_backward_refuses_a_value_changed_in_place(device, name, build, what, shape):
+    torch = _torch()
+    for module, make in ((torch, torch.tensor), (ta, lambda v, **k: _pair(device, v, **k))):
+        x = make(BASE, requires_grad=True) if module is torch else make(BASE).requires_grad_()
+        loss, changed = build(x)
+        with module.no_grad():
+            changed.mul_(2.0)
+        with pytest.raises(RuntimeError) as info:
+            loss.backward()
+        assert "modified by an inplace operation" in str(info.value)
+    message = str(info.value)
+    assert f"{what} of shape {shape} is at version 1; expected version 0" in message
+
+
+def _sum_after_add(x):
+    h = x * 2.0
+    loss = (h + 1.0).sum()
+    return loss, h
+
+
+def _reshape_then_change(x):
+    h = x * 3.0
+    loss = h.reshape(3, 2).sum()
+    return loss, h
+
+
+LEGAL = [
+    ("Add and Sum read no values", _sum_after_add),
+    ("Reshape reads none", _reshape_then_change),
+]
+
+
+@pytest.mark.parametrize("name,build", LEGAL, ids=[row[0] for row in LEGAL])
+def test_ops_that_read_no_values_raise_no_false_alarm(device, name, build):
+    torch = _torch()
+    grads = []
+    for module in (torch, ta):
+        if module is torch:
+            x = torch.tensor(BASE, requires_grad=True)
+        else:
+            x = _pair(device).requires_grad_()
+        loss, changed = build(x)
+        with module.no_grad():
+            changed.add_(100.0)
+        loss.backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+def test_a_saved_tensor_changed_in_place_is_refused(device):
+    class Scale(ta.Function):
+        def forward(self, x, factor=None):
+            self.save_for_backward(factor)
+            return x * factor.data
+
+        def backward(self, grad):
+            (factor,) = self.saved_tensors
+            return grad * factor
+
+    x = _pair(device).requires_grad_()
+    factor = ta.ones(2, 3, dtype="float64", device=device)
+    loss = Scale.apply(x, factor=factor).sum()
+    factor.fill_(2.0)
+    with pytest.raises(
+        RuntimeError, match=r"Scale's saved tensor 0 of shape \(2, 3\) is at version 1"
+    ):
+        loss.backward()
+
+
+# ------------------------------------------------------------------- what in-place refuses
+def test_inplace_on_a_leaf_that_requires_grad_is_refused_outside_no_grad(device):
+    torch = _torch()
+    for leaf in (torch.tensor(BASE, requires_grad=True), _pair(device).requires_grad_()):
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used"):
+            leaf += 1.0
+
+
+def test_no_grad_update_keeps_the_same_leaf(device):
+    w = _pair(device).requires_grad_()
+    (w * w).sum().backward()
+    before, array = w, w.data
+    with ta.no_grad():
+        w -= 0.1 * w.grad
+    assert w is before and w.data is array and w.is_leaf and w.requires_grad
+    np.testing.assert_allclose(w.numpy(), BASE - 0.2 * BASE)
+    assert w._version == 1
+
+
+@pytest.mark.parametrize(
+    "name,call",
+    [
+        ("non-leaf +=", lambda w, v: (w * 2.0).__iadd__(1.0)),
+        ("requires-grad value into setitem", lambda w, v: v.__setitem__(0, w[0])),
+        ("requires-grad value into copy_", lambda w, v: v.copy_(w)),
+    ],
+    ids=["non-leaf", "setitem value", "copy_ value"],
+)
+def test_inplace_that_would_need_a_graph_is_a_clear_error(device, name, call):
+    w = _pair(device).requires_grad_()
+    v = ta.zeros(2, 3, dtype="float64", device=device)
+    with pytest.raises(RuntimeError, match="record no graph|records no graph"):
+        call(w, v)
+    assert v._version == 0 and not v.numpy().any()  # nothing was written
+
+
+def test_assigning_into_a_consumed_tensor_under_no_grad_gives_the_value_no_gradient(device):
+    torch = _torch()
+    results = []
+    for module in (torch, ta):
+        make = torch.tensor if module is torch else lambda v, **k: _pair(device, v, **k)
+        w = make(BASE, requires_grad=True) if module is torch else make(BASE).requires_grad_()
+        h = make(np.zeros((2, 3)))
+        v = (
+            make(np.full(3, 5.0), requires_grad=True)
+            if module is torch
+            else make(np.full(3, 5.0)).requires_grad_()
+        )
+        a = w + h
+        with module.no_grad():
+            h[0] = v
+        a.sum().backward()
+        results.append((w.grad.numpy(), v.grad, h.numpy()))
+    (torch_w, torch_v, torch_h), (ours_w, ours_v, ours_h) = results
+    np.testing.assert_array_equal(ours_w, torch_w)
+    assert ours_v is None and torch_v is None
+    np.testing.assert_array_equal(ours_h, torch_h)
+
+
+def test_int_tensor_refuses_a_float_result_like_torch(device):
+    torch = _torch()
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+        torch.tensor([1, 2]).add_(0.5)
+    t = ta.tensor([1, 2], device=device)
+    with pytest.raises(RuntimeError, match="add_: result type float32 can't be cast .* int64"):
+        t += 0.5
+    assert t._version == 0
+
+
+def test_inplace_cannot_broadcast_its_target(device):
+    t = ta.zeros(3, dtype="float64", device=device)
+    with pytest.raises(RuntimeError, match=r"add_: the result has shape \(2, 3\).*shape \(3,\)"):
+        t += ta.ones(2, 3, dtype="float64", device=device)
+
+
+def test_a_broadcast_view_is_read_only(device):
+    row = ta.zeros(3, dtype="float64", device=device).broadcast_to(2, 3)
+    with pytest.raises(RuntimeError, match=r"fill_: cannot write .* shape \(2, 3\).*read-only"):
+        row.fill_(1.0)
+
+
+def test_optimizer_step_bumps_the_version_of_a_kept_graph(device):
+    w = _pair(device).requires_grad_()
+    loss = (w * w).sum()
+    loss.backward(retain_graph=True)
+    ta.optim.SGD([w], lr=0.1).step()
+    assert w._version == 1
+    with pytest.raises(RuntimeError, match="Mul's input 0 of shape \\(2, 3\\) is at version 1"):
+        loss.backward()
