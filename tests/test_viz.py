@@ -167,11 +167,11 @@ def test_summary_small_tensors_show_numbers_large_ones_a_summary(values, expecte
     assert viz.summary(values) == expected
 
 
-def test_a_graph_released_by_an_older_engine_is_a_clear_error():
+def test_a_released_graph_without_its_skeleton_is_a_clear_error():
     loss, _, _ = small_graph()
     loss.backward()
     fn = loss._ctx
-    fn.released_inputs = None  # as if the engine kept no structure
+    fn._released_inputs = None  # as if the engine kept no structure
     with pytest.raises(RuntimeError, match="freed by backward.*retain_graph=True"):
         viz.to_dot(loss)
 

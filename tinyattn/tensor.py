@@ -1710,7 +1710,7 @@ def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
     if mask is not None:
         return _mask_assigned(tensor, mask, value)
     xp = backend.namespace(tensor.data)
-    size = tensor.size
+    size = tensor.numel()
     # Which flat positions x[key] reads: indexing a tensor of positions gives every check
     # (ranges, shapes) of x[key] and the places to write.
     positions = xp.reshape(xp.arange(size, device=tensor.data.device), tensor.shape)
