@@ -1,5 +1,5 @@
 """The array-level fast paths against the plain array API call they replace, on every backend:
-sums through BLAS (`ops.sum_array`), the short-axis row max by halving (softmax's shift), the
+sums through BLAS (`kernels.sum_array`), the short-axis row max by halving (softmax's shift), the
 in-place bias and normalisation of the fused ops, the GPU tile sizes of block-wise attention,
 and the allocator setting. Values must agree to rounding; non-finite values and empty arrays
 must come out exactly as the plain call gives them."""
@@ -16,7 +16,7 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import backend, ops
+from tinyattn import backend, kernels, ops
 
 
 def _array(host, device):
@@ -44,7 +44,7 @@ SUM_CASES = [
 def test_sum_array_matches_plain_sum(device, shape, axes, keepdims, dtype):
     host = np.random.default_rng(0).standard_normal(shape).astype(dtype)
     x = _array(host, device)
-    got = ops.sum_array(x, axes, keepdims)
+    got = kernels.sum_array(x, axes, keepdims)
     xp = backend.namespace(x)
     assert got.dtype == x.dtype and backend.device_of(got) == backend.device_of(x)
     want = np.sum(host, axis=axes, keepdims=keepdims)
@@ -60,7 +60,7 @@ def test_sum_array_leaves_other_dtypes_to_the_plain_sum(device, dtype):
         pytest.skip(f"the array API has no {dtype} sum")
     host = (np.arange(24).reshape(2, 3, 4) % 3).astype(dtype)
     x = _array(host, device)
-    got = ops.sum_array(x, (2,), keepdims=False)
+    got = kernels.sum_array(x, (2,), keepdims=False)
     xp = backend.namespace(x)
     want = xp.sum(x, axis=(2,))
     assert got.dtype == want.dtype
@@ -73,7 +73,7 @@ def test_sum_array_keeps_non_finite_rows(device):
         dtype=np.float32,
     )
     with np.errstate(invalid="ignore"):  # inf + -inf: NumPy warns in either path
-        got = backend.to_numpy(ops.sum_array(_array(host, device), (1,)))
+        got = backend.to_numpy(kernels.sum_array(_array(host, device), (1,)))
         want = host.sum(axis=1)
     np.testing.assert_array_equal(got, want)  # inf, -inf, nan, nan
 
@@ -96,17 +96,17 @@ def test_row_max_by_halving_matches_max(device, width):
     host[1, 1, width // 2] = np.inf
     x = _array(host, device)
     xp = backend.namespace(x)
-    got = backend.to_numpy(F._max_along(xp, x, 2))
+    got = backend.to_numpy(kernels.max_along(xp, x, 2))
     np.testing.assert_array_equal(got, host.max(axis=2, keepdims=True))
     # Not the last axis: the plain max.
-    got = backend.to_numpy(F._max_along(xp, x, 1))
+    got = backend.to_numpy(kernels.max_along(xp, x, 1))
     np.testing.assert_array_equal(got, host.max(axis=1, keepdims=True))
 
 
 def test_row_max_by_halving_propagates_nan():
     host = np.zeros((2, 5), dtype=np.float32)
     host[0, 3] = np.nan
-    got = F._max_along(np, host, 1)
+    got = kernels.max_along(np, host, 1)
     assert np.isnan(got[0, 0]) and got[1, 0] == 0.0
 
 
@@ -157,25 +157,25 @@ def test_linear_bias_of_another_dtype_promotes(device):
 
 def test_gpu_tiles_are_larger_and_bounded():
     batch, length = 4, 8192
-    cpu = F._block_sizes(batch, length, length)
-    gpu = F._block_sizes(batch, length, length, gpu=True)
-    assert batch * gpu[0] * gpu[1] <= F.GPU_ATTENTION_BLOCK_SCORES
+    cpu = kernels.block_sizes(batch, length, length)
+    gpu = kernels.block_sizes(batch, length, length, gpu=True)
+    assert batch * gpu[0] * gpu[1] <= kernels.GPU_ATTENTION_BLOCK_SCORES
     assert gpu[0] * gpu[1] >= 16 * cpu[0] * cpu[1]
-    assert F._block_sizes(1, 3, 2, gpu=True) == (3, 2)  # never larger than the sequences
+    assert kernels.block_sizes(1, 3, 2, gpu=True) == (3, 2)  # never larger than the sequences
 
 
 def test_blockwise_with_gpu_sized_tiles_matches_plain(device, monkeypatch):
     """The GPU tile settings, shrunk to a tiny problem, through the same BlockwiseAttention."""
-    monkeypatch.setattr(F, "GPU_ATTENTION_BLOCK_KEYS", 48)
-    monkeypatch.setattr(F, "GPU_ATTENTION_BLOCK_SCORES", 2 * 40 * 48)
+    monkeypatch.setattr(kernels, "GPU_ATTENTION_BLOCK_KEYS", 48)
+    monkeypatch.setattr(kernels, "GPU_ATTENTION_BLOCK_SCORES", 2 * 40 * 48)
     rng = np.random.default_rng(3)
     q, k, v = (
         ta.tensor(rng.standard_normal((2, 100, 8)), dtype="float64", device=device)
         for _ in range(3)
     )
-    block_q, block_k = F._block_sizes(2, 100, 100, gpu=True)
+    block_q, block_k = kernels.block_sizes(2, 100, 100, gpu=True)
     assert (block_q, block_k) == (40, 48)
-    blockwise = F.BlockwiseAttention.apply(
+    blockwise = ops.BlockwiseAttention.apply(
         q, k, v, is_causal=True, scale=0.3, block_q=block_q, block_k=block_k
     )
     monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", math.inf)
