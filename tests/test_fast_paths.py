@@ -6,6 +6,7 @@ must come out exactly as the plain call gives them."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -183,13 +184,67 @@ def test_blockwise_with_gpu_sized_tiles_matches_plain(device, monkeypatch):
     np.testing.assert_allclose(blockwise.numpy(), plain.numpy(), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not backend.HOST_MEMORY_KEPT,
-    reason="the allocator setting applies to Linux with glibc only",
-)
-def test_allocator_setting_is_made_and_can_be_turned_off():
-    code = "import tinyattn.backend as b; print(b.HOST_MEMORY_KEPT)"
-    env = {**os.environ, "TINYATTN_KEEP_FREED_MEMORY": "0"}
-    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert (off.stdout.strip(), on.stdout.strip()) == ("False", "True"), (off.stderr, on.stderr)
+# ------------------------------------------------------------------------------ the allocator
+# Run in a fresh interpreter: the test process has imported tinyattn long ago.
+IMPORT_PROBE = """
+import ctypes, gc, json, os, random, sys, warnings
+import numpy as np
+
+called = []
+real_cdll = ctypes.CDLL
+
+
+class SpyCDLL(real_cdll):  # records every C library function looked up (mallopt among them)
+    def __getattr__(self, name):
+        called.append(name)
+        return super().__getattr__(name)
+
+
+ctypes.CDLL = SpyCDLL
+
+
+def state():
+    return repr((
+        np.get_printoptions(), np.geterr(), np.getbufsize(), dict(os.environ),
+        sys.getrecursionlimit(), sys.getswitchinterval(), gc.isenabled(), gc.get_threshold(),
+        warnings.filters[:], random.getstate(), np.random.get_state(legacy=False)["state"],
+        sys.getdefaultencoding(), sys.float_repr_style,
+    ))
+
+
+before = state()
+import tinyattn, tinyattn.functional, tinyattn.nn, tinyattn.optim, tinyattn.gradcheck
+
+after = state()
+print(json.dumps([before == after, called, tinyattn.backend.HOST_MEMORY_KEPT]))
+"""
+
+
+def _probe_import(**env_changes):
+    env = {k: v for k, v in os.environ.items() if k != "TINYATTN_KEEP_FREED_MEMORY"}
+    env.update(env_changes)
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_import_changes_no_process_wide_setting():
+    """`import tinyattn` leaves NumPy's print options and error state, the environment, the
+    interpreter's settings and the random states as they were, and never calls mallopt."""
+    unchanged, called, kept = _probe_import()
+    assert unchanged
+    assert "mallopt" not in called and kept is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux's")
+def test_allocator_tuning_is_opt_in_by_call_or_environment():
+    """keep_freed_memory() makes the setting when called; TINYATTN_KEEP_FREED_MEMORY=1 makes
+    `import tinyattn` call it (a user's explicit request)."""
+    unchanged, called, kept = _probe_import(TINYATTN_KEEP_FREED_MEMORY="1")
+    assert "mallopt" in called and kept is True
+    code = "import tinyattn as ta; print(ta.backend.HOST_MEMORY_KEPT, ta.keep_freed_memory())"
+    env = {k: v for k, v in os.environ.items() if k != "TINYATTN_KEEP_FREED_MEMORY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "True"], out.stderr

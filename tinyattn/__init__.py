@@ -1,7 +1,8 @@
 """tinyattn: a small, readable reverse-mode autograd framework on NumPy (CPU) or CuPy (GPU).
 
 Layers, each importing only those before it: backend -> autograd -> ops -> tensor -> functional
--> nn -> optim, plus gradcheck. See docs/architecture.md.
+-> nn -> optim, plus gradcheck; `kernels` (the speed tricks) sits on backend beside autograd.
+See docs/architecture.md.
 """
 
 from .autograd import (
@@ -14,7 +15,7 @@ from .autograd import (
     no_grad,
     set_grad_enabled,
 )
-from .backend import cupy_status, manual_seed
+from .backend import cupy_status, keep_freed_memory, manual_seed
 from .tensor import (
     Tensor,
     arange,
@@ -59,6 +60,7 @@ __all__ = [
     "int32",
     "int64",
     "is_grad_enabled",
+    "keep_freed_memory",
     "manual_seed",
     "maximum",
     "no_grad",
