@@ -1,7 +1,8 @@
 """The array-level fast paths against the plain array API call they replace, on every backend:
-sums through BLAS (`kernels.sum_array`), the short-axis row max by halving (softmax's shift), the
-in-place bias and normalisation of the fused ops, the GPU tile sizes of block-wise attention,
-and the allocator setting. Values must agree to rounding; non-finite values and empty arrays
+each kernel of `tinyattn.kernels` (sums through BLAS, the short-axis row max by halving, the
+softmax shift, the column of ones, the tiles and the thread map), the in-place bias and
+normalisation of the fused ops, the GPU tile sizes of block-wise attention, and the opt-in
+allocator setting. Values must agree to rounding; non-finite values and empty arrays
 must come out exactly as the plain call gives them."""
 
 from __future__ import annotations
@@ -109,6 +110,45 @@ def test_row_max_by_halving_propagates_nan():
     host[0, 3] = np.nan
     got = kernels.max_along(np, host, 1)
     assert np.isnan(got[0, 0]) and got[1, 0] == 0.0
+
+
+@pytest.mark.parametrize("width", [1, 5, 16, 100])
+def test_row_shift_matches_its_plain_code(device, width):
+    """row_shift = the max, with a max of -inf (a fully masked row) replaced by 0; NaN and +inf
+    maxima are kept, so those rows come out NaN."""
+    host = np.random.default_rng(width).standard_normal((5, width))
+    host[0] = -np.inf
+    host[1, 0] = np.nan
+    host[2, -1] = np.inf
+    x = _array(host, device)
+    xp = backend.namespace(x)
+    plain = host.max(axis=1, keepdims=True)
+    plain = np.where(plain == -np.inf, 0.0, plain)
+    np.testing.assert_array_equal(backend.to_numpy(kernels.row_shift(xp, x, 1)), plain)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (2, 0, 5), (1, 2, 3, 0)])
+def test_append_ones_matches_a_concatenated_column_of_ones(device, shape):
+    host = np.random.default_rng(0).standard_normal(shape)
+    x = _array(host, device)
+    got = backend.to_numpy(kernels.append_ones(backend.namespace(x), x))
+    plain = np.concatenate([host, np.ones((*shape[:-1], 1))], axis=-1)
+    np.testing.assert_array_equal(got, plain)
+
+
+@pytest.mark.parametrize(("stop", "size"), [(0, 3), (1, 3), (7, 3), (9, 3), (5, 1), (4, 10)])
+def test_blocks_cover_the_range_once_in_order(stop, size):
+    """The slices, concatenated, are exactly range(stop): the one slice they replace."""
+    slices = kernels.blocks(stop, size)
+    assert [i for s in slices for i in range(stop)[s]] == list(range(stop))
+    assert all(0 < s.stop - s.start <= size for s in slices)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_parallel_map_equals_a_list_comprehension(monkeypatch, threads):
+    monkeypatch.setattr(kernels, "ATTENTION_THREADS", threads)
+    items = list(range(7))
+    assert kernels.parallel_map(lambda i: i * i, items) == [i * i for i in items]
 
 
 @pytest.mark.parametrize("width", [3, 16, 64, 100])
