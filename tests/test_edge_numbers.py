@@ -110,8 +110,10 @@ def test_reductions_of_a_0d_tensor_over_axis_0_or_minus_1(device, reduction, axi
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "max"])
 def test_reductions_of_a_0d_tensor_refuse_other_axes(device, reduction):
-    with pytest.raises(ValueError, match=f"{reduction}: axis 1 is out of range"):
+    with pytest.raises(ValueError, match=f"{reduction}: axis 1 is not valid for a 0-d tensor"):
         getattr(_t(2.5, device), reduction)(axis=1)
+    with pytest.raises(ValueError, match=f"{reduction}: axis \\(0, -1\\) is not valid"):
+        getattr(_t(2.5, device), reduction)(axis=(0, -1))
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     for a in axes:
         if not isinstance(a, int) or isinstance(a, bool):
             raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
-        if not -max(ndim, 1) <= a < max(ndim, 1):  # a 0-d tensor takes 0 or -1, as in PyTorch
+        if not -ndim <= a < max(ndim, 1):
             raise ValueError(
                 f"{op}: axis {a} is out of range for a tensor with {ndim} dimension(s)"
             )
@@ -43,10 +43,17 @@ def reduction_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     """The axes a reduction sums over: as `normalize_axes`, but a 0-d tensor reduces nothing.
 
     PyTorch lets a 0-d tensor be reduced over axis 0 or -1 (returning it unchanged); NumPy has
-    no such axis. So the axis is checked, then dropped.
+    no such axis. So the axis is checked against one virtual axis, then dropped.
     """
-    axes = normalize_axes(op, axis, ndim)
-    return axes if ndim else ()
+    if ndim:
+        return normalize_axes(op, axis, ndim)
+    try:
+        normalize_axes(op, axis, 1)
+    except ValueError:
+        raise ValueError(
+            f"{op}: axis {axis!r} is not valid for a 0-d tensor, which takes axis 0 or -1"
+        ) from None
+    return ()
 
 
 def kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
