@@ -34,9 +34,14 @@ try:
 except ImportError:
     threadpool_limits = None
 
+# The benchmarks turn on tinyattn's opt-in allocator tuning (glibc keeps freed memory for reuse;
+# see tinyattn.keep_freed_memory) here and, through the environment, in every worker process
+# they start. main() says so in its first lines.
+os.environ["TINYATTN_KEEP_FREED_MEMORY"] = "1"
+
 import tinyattn as ta  # noqa: E402
 from tinyattn import functional as F  # noqa: E402
-from tinyattn import nn, optim  # noqa: E402
+from tinyattn import kernels, nn, optim  # noqa: E402
 
 
 def median_time(fn, repeats: int, warmup: int = 5) -> float:
@@ -337,7 +342,7 @@ def attention_worker(framework: str, T: int, threads: int, repeats: int) -> dict
     if framework == "tinyattn":
         # The 2 threads go to attention's query blocks, with a 1-thread BLAS underneath: its
         # tile-sized products gain little from BLAS threads, and both at once oversubscribe.
-        F.ATTENTION_THREADS, blas_threads = threads, 1
+        kernels.ATTENTION_THREADS, blas_threads = threads, 1
     with Threads(blas_threads):
         if framework in ("tinyattn", "tinyattn-default"):
             ta.manual_seed(0)
@@ -533,7 +538,9 @@ def import_time(quick: bool) -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as cache:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        # A plain `import tinyattn`, as users get it: without the allocator tuning.
+        skipped = ("PYTHONDONTWRITEBYTECODE", "TINYATTN_KEEP_FREED_MEMORY")
+        env = {k: v for k, v in os.environ.items() if k not in skipped}
         env["PYTHONPYCACHEPREFIX"] = cache
 
         def run(code: str) -> float:
@@ -689,6 +696,12 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, NumPy {np.__version__}, "
         f"PyTorch {torch.__version__ if torch else 'not installed'}, tinyattn {ta.__version__}"
+    )
+    kept = ta.backend.HOST_MEMORY_KEPT
+    print(
+        "allocator: tinyattn.keep_freed_memory() is "
+        + ("ON (glibc keeps freed memory; TINYATTN_KEEP_FREED_MEMORY=1)" if kept else "unavailable")
+        + ", here and in every worker process; a plain `import tinyattn` leaves malloc alone"
     )
     for name in args.only or SECTIONS:
         SECTIONS[name](args.quick)

@@ -2,8 +2,8 @@
 
 Every comparison runs the same inputs and the same cotangent through both paths of
 F.scaled_dot_product_attention, forced with F.BLOCKWISE_MIN_SCORES (0: block-wise, inf: plain),
-on tiny inputs cut into several tiles by shrinking F.ATTENTION_BLOCK_KEYS and
-F.ATTENTION_BLOCK_SCORES (and their GPU_ twins). Float64 agrees to ~1e-12 (only the summation
+on tiny inputs cut into several tiles by shrinking kernels.ATTENTION_BLOCK_KEYS and
+kernels.ATTENTION_BLOCK_SCORES (and their GPU_ twins). Float64 agrees to ~1e-12 (only the summation
 order differs), float32 to ~1e-5. Runs on every backend through the `device` fixture. No test
 measures time.
 """
@@ -17,7 +17,7 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import nn
+from tinyattn import kernels, nn, ops
 
 RNG = np.random.default_rng(2024)
 TOLERANCE = {"float64": 1e-12, "float32": 2e-5}
@@ -27,8 +27,8 @@ def use_path(monkeypatch, path, block_q=2, block_k=3, batch=1):
     """Force the plain or the block-wise path, with tiles of block_q queries x block_k keys."""
     monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 0 if path == "blockwise" else math.inf)
     for prefix in ("", "GPU_"):  # the same tiny tiles on every device, CUDA included
-        monkeypatch.setattr(F, f"{prefix}ATTENTION_BLOCK_KEYS", block_k)
-        monkeypatch.setattr(F, f"{prefix}ATTENTION_BLOCK_SCORES", batch * block_q * block_k)
+        monkeypatch.setattr(kernels, f"{prefix}ATTENTION_BLOCK_KEYS", block_k)
+        monkeypatch.setattr(kernels, f"{prefix}ATTENTION_BLOCK_SCORES", batch * block_q * block_k)
 
 
 def run(monkeypatch, path, arrays, blocks, dtype, device, **kwargs):
@@ -163,7 +163,7 @@ def test_everything_masked_gives_zeros_and_huge_scores_stay_finite(monkeypatch, 
 def test_blockwise_matches_plain_when_the_row_max_keeps_growing(monkeypatch, device, size):
     """Keys that grow along the sequence put each tile's largest score far above the shift set
     by the tiles before it (the forward must then move the shift), or, for small sizes, within
-    F.SHIFT_SLACK of it (the forward keeps the shift); masks and causal on top."""
+    ops.attention.SHIFT_SLACK of it (the forward keeps the shift); masks and causal on top."""
     growth = np.linspace(0.5, 8.0, 12)[:, None] * size  # (Tk, 1)
     q = np.abs(RNG.standard_normal((2, 9, 4))) + 1.0  # positive: scores grow with the keys
     k = (np.abs(RNG.standard_normal((2, 12, 4))) + 1.0) * growth
@@ -193,13 +193,13 @@ def test_causal_skips_the_tiles_above_the_diagonal(monkeypatch, device):
     """With 4 x 4 tiles over T = 16, causal attention computes 10 of the 16 tiles."""
     use_path(monkeypatch, "blockwise", 4, 4)
     tiles = []
-    original = F.BlockwiseAttention._tile_mask
+    original = ops.BlockwiseAttention._tile_mask
 
     def counting(self, xp, allowed, rows, cols, device):
         tiles.append((rows.start, cols.start))
         return original(self, xp, allowed, rows, cols, device)
 
-    monkeypatch.setattr(F.BlockwiseAttention, "_tile_mask", counting)
+    monkeypatch.setattr(ops.BlockwiseAttention, "_tile_mask", counting)
     q = ta.tensor(RNG.standard_normal((16, 2)), device=device)
     F.scaled_dot_product_attention(q, q, q, is_causal=True)
     assert len(tiles) == 10
@@ -210,7 +210,7 @@ def test_causal_skips_the_tiles_above_the_diagonal(monkeypatch, device):
 def test_threads_split_the_query_blocks_without_changing_results(monkeypatch, device, threads):
     """With ATTENTION_THREADS > 1 each thread takes every n-th query block and its own sums for
     dk and dv; 5 query blocks of 2 leave the threads unequal shares."""
-    monkeypatch.setattr(F, "ATTENTION_THREADS", threads)
+    monkeypatch.setattr(kernels, "ATTENTION_THREADS", threads)
     mask = RNG.random((2, 1, 10, 7)) > 0.3
     mask[0, 0, 4] = False
     shapes = [(2, 3, 10, 4), (2, 3, 7, 4), (2, 3, 7, 5)]
@@ -276,13 +276,13 @@ def test_blockwise_errors_are_the_plain_path_errors(monkeypatch, device):
 # --------------------------------------------------------------------------------- dispatch
 def count_blockwise_calls(monkeypatch):
     calls = []
-    original = F.BlockwiseAttention.forward
+    original = ops.BlockwiseAttention.forward
 
     def spy(self, *arrays, **kwargs):
         calls.append(arrays[0].shape)
         return original(self, *arrays, **kwargs)
 
-    monkeypatch.setattr(F.BlockwiseAttention, "forward", spy)
+    monkeypatch.setattr(ops.BlockwiseAttention, "forward", spy)
     return calls
 
 
@@ -307,22 +307,22 @@ def test_default_threshold_and_tiles_bound_the_score_memory():
     # one tile's scores hold at most ATTENTION_BLOCK_SCORES numbers (4 MB in float64).
     batch, length = 4, 8192
     assert batch * length * length >= F.BLOCKWISE_MIN_SCORES
-    block_q, block_k = F._block_sizes(batch, length, length)
-    assert batch * block_q * block_k <= F.ATTENTION_BLOCK_SCORES <= 1 << 19
-    assert F._block_sizes(1, 3, 2) == (3, 2)  # never larger than the sequences
+    block_q, block_k = kernels.block_sizes(batch, length, length)
+    assert batch * block_q * block_k <= kernels.ATTENTION_BLOCK_SCORES <= 1 << 19
+    assert kernels.block_sizes(1, 3, 2) == (3, 2)  # never larger than the sequences
 
 
 def test_multi_head_attention_takes_the_blockwise_path_without_weights(device, monkeypatch):
     """nn.MultiHeadAttention must not force the plain path: only need_weights=True does."""
     calls = []
-    original = F.BlockwiseAttention.apply
+    original = ops.BlockwiseAttention.apply
 
     def spy(*args, **kwargs):
         calls.append(args[0].shape)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 1)
-    monkeypatch.setattr(F.BlockwiseAttention, "apply", spy)
+    monkeypatch.setattr(ops.BlockwiseAttention, "apply", spy)
     ta.manual_seed(0)
     layer = nn.MultiHeadAttention(8, 2).to("float64").to(device)
     x = ta.tensor(np.random.default_rng(0).standard_normal((1, 6, 8)), device=device)

@@ -1,11 +1,13 @@
 """The array-level fast paths against the plain array API call they replace, on every backend:
-sums through BLAS (`ops.sum_array`), the short-axis row max by halving (softmax's shift), the
-in-place bias and normalisation of the fused ops, the GPU tile sizes of block-wise attention,
-and the allocator setting. Values must agree to rounding; non-finite values and empty arrays
+each kernel of `tinyattn.kernels` (sums through BLAS, the short-axis row max by halving, the
+softmax shift, the column of ones, the tiles and the thread map), the in-place bias and
+normalisation of the fused ops, the GPU tile sizes of block-wise attention, and the opt-in
+allocator setting. Values must agree to rounding; non-finite values and empty arrays
 must come out exactly as the plain call gives them."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -16,7 +18,7 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import backend, ops
+from tinyattn import backend, kernels, ops
 
 
 def _array(host, device):
@@ -44,7 +46,7 @@ SUM_CASES = [
 def test_sum_array_matches_plain_sum(device, shape, axes, keepdims, dtype):
     host = np.random.default_rng(0).standard_normal(shape).astype(dtype)
     x = _array(host, device)
-    got = ops.sum_array(x, axes, keepdims)
+    got = kernels.sum_array(x, axes, keepdims)
     xp = backend.namespace(x)
     assert got.dtype == x.dtype and backend.device_of(got) == backend.device_of(x)
     want = np.sum(host, axis=axes, keepdims=keepdims)
@@ -60,7 +62,7 @@ def test_sum_array_leaves_other_dtypes_to_the_plain_sum(device, dtype):
         pytest.skip(f"the array API has no {dtype} sum")
     host = (np.arange(24).reshape(2, 3, 4) % 3).astype(dtype)
     x = _array(host, device)
-    got = ops.sum_array(x, (2,), keepdims=False)
+    got = kernels.sum_array(x, (2,), keepdims=False)
     xp = backend.namespace(x)
     want = xp.sum(x, axis=(2,))
     assert got.dtype == want.dtype
@@ -73,7 +75,7 @@ def test_sum_array_keeps_non_finite_rows(device):
         dtype=np.float32,
     )
     with np.errstate(invalid="ignore"):  # inf + -inf: NumPy warns in either path
-        got = backend.to_numpy(ops.sum_array(_array(host, device), (1,)))
+        got = backend.to_numpy(kernels.sum_array(_array(host, device), (1,)))
         want = host.sum(axis=1)
     np.testing.assert_array_equal(got, want)  # inf, -inf, nan, nan
 
@@ -96,18 +98,57 @@ def test_row_max_by_halving_matches_max(device, width):
     host[1, 1, width // 2] = np.inf
     x = _array(host, device)
     xp = backend.namespace(x)
-    got = backend.to_numpy(F._max_along(xp, x, 2))
+    got = backend.to_numpy(kernels.max_along(xp, x, 2))
     np.testing.assert_array_equal(got, host.max(axis=2, keepdims=True))
     # Not the last axis: the plain max.
-    got = backend.to_numpy(F._max_along(xp, x, 1))
+    got = backend.to_numpy(kernels.max_along(xp, x, 1))
     np.testing.assert_array_equal(got, host.max(axis=1, keepdims=True))
 
 
 def test_row_max_by_halving_propagates_nan():
     host = np.zeros((2, 5), dtype=np.float32)
     host[0, 3] = np.nan
-    got = F._max_along(np, host, 1)
+    got = kernels.max_along(np, host, 1)
     assert np.isnan(got[0, 0]) and got[1, 0] == 0.0
+
+
+@pytest.mark.parametrize("width", [1, 5, 16, 100])
+def test_row_shift_matches_its_plain_code(device, width):
+    """row_shift = the max, with a max of -inf (a fully masked row) replaced by 0; NaN and +inf
+    maxima are kept, so those rows come out NaN."""
+    host = np.random.default_rng(width).standard_normal((5, width))
+    host[0] = -np.inf
+    host[1, 0] = np.nan
+    host[2, -1] = np.inf
+    x = _array(host, device)
+    xp = backend.namespace(x)
+    plain = host.max(axis=1, keepdims=True)
+    plain = np.where(plain == -np.inf, 0.0, plain)
+    np.testing.assert_array_equal(backend.to_numpy(kernels.row_shift(xp, x, 1)), plain)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (2, 0, 5), (1, 2, 3, 0)])
+def test_append_ones_matches_a_concatenated_column_of_ones(device, shape):
+    host = np.random.default_rng(0).standard_normal(shape)
+    x = _array(host, device)
+    got = backend.to_numpy(kernels.append_ones(backend.namespace(x), x))
+    plain = np.concatenate([host, np.ones((*shape[:-1], 1))], axis=-1)
+    np.testing.assert_array_equal(got, plain)
+
+
+@pytest.mark.parametrize(("stop", "size"), [(0, 3), (1, 3), (7, 3), (9, 3), (5, 1), (4, 10)])
+def test_blocks_cover_the_range_once_in_order(stop, size):
+    """The slices, concatenated, are exactly range(stop): the one slice they replace."""
+    slices = kernels.blocks(stop, size)
+    assert [i for s in slices for i in range(stop)[s]] == list(range(stop))
+    assert all(0 < s.stop - s.start <= size for s in slices)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_parallel_map_equals_a_list_comprehension(monkeypatch, threads):
+    monkeypatch.setattr(kernels, "ATTENTION_THREADS", threads)
+    items = list(range(7))
+    assert kernels.parallel_map(lambda i: i * i, items) == [i * i for i in items]
 
 
 @pytest.mark.parametrize("width", [3, 16, 64, 100])
@@ -157,25 +198,25 @@ def test_linear_bias_of_another_dtype_promotes(device):
 
 def test_gpu_tiles_are_larger_and_bounded():
     batch, length = 4, 8192
-    cpu = F._block_sizes(batch, length, length)
-    gpu = F._block_sizes(batch, length, length, gpu=True)
-    assert batch * gpu[0] * gpu[1] <= F.GPU_ATTENTION_BLOCK_SCORES
+    cpu = kernels.block_sizes(batch, length, length)
+    gpu = kernels.block_sizes(batch, length, length, gpu=True)
+    assert batch * gpu[0] * gpu[1] <= kernels.GPU_ATTENTION_BLOCK_SCORES
     assert gpu[0] * gpu[1] >= 16 * cpu[0] * cpu[1]
-    assert F._block_sizes(1, 3, 2, gpu=True) == (3, 2)  # never larger than the sequences
+    assert kernels.block_sizes(1, 3, 2, gpu=True) == (3, 2)  # never larger than the sequences
 
 
 def test_blockwise_with_gpu_sized_tiles_matches_plain(device, monkeypatch):
     """The GPU tile settings, shrunk to a tiny problem, through the same BlockwiseAttention."""
-    monkeypatch.setattr(F, "GPU_ATTENTION_BLOCK_KEYS", 48)
-    monkeypatch.setattr(F, "GPU_ATTENTION_BLOCK_SCORES", 2 * 40 * 48)
+    monkeypatch.setattr(kernels, "GPU_ATTENTION_BLOCK_KEYS", 48)
+    monkeypatch.setattr(kernels, "GPU_ATTENTION_BLOCK_SCORES", 2 * 40 * 48)
     rng = np.random.default_rng(3)
     q, k, v = (
         ta.tensor(rng.standard_normal((2, 100, 8)), dtype="float64", device=device)
         for _ in range(3)
     )
-    block_q, block_k = F._block_sizes(2, 100, 100, gpu=True)
+    block_q, block_k = kernels.block_sizes(2, 100, 100, gpu=True)
     assert (block_q, block_k) == (40, 48)
-    blockwise = F.BlockwiseAttention.apply(
+    blockwise = ops.BlockwiseAttention.apply(
         q, k, v, is_causal=True, scale=0.3, block_q=block_q, block_k=block_k
     )
     monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", math.inf)
@@ -183,13 +224,67 @@ def test_blockwise_with_gpu_sized_tiles_matches_plain(device, monkeypatch):
     np.testing.assert_allclose(blockwise.numpy(), plain.numpy(), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not backend.HOST_MEMORY_KEPT,
-    reason="the allocator setting applies to Linux with glibc only",
-)
-def test_allocator_setting_is_made_and_can_be_turned_off():
-    code = "import tinyattn.backend as b; print(b.HOST_MEMORY_KEPT)"
-    env = {**os.environ, "TINYATTN_KEEP_FREED_MEMORY": "0"}
-    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert (off.stdout.strip(), on.stdout.strip()) == ("False", "True"), (off.stderr, on.stderr)
+# ------------------------------------------------------------------------------ the allocator
+# Run in a fresh interpreter: the test process has imported tinyattn long ago.
+IMPORT_PROBE = """
+import ctypes, gc, json, os, random, sys, warnings
+import numpy as np
+
+called = []
+real_cdll = ctypes.CDLL
+
+
+class SpyCDLL(real_cdll):  # records every C library function looked up (mallopt among them)
+    def __getattr__(self, name):
+        called.append(name)
+        return super().__getattr__(name)
+
+
+ctypes.CDLL = SpyCDLL
+
+
+def state():
+    return repr((
+        np.get_printoptions(), np.geterr(), np.getbufsize(), dict(os.environ),
+        sys.getrecursionlimit(), sys.getswitchinterval(), gc.isenabled(), gc.get_threshold(),
+        warnings.filters[:], random.getstate(), np.random.get_state(legacy=False)["state"],
+        sys.getdefaultencoding(), sys.float_repr_style,
+    ))
+
+
+before = state()
+import tinyattn, tinyattn.functional, tinyattn.nn, tinyattn.optim, tinyattn.gradcheck
+
+after = state()
+print(json.dumps([before == after, called, tinyattn.backend.HOST_MEMORY_KEPT]))
+"""
+
+
+def _probe_import(**env_changes):
+    env = {k: v for k, v in os.environ.items() if k != "TINYATTN_KEEP_FREED_MEMORY"}
+    env.update(env_changes)
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_import_changes_no_process_wide_setting():
+    """`import tinyattn` leaves NumPy's print options and error state, the environment, the
+    interpreter's settings and the random states as they were, and never calls mallopt."""
+    unchanged, called, kept = _probe_import()
+    assert unchanged
+    assert "mallopt" not in called and kept is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux's")
+def test_allocator_tuning_is_opt_in_by_call_or_environment():
+    """keep_freed_memory() makes the setting when called; TINYATTN_KEEP_FREED_MEMORY=1 makes
+    `import tinyattn` call it (a user's explicit request)."""
+    unchanged, called, kept = _probe_import(TINYATTN_KEEP_FREED_MEMORY="1")
+    assert "mallopt" in called and kept is True
+    code = "import tinyattn as ta; print(ta.backend.HOST_MEMORY_KEPT, ta.keep_freed_memory())"
+    env = {k: v for k, v in os.environ.items() if k != "TINYATTN_KEEP_FREED_MEMORY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "True"], out.stderr

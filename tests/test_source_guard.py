@@ -25,12 +25,9 @@ def _sources() -> list[Path]:
 
 
 def _portable_sources() -> list[Path]:
-    """ops, functional and nn: the code that must run unchanged on every device."""
-    return [
-        path
-        for path in _sources()
-        if path.relative_to(PACKAGE).parts[0] in ("ops", "nn", "functional", "functional.py")
-    ]
+    """ops, kernels, functional and nn: the code that must run unchanged on every device."""
+    portable = ("ops", "nn", "functional", "functional.py", "kernels.py")
+    return [path for path in _sources() if path.relative_to(PACKAGE).parts[0] in portable]
 
 
 def _imported_module(node: ast.AST) -> list[str]:

@@ -1,7 +1,8 @@
 """tinyattn: a small, readable reverse-mode autograd framework on NumPy (CPU) or CuPy (GPU).
 
 Layers, each importing only those before it: backend -> autograd -> ops -> tensor -> functional
--> nn -> optim, plus gradcheck. See docs/architecture.md.
+-> nn -> optim, plus gradcheck; `kernels` (the speed tricks) sits on backend beside autograd.
+See docs/architecture.md.
 """
 
 import builtins as _builtins
@@ -16,7 +17,7 @@ from .autograd import (
     no_grad,
     set_grad_enabled,
 )
-from .backend import cupy_status, get_rng_state, manual_seed, set_rng_state
+from .backend import cupy_status, get_rng_state, keep_freed_memory, manual_seed, set_rng_state
 from .tensor import (
     FUNCTIONS,
     Tensor,
@@ -78,6 +79,7 @@ __all__ = [
     "int32",
     "int64",
     "is_grad_enabled",
+    "keep_freed_memory",
     "manual_seed",
     "no_grad",
     "ones",

@@ -33,8 +33,13 @@ _host_rng = np.random.default_rng(0)
 
 
 # ------------------------------------------------------------------------------------ allocator
-def _keep_freed_host_memory() -> bool:
-    """Ask glibc to keep freed memory for reuse rather than hand it back to the OS.
+# Whether keep_freed_memory() has changed malloc's settings in this process. False after a plain
+# `import tinyattn`: the library never changes its host program's allocator unless asked.
+HOST_MEMORY_KEPT = False
+
+
+def keep_freed_memory() -> bool:
+    """Opt in: ask glibc to keep freed memory for reuse rather than hand it back to the OS.
 
     A tape keeps every op's output alive until backward, then frees them in a burst. glibc serves
     blocks above its mmap threshold (128 KiB at first) with fresh pages and returns freed memory
@@ -42,22 +47,28 @@ def _keep_freed_host_memory() -> bool:
     touch: `x @ W.T + b` at (1024, 256) took 790 us instead of 270, and the overhead chain on
     (256, 256) ran 3x slower (docs/performance.md). PyTorch's caching allocator avoids the same
     cost. With this, blocks up to 32 MiB (glibc's largest threshold) come from the heap, and up
-    to 1 GiB of free heap stays in the process for reuse. Linux with glibc only; set
-    TINYATTN_KEEP_FREED_MEMORY=0 to leave malloc as it is. Returns whether the setting was made.
+    to 1 GiB of free heap stays in the process for reuse.
+    It changes malloc for the whole process (every library in it), so it is never done at
+    import: call ``tinyattn.keep_freed_memory()`` once at the start of a training script, or set
+    TINYATTN_KEEP_FREED_MEMORY=1 in the environment to have `import tinyattn` call it. Linux with
+    glibc only (elsewhere it does nothing). Returns whether the setting is in effect.
     """
-    if os.environ.get("TINYATTN_KEEP_FREED_MEMORY", "1") == "0" or not sys.platform.startswith(
-        "linux"
-    ):
-        return False
+    global HOST_MEMORY_KEPT
+    if HOST_MEMORY_KEPT or not sys.platform.startswith("linux"):
+        return HOST_MEMORY_KEPT
     try:
         mallopt = ctypes.CDLL(None).mallopt  # glibc; musl and other libcs have none
     except (OSError, AttributeError):
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's <malloc.h>
-    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
+    HOST_MEMORY_KEPT = bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(
+        mallopt(m_trim_threshold, 1 << 30)
+    )
+    return HOST_MEMORY_KEPT
 
 
-HOST_MEMORY_KEPT = _keep_freed_host_memory()
+if os.environ.get("TINYATTN_KEEP_FREED_MEMORY") == "1":  # asked for by the user's environment
+    keep_freed_memory()
 
 
 # ----------------------------------------------------------------------------------------- probe

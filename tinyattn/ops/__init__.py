@@ -1,9 +1,11 @@
 """Ops layer: the primitive Functions, each with its forward and backward side by side.
 
-This package is the only home of derivative math. Imports `autograd` and `backend` only; backward
-rules use the Tensor methods of the tensors they are given, never the `tensor` module itself.
+This package is the only home of derivative math. Imports `autograd`, `backend` and `kernels`
+(the array-level speed tricks) only; backward rules use the Tensor methods of the tensors they
+are given, never the `tensor` module itself.
 """
 
+from .attention import BlockwiseAttention, OnceDifferentiable
 from .elementwise import (
     Abs,
     Add,
@@ -43,6 +45,8 @@ from .shape import (
     check_reshape,
     matmul_shape,
 )
+from .softmax import LogSoftmax, Softmax
+from .special import Erf
 
 __all__ = [
     "AddScalar",
@@ -54,17 +58,20 @@ __all__ = [
     "RSubScalar",
     "Abs",
     "Add",
+    "BlockwiseAttention",
     "BroadcastTo",
     "Cast",
     "Clip",
     "Concat",
     "Div",
+    "Erf",
     "Exp",
     "GetItem",
     "IndexAdd",
     "LayerNorm",
     "Linear",
     "Log",
+    "LogSoftmax",
     "MatMul",
     "Max",
     "Maximum",
@@ -72,11 +79,13 @@ __all__ = [
     "Min",
     "Mul",
     "Neg",
+    "OnceDifferentiable",
     "Permute",
     "Pow",
     "Relu",
     "Reshape",
     "Sigmoid",
+    "Softmax",
     "Sqrt",
     "Sub",
     "Sum",

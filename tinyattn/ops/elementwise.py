@@ -85,7 +85,11 @@ class Div(Function):
 
 
 class Pow(Function):
-    """y = a ** b;  dL/da = g * b * a**(b - 1), dL/db = g * y * log(a)."""
+    """y = a ** b;  dL/da = g * b * a**(b - 1), dL/db = g * y * log(a).
+
+    As in PyTorch, dL/da = 0 where b = 0 (y = 1 there) and dL/db = 0 where a = 0 and b >= 0,
+    where the formulas would give 0 * inf = NaN.
+    """
 
     __slots__ = ()
 
@@ -96,10 +100,22 @@ class Pow(Function):
         a, b = self.inputs
         grad_a = grad_b = None
         if a.requires_grad:
-            grad_a = (grad * b * a ** (b - 1.0)).sum_to(a.shape)
+            grad_a = (grad * _zero_where(b.data == 0, b * a ** (b - 1.0))).sum_to(a.shape)
         if b.requires_grad:
-            grad_b = (grad * self.output * a.log()).sum_to(b.shape)
+            at_zero = (a.data == 0) & (b.data >= 0)
+            grad_b = (grad * _zero_where(at_zero, self.output * a.log())).sum_to(b.shape)
         return grad_a, grad_b
+
+
+def _zero_where(condition: Any, value: Any) -> Any:
+    """`value` (a Tensor) with 0 where the bool array `condition` holds.
+
+    A where, not a product with a 0/1 mask: the masked entries may be inf or NaN, and 0 * inf is
+    NaN. Still a Where node, so higher-order gradients pass through it.
+    """
+    xp = namespace(value.data)
+    zero = value.constant(xp.zeros((), dtype=value.dtype, device=value.data.device))
+    return Where.apply(value.constant(condition), zero, value)
 
 
 class Neg(Function):
@@ -369,7 +385,7 @@ class RDivScalar(Function):
 
 
 class PowScalar(Function):
-    """y = x ** c;  dL/dx = g * c * x**(c - 1)."""
+    """y = x ** c;  dL/dx = g * c * x**(c - 1), and 0 when c = 0 (not 0 * inf at x = 0)."""
 
     __slots__ = ("c",)
     backward_reads = ("inputs",)
@@ -380,20 +396,25 @@ class PowScalar(Function):
 
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]
+        if self.c == 0:
+            return grad * 0.0  # y = 1 everywhere, even at x = 0 (PyTorch's rule)
         if self.c == 2:
             return grad * (x * 2.0)  # the common square, without a pow
         return grad * (x ** (self.c - 1) * self.c)
 
 
 class RPowScalar(Function):
-    """y = c ** x;  dL/dx = g * y * log(c)."""
+    """y = c ** x;  dL/dx = g * y * log(c), and 0 when c = 0 and x >= 0 (PyTorch's rule)."""
 
     __slots__ = ("log_c",)
     backward_reads = ("output",)
 
     def forward(self, x: Any, c: float = 1.0) -> Any:
-        self.log_c = math.log(c) if c > 0 else math.nan
+        self.log_c = math.log(c) if c > 0 else -math.inf if c == 0 else math.nan
         return c**x
 
     def backward(self, grad: Any) -> Any:
-        return grad * self.output * self.log_c
+        slope = self.output * self.log_c
+        if self.log_c == -math.inf:  # c = 0: y is 0 or 1 for x >= 0, flat; inf * -inf for x < 0
+            slope = _zero_where(self.inputs[0].data >= 0, slope)
+        return grad * slope

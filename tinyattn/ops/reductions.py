@@ -12,6 +12,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..backend import namespace
+from ..kernels import sum_array
 
 
 def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
@@ -38,41 +39,26 @@ def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(result))
 
 
+def reduction_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
+    """The axes a reduction sums over: as `normalize_axes`, but a 0-d tensor reduces nothing.
+
+    PyTorch lets a 0-d tensor be reduced over axis 0 or -1 (returning it unchanged); NumPy has
+    no such axis. So the axis is checked against one virtual axis, then dropped.
+    """
+    if ndim:
+        return normalize_axes(op, axis, ndim)
+    try:
+        normalize_axes(op, axis, 1)
+    except ValueError:
+        raise ValueError(
+            f"{op}: axis {axis!r} is not valid for a 0-d tensor, which takes axis 0 or -1"
+        ) from None
+    return ()
+
+
 def kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
     """The shape a reduction over `axes` has with keepdims=True."""
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
-
-
-def sum_array(x: Any, axes: tuple[int, ...], keepdims: bool = False) -> Any:
-    """``xp.sum(x, axis=axes, keepdims=keepdims)``, through BLAS where that is faster.
-
-    NumPy sums a short contiguous axis one row at a time (about 5 ns a row): summing the 16 keys
-    of (64, 4, 16, 16) attention scores took 87 us. A matrix product with a vector of ones does
-    the same additions in BLAS, 1.5 to 7x faster on every float shape measured (23 us here), on
-    CuPy too. Used when float32/float64 `x` is reduced over its trailing axes (rows @ ones) or
-    its leading axes (ones @ columns); any other reduction goes to `xp.sum`.
-    Shapes: x (*lead, *trail) -> the reduced shape; `axes` sorted and non-negative.
-    """
-    xp = namespace(x)
-    ndim, count = x.ndim, len(axes)
-    dtype = x.dtype
-    if (
-        count == 0
-        or x.size == 0
-        or not (dtype == xp.float32 or dtype == xp.float64)
-        or (axes[0] != ndim - count and axes[-1] != count - 1)  # neither trailing nor leading
-    ):
-        return xp.asarray(xp.sum(x, axis=axes, keepdims=keepdims))
-    summed = math.prod(x.shape[a] for a in axes)
-    if axes[0] == ndim - count:  # trailing: (rows, summed) @ (summed, 1)
-        ones = xp.ones((summed, 1), dtype=dtype, device=x.device)
-        result = xp.reshape(x, (-1, summed)) @ ones
-    else:  # leading: (1, summed) @ (summed, columns)
-        ones = xp.ones((1, summed), dtype=dtype, device=x.device)
-        result = ones @ xp.reshape(x, (summed, -1))
-    if keepdims:
-        return xp.reshape(result, kept_shape(x.shape, axes))
-    return xp.reshape(result, tuple(n for i, n in enumerate(x.shape) if i not in axes))
 
 
 def _unreduce(grad: Any, input_shape: tuple, axes: tuple) -> Any:
@@ -87,7 +73,7 @@ class Sum(Function):
     backward_reads = ()
 
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-        self.axes = normalize_axes("sum", axis, x.ndim)
+        self.axes = reduction_axes("sum", axis, x.ndim)
         return sum_array(x, self.axes, keepdims)
 
     def backward(self, grad: Any) -> Any:
@@ -95,24 +81,33 @@ class Sum(Function):
 
 
 class Mean(Function):
-    """y = mean of x over axes (N elements each);  dL/dx = g / N broadcast back."""
+    """y = mean of x over axes (N elements each);  dL/dx = g / N broadcast back.
+
+    Over an empty axis (N = 0) the mean is NaN and the gradient is empty, as in PyTorch.
+    """
 
     __slots__ = ("axes",)
     backward_reads = ()
 
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-        self.axes = normalize_axes("mean", axis, x.ndim)
+        self.axes = reduction_axes("mean", axis, x.ndim)
         xp = namespace(x)
         count = math.prod(x.shape[a] for a in self.axes)
         if count and (x.dtype == xp.float32 or x.dtype == xp.float64):
             # asarray: NumPy turns a 0-d array divided by a number into a NumPy scalar.
             return xp.asarray(sum_array(x, self.axes, keepdims) / count)
+        if not count:  # 0 / 0, without NumPy's "mean of empty slice" warning
+            shape = kept_shape(x.shape, self.axes)
+            if not keepdims:
+                shape = tuple(n for i, n in enumerate(x.shape) if i not in self.axes)
+            return xp.full(shape, math.nan, dtype=x.dtype, device=x.device)
         return xp.asarray(xp.mean(x, axis=self.axes, keepdims=keepdims))
 
     def backward(self, grad: Any) -> Any:
         shape = self.inputs[0].shape
         count = math.prod(shape[a] for a in self.axes)
-        return _unreduce(grad, shape, self.axes) * (1.0 / count)
+        # With count 0 the input has no elements: the (empty) gradient needs no factor.
+        return _unreduce(grad, shape, self.axes) * (1.0 / count if count else 0.0)
 
 
 class Max(Function):
@@ -126,7 +121,7 @@ class Max(Function):
     reduce_name = "max"
 
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-        self.axes = normalize_axes(self.reduce_name, axis, x.ndim)
+        self.axes = reduction_axes(self.reduce_name, axis, x.ndim)
         if x.size == 0:
             raise ValueError(
                 f"{self.reduce_name}: cannot reduce an empty tensor of shape {x.shape}"
@@ -172,6 +167,11 @@ class SumTo(Function):
 
     def forward(self, x: Any, shape: tuple = ()) -> Any:
         lead = x.ndim - len(shape)
+        if lead < 0 or any(n not in (1, x.shape[lead + i]) for i, n in enumerate(shape)):
+            raise ValueError(
+                f"sum_to: cannot sum a tensor of shape {x.shape} to shape {shape}: {shape} must "
+                f"broadcast to {x.shape} (each size 1 or equal, no more axes)"
+            )
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1
         )

@@ -1,0 +1,148 @@
+"""Kernels: the speed tricks, kept apart from the math they speed up.
+
+Each function here computes exactly what a one-line plain expression computes (named in its
+docstring as "Replaces:"), only faster on some shapes; tests/test_fast_paths.py checks each
+against that plain code. A learner may read every call `kernels.f(...)` as its plain version and
+skip this file. Imports `backend` only and works on arrays (never Tensors): `ops` and
+`functional` call it. The tuning knobs of the block-wise attention (tile sizes, threads) live
+here too, as module attributes that may be set at run time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from .backend import namespace
+
+# ------------------------------------------------------------------------------ sums and maxima
+
+
+def sum_array(x: Any, axes: tuple[int, ...], keepdims: bool = False) -> Any:
+    """``xp.sum(x, axis=axes, keepdims=keepdims)``, through BLAS where that is faster.
+
+    Replaces: ``xp.sum(x, axis=axes, keepdims=keepdims)``.
+    NumPy sums a short contiguous axis one row at a time (about 5 ns a row): summing the 16 keys
+    of (64, 4, 16, 16) attention scores took 87 us. A matrix product with a vector of ones does
+    the same additions in BLAS, 1.5 to 7x faster on every float shape measured (23 us here), on
+    CuPy too. Used when float32/float64 `x` is reduced over its trailing axes (rows @ ones) or
+    its leading axes (ones @ columns); any other reduction goes to `xp.sum`.
+    Shapes: x (*lead, *trail) -> the reduced shape; `axes` sorted and non-negative.
+    """
+    xp = namespace(x)
+    ndim, count = x.ndim, len(axes)
+    dtype = x.dtype
+    if (
+        count == 0
+        or x.size == 0
+        or not (dtype == xp.float32 or dtype == xp.float64)
+        or (axes[0] != ndim - count and axes[-1] != count - 1)  # neither trailing nor leading
+    ):
+        return xp.asarray(xp.sum(x, axis=axes, keepdims=keepdims))
+    summed = math.prod(x.shape[a] for a in axes)
+    if axes[0] == ndim - count:  # trailing: (rows, summed) @ (summed, 1)
+        ones = xp.ones((summed, 1), dtype=dtype, device=x.device)
+        result = xp.reshape(x, (-1, summed)) @ ones
+    else:  # leading: (1, summed) @ (summed, columns)
+        ones = xp.ones((1, summed), dtype=dtype, device=x.device)
+        result = ones @ xp.reshape(x, (summed, -1))
+    if keepdims:
+        return xp.reshape(result, tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
+    return xp.reshape(result, tuple(n for i, n in enumerate(x.shape) if i not in axes))
+
+
+def max_along(xp: Any, x: Any, axis: int) -> Any:
+    """The max along one axis, by halving when `axis` is a short last axis.
+
+    Replaces: ``xp.max(x, axis=axis, keepdims=True)``.
+    NumPy's max along a short contiguous axis costs about 20 ns a row (375 us for the 16 keys of
+    (64, 4, 16, 16) attention scores); `maximum` of the two halves, repeated, does the same in
+    log2(n) vectorised passes (125 us). From about 128 keys on, the plain max is faster.
+    """
+    if axis != x.ndim - 1 or x.shape[-1] > 64 or x.size == 0:
+        return xp.max(x, axis=axis, keepdims=True)
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        folded = xp.maximum(x[..., :half], x[..., half : 2 * half])
+        if x.shape[-1] % 2:  # the odd column goes on to the next round
+            folded = xp.concat([folded, x[..., -1:]], axis=-1)
+        x = folded
+    return x
+
+
+def row_shift(xp: Any, x: Any, axis: int) -> Any:
+    """The max along `axis`, with non-finite maxima (all -inf rows) replaced by 0.
+
+    Replaces: ``m = xp.max(x, axis=axis, keepdims=True); xp.where(m == -inf, 0, m)``.
+    Subtracting the max keeps exp() from overflowing for logits like 1e4; replacing a max of
+    -inf by 0 keeps `x - shift` from becoming -inf - (-inf) = NaN on fully masked rows. A NaN or
+    +inf max is kept, so a row holding NaN or +inf comes out NaN, as in PyTorch.
+    """
+    shift = max_along(xp, x, axis)
+    return xp.where(shift == -math.inf, xp.zeros_like(shift), shift)
+
+
+def append_ones(xp: Any, x: Any) -> Any:
+    """(..., T, D) -> (..., T, D + 1) with a last column of ones.
+
+    Replaces: the separate sum or subtraction it lets a matrix product do. With it,
+    ``[q, -c] @ append_ones(k)^T`` is ``q @ k^T - c`` and ``P @ append_ones(v)`` carries
+    ``P.sum(-1)`` in its last column: one matmul instead of a matmul and a pass over the tile.
+    """
+    ones = xp.ones((*x.shape[:-1], 1), dtype=x.dtype, device=x.device)
+    return xp.concat([x, ones], axis=-1)
+
+
+# ------------------------------------------------------------------- block-wise attention tiles
+# A tile is (queries per block) x (keys per block) for every batch entry. Keys per block is fixed;
+# queries per block follow from the numbers in one tile's scores (batch * Bq * Bk). 2**19 (2 MB
+# in float32: 512 x 256 for 4 heads) was the fastest of the tiles tried (docs/performance.md):
+# smaller tiles pay more Python per score, larger ones fall out of a core's 2 MB L2 cache.
+ATTENTION_BLOCK_KEYS = 256
+ATTENTION_BLOCK_SCORES = 1 << 19
+# On a GPU the same tile is a few microseconds of work, less than the Python, the kernel launches
+# and the host sync of the shift test around it: tiles there are 64 times larger (2048 keys,
+# 2**25 scores, 128 MB in float32), still a small part of a GPU's memory.
+GPU_ATTENTION_BLOCK_KEYS = 2048
+GPU_ATTENTION_BLOCK_SCORES = 1 << 25
+# Threads that work on different query blocks at once (NumPy releases the GIL inside its kernels).
+# 1 by default: more pays only with a 1-thread BLAS (threadpoolctl), because a multi-threaded BLAS
+# called from every thread oversubscribes the cores (measured in docs/performance.md).
+ATTENTION_THREADS = 1
+
+
+def block_sizes(batch: int, tq: int, tk: int, gpu: bool = False) -> tuple[int, int]:
+    """(queries, keys) per tile, each between 1 and its sequence length.
+
+    Replaces: one tile of (Tq, Tk), the whole score matrix (what the plain attention makes).
+    """
+    keys, scores = (
+        (GPU_ATTENTION_BLOCK_KEYS, GPU_ATTENTION_BLOCK_SCORES)
+        if gpu
+        else (ATTENTION_BLOCK_KEYS, ATTENTION_BLOCK_SCORES)
+    )
+    block_k = max(1, min(tk, keys))
+    block_q = max(1, min(tq, scores // max(1, batch * block_k)))
+    return block_q, block_k
+
+
+def blocks(stop: int, size: int) -> list[slice]:
+    """Consecutive slices of `size` covering [0, stop); the last one may be shorter.
+
+    Replaces: ``[slice(0, stop)]``, one block.
+    """
+    return [slice(i, min(i + size, stop)) for i in range(0, stop, size)]
+
+
+def parallel_map(function: Callable, items: list) -> list:
+    """[function(item) for item in items], on ATTENTION_THREADS threads when that is above 1.
+
+    Replaces: ``[function(item) for item in items]``.
+    """
+    if ATTENTION_THREADS <= 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415  (only when threads are on)
+
+    with ThreadPoolExecutor(max_workers=ATTENTION_THREADS) as pool:
+        return list(pool.map(function, items))

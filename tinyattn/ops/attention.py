@@ -1,0 +1,229 @@
+"""Block-wise (memory-saving) attention: the same softmax(q k^T * scale) @ v as the reference
+`functional.scaled_dot_product_attention`, one tile of queries against keys at a time.
+
+This is an optimisation, not a new idea: read the reference first. It exists because the
+reference holds the whole (Tq, Tk) score matrix (and its gradient), which for long sequences is
+most of a training step's memory. Its backward runs on arrays (recomputing each tile), so it is
+differentiable once only: `OnceDifferentiable` makes a second differentiation raise. The tile
+sizes and threads are set in `kernels`; `functional` decides when this path is taken.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import kernels
+from ..autograd import Function, is_grad_enabled
+from ..backend import namespace
+
+# How far a score may exceed its row's shift in BlockwiseAttention's forward: exp(20) ~ 5e8, so
+# sums over a million keys of values up to 1e20 stay finite even in float32 (max ~3e38).
+SHIFT_SLACK = 20.0
+
+
+class BlockwiseAttention(Function):
+    """out = softmax(q k^T * scale, masked over keys) @ v, computed one tile (a block of queries
+    against a block of keys) at a time, so the (Tq, Tk) score matrix never exists.
+
+    Forward, an online softmax: each query row keeps a shift c and, over its key blocks b, sums
+        acc += exp(S_b - c) [v_b, 1]   with S_b = q k_b^T * scale (disallowed scores -inf).
+    The ones column makes the last column of acc the normaliser l = sum_j exp(S_j - c); then
+    out = acc[:, :Dv] / l and lse = c + log l (one number per query) is saved. Any shift gives
+    the same out and lse as long as no exp overflows: see _forward_rows for when c moves.
+    Backward recomputes the weights tile by tile, P = exp(S - lse), and with D_i = sum_c dO_ic O_ic
+        dV_b += P^T dO,   dS = P * (dO v_b^T - D),   dQ += dS k_b * scale,   dK_b += dS^T q * scale.
+    Memory is O(T): q, k, v, out, lse and one tile. A query with no allowed key has l = 0: out 0
+    and gradient 0. First-order only (the backward runs on arrays): see OnceDifferentiable.
+    Shapes: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) with equal batch axes, allowed bool
+    broadcastable to (..., Tq, Tk) with at least 2 axes -> out (..., Tq, Dv).
+    """
+
+    __slots__ = ("is_causal", "scale", "block_q", "block_k")
+
+    def forward(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        allowed: Any = None,
+        is_causal: bool = False,
+        scale: float = 1.0,
+        block_q: int = 1,
+        block_k: int = 1,
+    ) -> Any:
+        self.is_causal, self.scale, self.block_q, self.block_k = is_causal, scale, block_q, block_k
+        xp = namespace(q)
+        q_scaled = q * scale  # scaling the (Tq, D) queries once, not every tile's scores
+        keys = (
+            k,
+            kernels.append_ones(xp, k),  # (..., Tk, D + 1): [q, -c] @ [k, 1]^T = S - c
+            xp.sqrt(xp.sum(k * k, axis=-1))[..., None, :],  # |k_j|: (..., Tk) -> (..., 1, Tk)
+            kernels.append_ones(xp, v),  # (..., Tk, Dv + 1): P @ [v, 1] also sums P
+        )
+        q_norms = xp.sqrt(xp.sum(q_scaled * q_scaled, axis=-1, keepdims=True))  # (..., Tq, 1)
+        out = xp.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
+        lse = xp.empty((*q.shape[:-1], 1), dtype=q.dtype, device=q.device)
+        row_blocks = kernels.blocks(q.shape[-2], block_q)
+        results = kernels.parallel_map(
+            lambda rows: self._forward_rows(
+                xp, rows, q_scaled[..., rows, :], q_norms[..., rows, :], keys, allowed
+            ),
+            row_blocks,
+        )
+        for rows, (out_rows, lse_rows) in zip(row_blocks, results, strict=True):
+            out[..., rows, :], lse[..., rows, :] = out_rows, lse_rows
+        self.save_for_backward(lse, allowed)
+        return out
+
+    def _forward_rows(
+        self, xp: Any, rows: slice, q_rows: Any, q_norms: Any, keys: tuple, allowed: Any
+    ) -> tuple[Any, Any]:
+        """One query block's online softmax over its key blocks: (out rows, lse rows).
+
+        The shift c starts at the first tile's row max m and moves up to the new m (acc is
+        rescaled by exp(c_old - c)) only when a tile could hold a score above c + SHIFT_SLACK:
+        |S_ij| <= |q_i| max_j |k_j| (Cauchy-Schwarz) rules that out for most tiles, which then
+        skip the max and the subtraction, since S - c comes out of [q, -c] @ [k, 1]^T directly.
+        """
+        k, k_ones, k_norms, v_ones = keys
+        new = {"dtype": q_rows.dtype, "device": q_rows.device}
+        running_max = xp.full((*q_rows.shape[:-1], 1), -math.inf, **new)  # m: (..., Bq, 1)
+        shift = xp.zeros_like(running_max)  # c = m, or 0 while a row has seen no allowed key
+        q_shifted = xp.concat([q_rows, -shift], axis=-1)  # [q * scale, -c]: (..., Bq, D + 1)
+        acc = xp.zeros((*q_rows.shape[:-1], v_ones.shape[-1]), **new)  # (..., Bq, Dv + 1)
+        for cols in self._key_blocks(k.shape[-2], rows):
+            tile = self._tile_mask(xp, allowed, rows, cols, q_rows.device)
+            largest = q_norms * xp.max(k_norms[..., cols], axis=-1, keepdims=True)  # >= S_ij
+            if bool(xp.all(largest - running_max <= SHIFT_SLACK)):  # false while m is -inf
+                # S - c: (..., Bq, D + 1) @ (..., D + 1, Bk) -> (..., Bq, Bk)
+                scores = q_shifted @ k_ones[..., cols, :].mT
+                if tile is not None:
+                    scores = xp.where(tile, scores, -math.inf)
+                acc = acc + xp.exp(scores) @ v_ones[..., cols, :]  # (.., Bq, Bk) @ (.., Bk, Dv+1)
+                continue
+            scores = q_rows @ k[..., cols, :].mT  # S: (..., Bq, D) @ (..., D, Bk) -> (..., Bq, Bk)
+            if tile is not None:
+                scores = xp.where(tile, scores, -math.inf)
+            new_max = xp.maximum(running_max, xp.max(scores, axis=-1, keepdims=True))
+            # A row with no allowed key yet keeps c = 0: exp(-inf - 0) = 0, where a shift of
+            # -inf would give -inf - -inf = NaN. exp(m - c) rescales the old sums; it is 0 while
+            # m was -inf, when those sums are 0 anyway.
+            new_shift = xp.where(xp.isfinite(new_max), new_max, 0.0)
+            weighted = xp.exp(scores - new_shift) @ v_ones[..., cols, :]  # (..., Bq, Dv + 1)
+            acc = acc * xp.exp(running_max - new_shift) + weighted
+            running_max, shift = new_max, new_shift
+            q_shifted = xp.concat([q_rows, -shift], axis=-1)
+        total = acc[..., -1:]  # l_i = sum_j exp(S_ij - c_i), the ones column's row
+        found = total > 0.0  # False for a query that may attend to nothing
+        total = xp.where(found, total, 1.0)
+        # lse of an empty row is -inf; 0 keeps it finite (backward masks that whole row anyway).
+        return acc[..., :-1] / total, xp.where(found, shift + xp.log(total), 0.0)
+
+    def _key_blocks(self, tk: int, rows: slice) -> list[slice]:
+        """Key blocks a query block sees: under is_causal query i sees keys j <= i only, so the
+        blocks past the block's last query are skipped (half the work of a square causal layer)."""
+        return kernels.blocks(min(tk, rows.stop) if self.is_causal else tk, self.block_k)
+
+    def _tile_mask(self, xp: Any, allowed: Any, rows: slice, cols: slice, device: Any) -> Any:
+        """The bool mask of one tile, or None when every score in it is allowed.
+
+        The user mask keeps its broadcast axes of size 1 (slicing those would empty them). The
+        causal part, key <= query, is built for the tile only and only where the tile crosses
+        the diagonal (a key past the tile's first query).
+        """
+        tile = None
+        if allowed is not None:
+            row_part = rows if allowed.shape[-2] != 1 else slice(None)
+            col_part = cols if allowed.shape[-1] != 1 else slice(None)
+            tile = allowed[..., row_part, col_part]
+        if self.is_causal and cols.stop - 1 > rows.start:
+            query = xp.arange(rows.start, rows.stop, device=device)[:, None]  # (Bq, 1)
+            key = xp.arange(cols.start, cols.stop, device=device)[None, :]  # (1, Bk)
+            tile = key <= query if tile is None else tile & (key <= query)
+        return tile
+
+    def backward(self, grad: Any) -> tuple:
+        lse, allowed = (None if t is None else t.data for t in self.saved_tensors)
+        grads = self._backward_arrays(grad.data, self.output.data, lse, allowed)
+        if is_grad_enabled():  # create_graph=True: the gradients must refuse a second backward
+            return tuple(OnceDifferentiable.apply(*self.inputs, grad, value=g) for g in grads)
+        return tuple(t.constant(g) for t, g in zip(self.inputs, grads, strict=True))
+
+    def _backward_arrays(self, grad: Any, out: Any, lse: Any, allowed: Any) -> tuple:
+        """(dq, dk, dv) on arrays, recomputing each tile's weights from the saved lse.
+
+        Two extra columns fold two subtractions into the matmuls that need them anyway:
+        [q * scale, -lse] @ [k, 1]^T = S - lse, and [dO, -D] @ [v, 1]^T = dO v^T - D.
+        """
+        q, k, v = (t.data for t in self.inputs)
+        xp = namespace(q)
+        q_scaled = q * self.scale
+        row_dots = xp.sum(grad * out, axis=-1, keepdims=True)  # D_i: (..., Tq, 1)
+        arrays = (
+            q_scaled,
+            xp.concat([q_scaled, -lse], axis=-1),  # (..., Tq, D + 1)
+            k,
+            kernels.append_ones(xp, k),  # (..., Tk, D + 1)
+            grad,
+            xp.concat([grad, -row_dots], axis=-1),  # (..., Tq, Dv + 1)
+            v,
+            kernels.append_ones(xp, v),  # (..., Tk, Dv + 1)
+        )
+        grad_q = xp.empty_like(q)
+        row_blocks = kernels.blocks(q.shape[-2], self.block_q)
+        threads = max(1, min(kernels.ATTENTION_THREADS, len(row_blocks)))
+        # Thread t takes query blocks t, t + threads, ... (causal blocks differ in cost), writes
+        # its rows of dq and returns its own sums for dk and dv, which are added up here.
+        parts = kernels.parallel_map(
+            lambda blocks: self._backward_rows(xp, blocks, arrays, allowed, grad_q),
+            [row_blocks[start::threads] for start in range(threads)],
+        )
+        grad_k, grad_v = parts[0]
+        for part_k, part_v in parts[1:]:
+            grad_k, grad_v = grad_k + part_k, grad_v + part_v
+        return grad_q, grad_k, grad_v
+
+    def _backward_rows(
+        self, xp: Any, row_blocks: list, arrays: tuple, allowed: Any, grad_q: Any
+    ) -> tuple[Any, Any]:
+        """Writes dq for the query blocks `row_blocks`; returns their share of (dk, dv)."""
+        q_scaled, q_shifted, k, k_ones, grad, grad_shifted, v, v_ones = arrays
+        grad_k, grad_v = xp.zeros_like(k), xp.zeros_like(v)
+        for rows in row_blocks:
+            grad_q_rows = xp.zeros_like(q_scaled[..., rows, :])
+            for cols in self._key_blocks(k.shape[-2], rows):
+                # P = exp(S - lse): (..., Bq, D + 1) @ (..., D + 1, Bk) -> (..., Bq, Bk)
+                scores = q_shifted[..., rows, :] @ k_ones[..., cols, :].mT
+                tile = self._tile_mask(xp, allowed, rows, cols, k.device)
+                if tile is not None:
+                    scores = xp.where(tile, scores, -math.inf)
+                weights = xp.exp(scores)
+                # (..., Bk, Bq) @ (..., Bq, Dv) -> (..., Bk, Dv)
+                grad_v[..., cols, :] += weights.mT @ grad[..., rows, :]
+                # dS = P * (dP - D): (..., Bq, Dv + 1) @ (..., Dv + 1, Bk) -> (..., Bq, Bk)
+                grad_scores = weights * (grad_shifted[..., rows, :] @ v_ones[..., cols, :].mT)
+                grad_q_rows = grad_q_rows + grad_scores @ k[..., cols, :]  # (.., Bq, D)
+                grad_k[..., cols, :] += grad_scores.mT @ q_scaled[..., rows, :]  # (.., Bk, D)
+            grad_q[..., rows, :] = grad_q_rows * self.scale
+        return grad_k, grad_v
+
+
+class OnceDifferentiable(Function):
+    """y = value (a gradient BlockwiseAttention computed on arrays);  dL/d(inputs): raises.
+
+    Recorded under create_graph=True with the attention's inputs and cotangent as its inputs, so
+    that differentiating the gradient again raises instead of silently returning 0 (PyTorch's
+    `once_differentiable`). Shapes: value any; the inputs only link the graph.
+    """
+
+    __slots__ = ()
+
+    def forward(self, *arrays: Any, value: Any = None) -> Any:
+        return value
+
+    def backward(self, grad: Any) -> None:
+        raise NotImplementedError(
+            "double backward through block-wise attention is not supported: use the plain path "
+            "(set tinyattn.functional.BLOCKWISE_MIN_SCORES = math.inf)"
+        )

@@ -1,0 +1,64 @@
+"""The softmax family: softmax and log-softmax along one axis, each one fused node.
+
+Composed from primitives, softmax is a max, a subtraction, an exp, a sum and a division (five
+nodes); fused, it is one node whose backward needs only its output. Both shift every row by its
+max first (exp of a large logit would overflow) and give fully masked rows (all -inf) a finite
+answer: softmax 0, log-softmax -inf, gradient 0 or g, never NaN. A row holding NaN is NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import kernels
+from ..autograd import Function
+from ..backend import namespace
+
+
+class Softmax(Function):
+    """y = exp(x - m) / sum(exp(x - m)) along `axis` (m = max, a constant: y does not depend on it);
+    dL/dx = y * (g - sum(g * y)).  A row of all -inf gives y = 0 (and gradient 0), not NaN.
+
+    Shapes: x (..., N) -> (..., N) (any axis).
+    """
+
+    __slots__ = ("axis",)
+
+    def forward(self, x: Any, axis: int = -1) -> Any:
+        self.axis = axis
+        xp = namespace(x)
+        if x.size == 0:  # no row to normalise (an empty row has no max)
+            return xp.zeros_like(x)
+        exps = xp.exp(x - kernels.row_shift(xp, x, axis))
+        total = kernels.sum_array(exps, (axis % x.ndim,), keepdims=True)
+        # total is 0 only on an all -inf row, where every exp is 0: 0 / 1 = 0. A NaN total (a
+        # row holding NaN or +inf) divides the whole row, which then is NaN.
+        exps /= xp.where(total == 0, xp.ones_like(total), total)  # in place: exps is ours
+        return exps
+
+    def backward(self, grad: Any) -> Any:
+        y = self.output  # using the output keeps higher-order gradients exact
+        return y * (grad - (grad * y).sum(axis=self.axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    """y = x - m - log(sum(exp(x - m))) along `axis`;  dL/dx = g - exp(y) * sum(g).
+
+    A row of all -inf gives y = -inf (the log of probability 0) and gradient g, never NaN.
+    Shapes: x (..., N) -> (..., N) (any axis).
+    """
+
+    __slots__ = ("axis",)
+
+    def forward(self, x: Any, axis: int = -1) -> Any:
+        self.axis = axis
+        xp = namespace(x)
+        if x.size == 0:
+            return xp.zeros_like(x)
+        shifted = x - kernels.row_shift(xp, x, axis)
+        total = kernels.sum_array(xp.exp(shifted), (axis % x.ndim,), keepdims=True)
+        shifted -= xp.log(xp.where(total == 0, xp.ones_like(total), total))  # in place: ours
+        return shifted
+
+    def backward(self, grad: Any) -> Any:
+        return grad - self.output.exp() * grad.sum(axis=self.axis, keepdims=True)

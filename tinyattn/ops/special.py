@@ -1,0 +1,75 @@
+"""Special functions the array API lacks: the error function erf, for the exact GELU.
+
+The forward is a rational approximation on arrays (W. J. Cody's, exact to float64 rounding);
+the backward needs only exp, so it is written with Tensor ops like every other rule.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..autograd import Function
+from ..backend import namespace
+
+# W. J. Cody's rational Chebyshev approximations for erf/erfc (Math. Comp. 23, 1969; Netlib
+# SPECFUN CALERF). Relative error below 1e-16 in float64 over the whole line: measured against
+# math.erf, the worst absolute error is 2.2e-16, so exact GELU matches PyTorch to ~1e-15.
+_ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
+          3.20937758913846947e03, 1.85777706184603153e-1)  # fmt: skip
+_ERF_B = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
+          2.84423683343917062e03)  # fmt: skip
+_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
+          2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
+          2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8)  # fmt: skip
+_ERF_D = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
+          1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
+          3.43936767414372164e03, 1.23033935480374942e03)  # fmt: skip
+_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
+          1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2)  # fmt: skip
+_ERF_Q = (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1,
+          6.05183413124413191e-2, 2.33520497626869185e-3)  # fmt: skip
+_SMALL, _MIDDLE = 0.46875, 4.0
+
+
+def _ratio(z: Any, num: tuple, den: tuple) -> Any:
+    """Cody's nested evaluation: (num[-1]z^k + ... + num[k-1]) / (z^k + ... + den[k-1])."""
+    top, bottom = num[-1] * z, z
+    for a, b in zip(num[: len(den) - 1], den[:-1], strict=True):
+        top, bottom = (top + a) * z, (bottom + b) * z
+    return (top + num[len(den) - 1]) / (bottom + den[-1])
+
+
+def _erf_array(xp: Any, x: Any) -> Any:
+    """erf on an array: three ranges of |x|, each evaluated on its own clipped copy (no inf)."""
+    y = xp.abs(x)
+    small = xp.clip(y, 0.0, _SMALL)
+    erf_small = x * _ratio(small * small, _ERF_A, _ERF_B)
+    middle = xp.clip(y, _SMALL, _MIDDLE)
+    large = xp.clip(y, _MIDDLE, None)
+    inv_sq = 1.0 / (large * large)
+    erfc_scaled_large = (1.0 / math.sqrt(math.pi) - inv_sq * _ratio(inv_sq, _ERF_P, _ERF_Q)) / large
+    tail_at = xp.where(y <= _MIDDLE, middle, large)
+    tail = xp.where(y <= _MIDDLE, _ratio(middle, _ERF_C, _ERF_D), erfc_scaled_large)
+    # exp(-y^2) split as exp(-r^2) exp(-(y-r)(y+r)) with r = y rounded down to 1/16: keeps the
+    # rounding error of y^2 out of the exponent (Cody's trick).
+    rounded = xp.trunc(tail_at * 16.0) / 16.0
+    erfc = xp.exp(-rounded * rounded) * xp.exp(-(tail_at - rounded) * (tail_at + rounded)) * tail
+    erf_large = xp.sign(x) * ((0.5 - erfc) + 0.5)
+    return xp.where(y <= _SMALL, erf_small, erf_large)
+
+
+class Erf(Function):
+    """y = erf(x) = 2/sqrt(pi) * integral_0^x exp(-t^2) dt;  dL/dx = g * 2/sqrt(pi) * exp(-x^2).
+
+    Shapes: any.
+    """
+
+    __slots__ = ()
+
+    def forward(self, x: Any) -> Any:
+        return _erf_array(namespace(x), x)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        return grad * ((-(x * x)).exp() * (2.0 / math.sqrt(math.pi)))
