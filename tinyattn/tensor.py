@@ -3,8 +3,9 @@
 Imports `backend`, `autograd` and `ops`. A Tensor is an array plus its place in the graph: ``_ctx``
 is the Function that produced it (None for leaves). Every method here validates its arguments
 (shapes, devices, dtypes: errors name the op) and then calls one op's ``apply``; no derivative math
-lives here. Python numbers become constant 0-d tensors of the other operand's dtype, so
-``float32_tensor * 2.0`` stays float32.
+lives here. A Python number is not a graph input: ``x * 2.0`` records one ``MulScalar`` node
+with the single input ``x`` (likewise ``/``, ``+``, ``-``, ``**`` and their reflected forms), and
+the result keeps ``x``'s dtype, so ``float32_tensor * 2.0`` stays float32.
 """
 
 from __future__ import annotations
