@@ -1,4 +1,5 @@
-"""The lessons of the seed articles (shared/seeds), each as an executable claim on every backend:
+"""The lessons of the attention articles tinyattn started from, each as an executable claim on
+every backend:
 
 1. projecting to the full width and then splitting into heads equals H separate per-head
    projections whose weights are the row blocks of the big weight;
@@ -6,8 +7,9 @@
    permuting queries permutes the output; positional encodings are what breaks the symmetry;
 3. the 1/sqrt(d) scale keeps the score variance near 1 for unit-variance inputs (unscaled scores
    have variance d and saturate the softmax);
-4. the single-query walk-through on "Your journey starts with one step" gives the numbers in
-   shared/seeds/README.md, and a softmax over one score is always 1.
+4. the single-query walk-through on "Your journey starts with one step" (weights from
+   ``torch.manual_seed(123)`` and three ``torch.randn(3, 2)``, as docs/attention.md shows) gives
+   its attention weights and context vector, and a softmax over one score is always 1.
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ methods; no derivative math lives here. The elementwise methods and operators (`
 ``x + y``, ``x < y``) are not written out: `_registered_ops` makes them from the registration
 table in ops/table.py, which the op-table tests read too. Names follow PyTorch (``size()``,
 ``transpose(d0, d1)``, ``max(dim)`` with indices, elementwise ``==``); NumPy's ``axis`` and
-``keepdims`` are accepted beside ``dim`` and ``keepdim``. Python numbers become constant 0-d
-tensors of the other operand's dtype, so ``float32_tensor * 2.0`` stays float32.
+``keepdims`` are accepted beside ``dim`` and ``keepdim``. A Python number is not a graph input:
+``x * 2.0`` records one ``MulScalar`` node with the single input ``x`` (likewise ``/``, ``+``,
+``-``, ``**`` and their reflected forms), and the result keeps ``x``'s dtype, so
+``float32_tensor * 2.0`` stays float32.
 """
 
 from __future__ import annotations
