@@ -97,10 +97,9 @@ def test_reductions_of_a_0d_tensor_over_axis_0_or_minus_1(device, reduction, axi
     """PyTorch lets a 0-d tensor be reduced over axis 0 or -1: the value, gradient 1."""
     torch = pytest.importorskip("torch")
     x, tx = _t(2.5, device), _torch(2.5)
-    ours = getattr(x, reduction)(axis=axis, keepdims=keepdims)
-    theirs = getattr(tx, {"max": "amax", "min": "amin"}.get(reduction, reduction))(
-        dim=axis, keepdim=keepdims
-    )
+    name = {"max": "amax", "min": "amin"}.get(reduction, reduction)  # max(dim) gives indices too
+    ours = getattr(x, name)(axis=axis, keepdims=keepdims)
+    theirs = getattr(tx, name)(dim=axis, keepdim=keepdims)
     assert ours.shape == tuple(theirs.shape) == ()
     _assert_same(ours.numpy(), theirs.detach().numpy())
     (grad,) = ta.grad(ours, [x])
@@ -108,7 +107,18 @@ def test_reductions_of_a_0d_tensor_over_axis_0_or_minus_1(device, reduction, axi
     _assert_same(grad.numpy(), want.numpy())
 
 
-@pytest.mark.parametrize("reduction", ["sum", "mean", "max"])
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_max_min_with_a_dim_of_a_0d_tensor_give_the_value_and_index_0(device, reduction):
+    pytest.importorskip("torch")
+    values, indices = getattr(_t(2.5, device), reduction)(0)
+    want_values, want_indices = getattr(_torch(2.5), reduction)(0)
+    assert values.shape == indices.shape == () and str(indices.numpy().dtype) == "int64"
+    assert values.item() == want_values.item() and indices.item() == want_indices.item() == 0
+    with pytest.raises(ValueError, match="axis 1 is not valid for a 0-d tensor"):
+        getattr(_t(2.5, device), reduction)(1)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
 def test_reductions_of_a_0d_tensor_refuse_other_axes(device, reduction):
     with pytest.raises(ValueError, match=f"{reduction}: axis 1 is not valid for a 0-d tensor"):
         getattr(_t(2.5, device), reduction)(axis=1)

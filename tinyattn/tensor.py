@@ -49,6 +49,7 @@ from .ops import (
     normalize_axes,
 )
 from .ops.indexing import parse_key
+from .ops.reductions import reduction_axes
 from .ops.table import BINARY, LOGICAL, UNARY, Binary, Logical, Unary
 
 _HOST_ARRAY = backend.HOST_ARRAY
@@ -547,16 +548,18 @@ class Tensor:
     ) -> Tensor:
         """The largest value over axes (a tuple allowed); tied maxima share the gradient."""
         axis, keepdims = _dims("amax", axis, keepdims, dim, keepdim)
-        axes = normalize_axes("amax", axis, self.ndim)  # an error names amax, not the op
-        return Max.apply(self, axis=axes, keepdims=keepdims)
+        if self.ndim:  # an error names amax, not the op (a 0-d tensor: Max checks axis 0 or -1)
+            axis = normalize_axes("amax", axis, self.ndim)
+        return Max.apply(self, axis=axis, keepdims=keepdims)
 
     def amin(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
     ) -> Tensor:
         """The smallest value over axes (a tuple allowed); tied minima share the gradient."""
         axis, keepdims = _dims("amin", axis, keepdims, dim, keepdim)
-        axes = normalize_axes("amin", axis, self.ndim)  # an error names amin, not the op
-        return Min.apply(self, axis=axes, keepdims=keepdims)
+        if self.ndim:  # an error names amin, not the op (a 0-d tensor: Min checks axis 0 or -1)
+            axis = normalize_axes("amin", axis, self.ndim)
+        return Min.apply(self, axis=axis, keepdims=keepdims)
 
     def max(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
@@ -582,6 +585,9 @@ class Tensor:
             raise TypeError(
                 f"{op}: dim must be an int (got {axis!r}); for several dims use a{op}(dims)"
             )
+        if self.ndim == 0:  # PyTorch: the value itself and index 0, for dim 0 or -1
+            values = (Max if op == "max" else Min).apply(self, axis=axis, keepdims=keepdims)
+            return ValuesIndices(values, self._arg_extreme("arg" + op, axis, keepdims, None, None))
         indices = self.argmax(axis, True) if op == "max" else self.argmin(axis, True)
         values = self.gather(axis, indices)
         if not keepdims:
@@ -606,7 +612,9 @@ class Tensor:
             raise ValueError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
         xp = backend.namespace(self.data)
         data = self.data
-        if axis is None:
+        if axis is None or self.ndim == 0:
+            if axis is not None:  # a 0-d tensor takes dim 0 or -1, as in PyTorch
+                reduction_axes(op, axis, 0)
             data, axis = xp.reshape(data, (-1,)), 0
             keepdims = keepdims and self.ndim == 0  # PyTorch: a flat index, 0-d
         else:
