@@ -191,7 +191,8 @@ def check_grads(
     float32, or only in `dtype` when given; ``order=2`` adds `gradgradcheck`. Kinks are
     accepted (``allow_kinks=True``). `max_examples` defaults to the active Hypothesis profile's
     (100 unless a profile says otherwise). On failure raises `GradcheckError` with the input
-    Hypothesis shrank to, the checker's report and how to reproduce it.
+    Hypothesis shrank to, the checker's report and how to reproduce it; the error's
+    ``inputs`` and ``dtype`` attributes hold that example.
     """
     if order not in (1, 2):
         raise ValueError(f"check_grads: order must be 1 or 2, got {order!r}")
@@ -217,7 +218,9 @@ def check_grads(
     try:
         run()
     except GradcheckError:
-        raise GradcheckError(_failure_report(failure, seed, order, examples[0])) from None
+        error = GradcheckError(_failure_report(failure, seed, order, examples[0]))
+        error.inputs, error.dtype = failure["inputs"], failure["dtype"]  # the shrunk example
+        raise error from None
 
 
 def _hypothesis_test(
