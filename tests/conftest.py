@@ -17,8 +17,19 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 import tinyattn as ta  # noqa: E402
+
+# Hypothesis profiles. "ci" (the default) keeps the property tests that take the profile's
+# example count, above all the op table's `check_grads`, to a few examples each; "thorough" is
+# Hypothesis's own 100. Pick one with --hypothesis-profile=thorough or TINYATTN_HYPOTHESIS_PROFILE.
+settings.register_profile(
+    "ci", max_examples=int(os.environ.get("TINYATTN_CI_EXAMPLES", "5")), deadline=None
+)
+settings.register_profile("thorough", max_examples=100, deadline=None)
+PROFILE = os.environ.get("TINYATTN_HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
 
 BACKENDS = {"numpy": "cpu", "strict": "strict", "cupy": "cuda"}
 SELECTED = [
@@ -53,6 +64,14 @@ def device(request):
             yield request.param
     else:
         yield request.param
+
+
+@pytest.fixture
+def hypothesis_defaults():
+    """Hypothesis's own defaults (100 examples) for one test, then the suite's profile again."""
+    settings.load_profile("default")
+    yield
+    settings.load_profile(PROFILE)
 
 
 @pytest.fixture

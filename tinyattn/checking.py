@@ -126,16 +126,22 @@ def _analytic(fn: Callable, inputs: Sequence[Any], targets: list[_Target], seed:
 
 
 # ------------------------------------------------------------------------------------- numeric
-def _contracted(fn: Callable, inputs: Sequence[Any], cotangents: list) -> tuple[float, str]:
-    """phi(x) = sum over outputs of <cotangent, output>, in float64; also the output dtype."""
+def _contracted(fn: Callable, inputs: Sequence[Any], cotangents: list) -> tuple[float, str, float]:
+    """phi(x) = sum over outputs of <cotangent, output>, in float64; also the output dtype and
+    the sum of the terms' magnitudes (what float64 rounding of phi is proportional to)."""
     outputs = _outputs(fn(*inputs))
-    total = 0.0
+    total = magnitude = 0.0
     dtype = "float64"
     for out, cot in zip(outputs, cotangents):
-        host = backend.to_numpy(out.data).astype("float64")
-        total += float((host * cot).sum())
+        terms = backend.to_numpy(out.data).astype("float64") * cot
+        total += float(terms.sum())
+        magnitude += float(abs(terms).sum())
         dtype = backend.dtype_name(out.dtype)
-    return total, dtype
+    return total, dtype, magnitude
+
+
+# float64's machine epsilon: the rounding allowance of a difference is 4 * this * magnitude / eps.
+FLOAT64_EPSILON = 2.0**-52
 
 
 class _Float64View:
@@ -169,15 +175,18 @@ def _numeric_eps(fn: Callable, inputs: Sequence[Any], cotangents: list, eps: flo
     """The given eps, or the default for the dtype the function actually computes in."""
     if eps is not None:
         return eps
-    _, out_dtype = _contracted(fn, inputs, cotangents)
+    out_dtype = _contracted(fn, inputs, cotangents)[1]
     return EPS_IF_STILL_FLOAT32 if out_dtype != "float64" else DEFAULTS["float64"]["eps"]
 
 
 class _Numeric:
     """Central and one-sided differences for every target, and phi(x) itself."""
 
-    def __init__(self, eps: float, center: float) -> None:
+    def __init__(self, eps: float, center: float, magnitude: float) -> None:
         self.eps, self.center = eps, center
+        # A difference of two values of phi cannot resolve less than their rounding: outputs
+        # of very different sizes (a ** b up to 1e10 beside 1) need this allowance.
+        self.rounding = 4.0 * FLOAT64_EPSILON * magnitude / eps
         self.central: list = []
         self.forward: list = []
         self.backward: list = []
@@ -192,7 +201,8 @@ def _numeric(
     cotangents = _cotangents(_outputs(fn(*inputs)), seed)
     with _Float64View(inputs, targets):
         eps = _numeric_eps(fn, inputs, cotangents, eps)
-        result = _Numeric(eps, _contracted(fn, inputs, cotangents)[0])
+        center, _, magnitude = _contracted(fn, inputs, cotangents)
+        result = _Numeric(eps, center, magnitude)
         for target in targets:
             tensor = target.tensor
             base = backend.to_numpy(tensor.data).astype("float64")
@@ -239,8 +249,8 @@ def _accepted_at_kinks(
     Three cases, tried in order (the last two probe the failing elements again at eps / 2):
     - a kink at x: the one-sided differences disagree, and the analytic value lies between
       them, the one-dimensional subgradient interval (relu at 0 may return 0 or 1 or between);
-    - a jump at x (the first derivative of max at a tie, under gradgradcheck): the changes of
-      phi do not shrink with the step, so no derivative exists there to check;
+    - a jump at x (the first derivative of max at a tie, under gradgradcheck): on one side
+      the change of phi does not shrink with the step, so no derivative exists there to check;
     - a kink or jump inside the step but not at x: the one-sided slopes at eps and eps / 2
       disagree; the analytic value must lie between the four of them.
     """
@@ -249,7 +259,7 @@ def _accepted_at_kinks(
         a.reshape(-1) for a in (numeric.central[i], numeric.forward[i], numeric.backward[i])
     )
     analytic = analytic.reshape(-1)
-    allowed = atol + rtol * abs(central)
+    allowed = atol + rtol * abs(central) + numeric.rounding
     failing = abs(analytic - central) > allowed
     at_kink = (abs(forward - backward) > allowed) & _between(analytic, [forward, backward], allowed)
     probe = failing & ~at_kink
@@ -264,14 +274,21 @@ def _accepted_at_kinks(
         down = _steps(fn, inputs, tensor, base, cotangents, -eps / 2, probe)
         tensor.data = backend.asarray(base, dtype="float64", device=tensor.device)
     forward_half, backward_half = (up - center) / (eps / 2), (center - down) / (eps / 2)
-    change = (abs(forward) + abs(backward)) * eps
-    change_half = (abs(forward_half) + abs(backward_half)) * (eps / 2)
-    jump = (change_half > 0.75 * change) & (change > 1e-9 * (1.0 + abs(center)))
+    # On either side: the change over eps / 2 about as large as over eps, and above rounding.
+    floor = 1e-9 * (1.0 + abs(center))
+    jump = _no_shrink(abs(up - center), abs(forward) * eps, floor) | _no_shrink(
+        abs(center - down), abs(backward) * eps, floor
+    )
     unsettled = (abs(forward_half - forward) > allowed) | (abs(backward_half - backward) > allowed)
     inside = unsettled & _between(
         analytic, [forward, backward, forward_half, backward_half], allowed
     )
     return failing & (at_kink | (probe & (jump | inside)))
+
+
+def _no_shrink(change_half: Any, change: Any, floor: float) -> Any:
+    """A jump: halving the step leaves the change of phi at least 3/4 of what it was."""
+    return (change_half > 0.75 * change) & (change_half > floor)
 
 
 def _between(value: Any, bounds: list, allowed: Any) -> Any:
@@ -319,7 +336,7 @@ def _report(
         a.reshape(-1) for a in (analytic, central, numeric.forward[i], numeric.backward[i])
     )
     error = abs(analytic - central)
-    allowed = atol + rtol * abs(central)
+    allowed = atol + rtol * abs(central) + numeric.rounding
     bad = (error > allowed) & ~accepted
     nan = (analytic != analytic) | (central != central)
     if not bad.any() and not nan.any():
@@ -340,11 +357,10 @@ def _report(
         f"    analytic  = {a:.10g}",
         f"    numeric   = {n:.10g}",
         f"    abs error = {abs_err:.3e}, rel error = {rel_err:.3e}",
-        f"    allowed   = atol + rtol*|numeric| = {atol:g} + {rtol:g}*{abs(n):.4g} "
-        f"= {atol + rtol * abs(n):.3e}   (eps={numeric.eps:g})",
+        _allowed_line(atol, rtol, n, numeric),
     ]
     f, b = float(forward[worst]), float(backward[worst])
-    if abs(f - b) > atol + rtol * abs(n):
+    if abs(f - b) > float(allowed[worst]):
         lines.append(
             f"    the step straddles a kink here: one-sided differences {b:.10g} (from below) "
             f"and {f:.10g} (from above)"
@@ -352,6 +368,16 @@ def _report(
     if accepted.any():
         lines.append(f"    ({int(accepted.sum())} other element(s) at kinks were accepted)")
     return "\n".join(lines)
+
+
+def _allowed_line(atol: float, rtol: float, n: float, numeric: _Numeric) -> str:
+    """The tolerance applied, with the rounding allowance where it matters."""
+    total = atol + rtol * abs(n)
+    formula, values = "atol + rtol*|numeric|", f"{atol:g} + {rtol:g}*{abs(n):.4g}"
+    if numeric.rounding > 1e-3 * atol:
+        formula, values = formula + " + rounding", values + f" + {numeric.rounding:.3g}"
+        total += numeric.rounding
+    return f"    allowed   = {formula} = {values} = {total:.3e}   (eps={numeric.eps:g})"
 
 
 def _minimum(a: Any, b: Any) -> Any:

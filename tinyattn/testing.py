@@ -43,9 +43,23 @@ def _round_to(value: float, width: int) -> float:
     return struct.unpack("f", struct.pack("f", value))[0]
 
 
+def _inward(bound: float, width: int, up: bool) -> float:
+    """The float of `width` bits nearest to `bound` on the inner side of a [low, high] domain."""
+    rounded = _round_to(bound, width)
+    if rounded == bound or width == 64:
+        return rounded
+    ulp = 2.0 ** (math.floor(math.log2(abs(rounded))) - 23)
+    if up and rounded < bound:
+        return _round_to(rounded + ulp, width)
+    if not up and rounded > bound:
+        return _round_to(rounded - ulp, width)
+    return rounded
+
+
 def elements(low: float = -10.0, high: float = 10.0, width: int = 64) -> st.SearchStrategy[float]:
     """Finite floats in [low, high], with the values gradient bugs hide at drawn often: zero,
     tiny magnitudes (1e-6, 1e-3), +-1 and the bounds themselves (the large magnitudes)."""
+    low, high = _inward(low, width, up=True), _inward(high, width, up=False)
     floats = st.floats(
         low, high, allow_nan=False, allow_infinity=False, allow_subnormal=False, width=width
     )
