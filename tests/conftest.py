@@ -22,14 +22,12 @@ from hypothesis import settings  # noqa: E402
 import tinyattn as ta  # noqa: E402
 
 # Hypothesis profiles. "ci" (the default) keeps the property tests that take the profile's
-# example count, above all the op table's `check_grads`, to a few examples each; "thorough" is
-# Hypothesis's own 100. Pick one with --hypothesis-profile=thorough or TINYATTN_HYPOTHESIS_PROFILE.
-settings.register_profile(
-    "ci", max_examples=int(os.environ.get("TINYATTN_CI_EXAMPLES", "5")), deadline=None
-)
+# example count, above all the op table's `check_grads` (tests/test_ops.py), to a few examples
+# each; "thorough" is Hypothesis's own 100. Pick one with TINYATTN_HYPOTHESIS_PROFILE=thorough
+# (or pytest's --hypothesis-profile=thorough).
+settings.register_profile("ci", max_examples=5, deadline=None)
 settings.register_profile("thorough", max_examples=100, deadline=None)
-PROFILE = os.environ.get("TINYATTN_HYPOTHESIS_PROFILE", "ci")
-settings.load_profile(PROFILE)
+settings.load_profile(os.environ.get("TINYATTN_HYPOTHESIS_PROFILE", "ci"))
 
 BACKENDS = {"numpy": "cpu", "strict": "strict", "cupy": "cuda"}
 SELECTED = [
@@ -64,14 +62,6 @@ def device(request):
             yield request.param
     else:
         yield request.param
-
-
-@pytest.fixture
-def hypothesis_defaults():
-    """Hypothesis's own defaults (100 examples) for one test, then the suite's profile again."""
-    settings.load_profile("default")
-    yield
-    settings.load_profile(PROFILE)
 
 
 @pytest.fixture

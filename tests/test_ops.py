@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import settings
 from hypothesis import strategies as st
 
 import tinyattn as ta
@@ -307,7 +308,7 @@ OTHER_BACKEND_EXAMPLES = 1
 
 def check_row_gradients(row: Row, device: str) -> None:
     """`check_grads` over the row's domain: float64 and float32, second order if `twice`."""
-    examples = None if device == "cpu" else OTHER_BACKEND_EXAMPLES
+    examples = settings.default.max_examples if device == "cpu" else OTHER_BACKEND_EXAMPLES
     elements = DOMAINS[row.make]
     strategies = [
         st.just(ta.tensor(spec.array(), device=device))

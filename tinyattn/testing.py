@@ -190,7 +190,7 @@ def _check_one(fn: Callable, inputs: list, order: int, options: dict) -> None:
 def check_grads(
     fn: Callable,
     *tensor_strategies: st.SearchStrategy,
-    max_examples: int | None = None,
+    max_examples: int = 100,
     seed: int = 0,
     order: int = 1,
     dtype: str | None = None,
@@ -203,8 +203,8 @@ def check_grads(
     Every floating tensor drawn is checked (others, such as an index tensor from
     ``st.just(...)``, are passed as they are). Each example is checked in float64 and then in
     float32, or only in `dtype` when given; ``order=2`` adds `gradgradcheck`. Kinks are
-    accepted (``allow_kinks=True``). `max_examples` defaults to the active Hypothesis profile's
-    (100 unless a profile says otherwise). On failure raises `GradcheckError` with the input
+    accepted (``allow_kinks=True``). `max_examples` is fixed (100 by default), not taken from
+    the active Hypothesis profile, so a report reads the same everywhere. On failure raises `GradcheckError` with the input
     Hypothesis shrank to, the checker's report and how to reproduce it; the error's
     ``inputs`` and ``dtype`` attributes hold that example.
     """
@@ -238,7 +238,7 @@ def check_grads(
 
 
 def _hypothesis_test(
-    body: Callable, strategies: Sequence, max_examples: int | None, seed: int, database: Any
+    body: Callable, strategies: Sequence, max_examples: int, seed: int, database: Any
 ) -> Callable:
     """`body` as a seeded Hypothesis test over a tuple of the strategies' draws."""
     overrides: dict[str, Any] = {
@@ -249,9 +249,8 @@ def _hypothesis_test(
         "verbosity": hypothesis.Verbosity.quiet,
         "report_multiple_bugs": False,
         "phases": [p for p in hypothesis.Phase if p.name != "explain"],
+        "max_examples": max_examples,
     }
-    if max_examples is not None:
-        overrides["max_examples"] = max_examples
     test = hypothesis.given(st.tuples(*strategies))(body)
     test = hypothesis.settings(hypothesis.settings(), **overrides)(test)
     return hypothesis.seed(seed)(test)
