@@ -1,7 +1,7 @@
 """tinyattn: a small, readable reverse-mode autograd framework on NumPy (CPU) or CuPy (GPU).
 
 Layers, each importing only those before it: backend -> autograd -> ops -> tensor -> functional
--> nn -> optim, plus gradcheck. See docs/architecture.md.
+-> nn -> optim, plus checking (gradcheck) and testing. See docs/architecture.md.
 """
 
 from .autograd import (
