@@ -40,7 +40,8 @@ def _round_to(value: float, width: int) -> float:
     """`value` rounded to the nearest float of `width` bits (so a float32 draw is exact)."""
     if width == 64:
         return value
-    return struct.unpack("f", struct.pack("f", value))[0]
+    code = {32: "f", 16: "e"}[width]
+    return struct.unpack(code, struct.pack(code, value))[0]
 
 
 def _inward(bound: float, width: int, up: bool) -> float:
@@ -48,7 +49,7 @@ def _inward(bound: float, width: int, up: bool) -> float:
     rounded = _round_to(bound, width)
     if rounded == bound or width == 64:
         return rounded
-    ulp = 2.0 ** (math.floor(math.log2(abs(rounded))) - 23)
+    ulp = 2.0 ** (math.floor(math.log2(abs(rounded))) - {32: 23, 16: 10}[width])
     if up and rounded < bound:
         return _round_to(rounded + ulp, width)
     if not up and rounded > bound:
@@ -127,7 +128,7 @@ def tensors(
     ``elements=(0.01, 10.0)`` for a logarithm.
     """
     name = dtype or "float32"
-    values = _element_strategy(elements, 32 if name in ("float32", "float16") else 64)
+    values = _element_strategy(elements, {"float32": 32, "float16": 16}.get(name, 64))
     shape_strategy = shape if isinstance(shape, st.SearchStrategy) else st.just(tuple(shape))
 
     @st.composite
@@ -204,9 +205,9 @@ def check_grads(
     ``st.just(...)``, are passed as they are). Each example is checked in float64 and then in
     float32, or only in `dtype` when given; ``order=2`` adds `gradgradcheck`. Kinks are
     accepted (``allow_kinks=True``). `max_examples` is fixed (100 by default), not taken from
-    the active Hypothesis profile, so a report reads the same everywhere. On failure raises `GradcheckError` with the input
-    Hypothesis shrank to, the checker's report and how to reproduce it; the error's
-    ``inputs`` and ``dtype`` attributes hold that example.
+    the active Hypothesis profile, so a report reads the same everywhere. On failure raises
+    `GradcheckError` with the input Hypothesis shrank to, the checker's report and how to
+    reproduce it; the error's ``inputs`` and ``dtype`` attributes hold that example.
     """
     if order not in (1, 2):
         raise ValueError(f"check_grads: order must be 1 or 2, got {order!r}")
