@@ -17,8 +17,17 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 import tinyattn as ta  # noqa: E402
+
+# Hypothesis profiles. "ci" (the default) keeps the property tests that take the profile's
+# example count, above all the op table's `check_grads` (tests/test_ops.py), to a few examples
+# each; "thorough" is Hypothesis's own 100. Pick one with TINYATTN_HYPOTHESIS_PROFILE=thorough
+# (or pytest's --hypothesis-profile=thorough).
+settings.register_profile("ci", max_examples=5, deadline=None)
+settings.register_profile("thorough", max_examples=100, deadline=None)
+settings.load_profile(os.environ.get("TINYATTN_HYPOTHESIS_PROFILE", "ci"))
 
 BACKENDS = {"numpy": "cpu", "strict": "strict", "cupy": "cuda"}
 SELECTED = [

@@ -1,16 +1,20 @@
 """One table of ops: every row is a tinyattn call, a NumPy reference and the input shapes.
 
 Each row gets a forward check against NumPy (float64 inputs built on the host, moved with
-``ta.tensor(..., device=device)``), a gradcheck and, where the op is twice differentiable, a
-gradgradcheck, on every backend through the ``device`` fixture. An elementwise op registered in
-tinyattn/ops/table.py gets its rows from the table (`TABLE_ROWS`); any other op is a row here.
+``ta.tensor(..., device=device)``) and a property-based gradient check (`check_grads`: inputs
+drawn by Hypothesis over the op's domain, checked in float64 and float32, and to second order
+where the op is twice differentiable), on every backend through the ``device`` fixture. An
+elementwise op registered in tinyattn/ops/table.py gets its rows from the table (`TABLE_ROWS`);
+any other op is a row here.
 
-Inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log, sqrt, pow);
-``tails`` (|x| from 15 to 40, where cancelling formulas lose relative precision);
-``distinct`` (all values of all inputs distinct, at least 0.1 apart and at least 0.1 from 0, so
-relu/abs/clip are away from their kinks and max/min/maximum away from ties, where finite
-differences see a one-sided derivative). Constants that are not differentiated (a where condition,
-an index array) are ``Const`` entries: they are passed as tensors without grad.
+Forward inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log,
+sqrt, pow); ``tails`` (|x| from 15 to 40, where cancelling formulas lose relative precision);
+``distinct`` (all values of all inputs distinct, at least 0.1 apart and at least 0.1 from 0);
+``nonzero`` (the same values, for ops with a pole at 0). The generator also names the domain the
+gradient check draws from (`DOMAINS`): relu, abs, clip, max, min and maximum are checked over
+all of [-10, 10], kinks and ties included, where the checker accepts any value between the
+one-sided derivatives. Constants that are not differentiated (a where condition, an index array)
+are ``Const`` entries: they are passed as tensors without grad.
 Comparisons and factories have their own small tables at the end; max/min tie splitting is
 checked against hand-computed gradients.
 """
@@ -25,12 +29,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
 
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import ops
 from tinyattn.backend import dtype_name
 from tinyattn.ops import table
+from tinyattn.testing import check_grads, tensors
 
 
 # --------------------------------------------------------------------------------- generators
@@ -49,6 +56,11 @@ def distinct(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
     values = 0.1 * ranks * np.where(ranks % 2, 1.0, -1.0)
     splits = np.split(values, np.cumsum(sizes)[:-1])
     return [part.reshape(shape) for part, shape in zip(splits, shapes, strict=True)]
+
+
+def nonzero(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    """The `distinct` values, for ops with a pole at 0 (division)."""
+    return distinct(rng, shapes)
 
 
 def tails(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
@@ -105,10 +117,10 @@ ROWS = [
     Row("mul broadcast",       lambda a, b: a * b,  SAME, [(2, 3, 1), (1, 4)]),
     Row("mul scalar",          lambda a: a * -3.0,  SAME, [A]),
     Row("rmul scalar",         lambda a: 0.5 * a,   SAME, [A]),
-    Row("div",                 lambda a, b: a / b,  SAME, [A, A], make=distinct),
-    Row("div broadcast",       lambda a, b: a / b,  SAME, [(2, 3), (3,)], make=distinct),
+    Row("div",                 lambda a, b: a / b,  SAME, [A, A], make=nonzero),
+    Row("div broadcast",       lambda a, b: a / b,  SAME, [(2, 3), (3,)], make=nonzero),
     Row("div scalar",          lambda a: a / 4.0,   SAME, [A]),
-    Row("rdiv scalar",         lambda a: 1.5 / a,   SAME, [A], make=distinct),
+    Row("rdiv scalar",         lambda a: 1.5 / a,   SAME, [A], make=nonzero),
     Row("pow",                 lambda a, b: a**b,   SAME, [A, A], make=positive),
     Row("pow broadcast",       lambda a, b: a**b,   SAME, [(2, 3), (3,)], make=positive),
     Row("pow int scalar",      lambda a: a**3,      SAME, [A]),
@@ -415,26 +427,38 @@ def test_forward_keeps_float32(device, row):
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+# The domain the gradient check draws each input's values from, by the row's generator.
+DOMAINS = {
+    normal: (-10.0, 10.0),
+    positive: (0.1, 10.0),
+    distinct: (-10.0, 10.0),  # kinks and ties included: the checker accepts subgradients there
+    nonzero: st.floats(-10.0, -0.1) | st.floats(0.1, 10.0),
+    tails: st.floats(-40.0, -15.0) | st.floats(15.0, 40.0),
+}
+
+
+# The numerics are the same on every backend: other backends check that the rules run there
+# (on one example); the numpy backend takes the Hypothesis profile's count (conftest.py).
+OTHER_BACKEND_EXAMPLES = 1
+
+
+def check_row_gradients(row: Row, device: str) -> None:
+    """`check_grads` over the row's domain: float64 and float32, second order if `twice`."""
+    examples = settings.default.max_examples if device == "cpu" else OTHER_BACKEND_EXAMPLES
+    elements = DOMAINS[row.make]
+    strategies = [
+        st.just(ta.tensor(spec.array(), device=device))
+        if isinstance(spec, Const)
+        else tensors(spec, elements=elements, device=device)
+        for spec in row.inputs
+    ]
+    order = 2 if row.twice else 1
+    check_grads(row.call, *strategies, order=order, max_examples=examples, **row.check)
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
-def test_gradcheck(device, row):
-    inputs = _device_inputs(row, _host_inputs(row), device)
-    assert ta.gradcheck(row.call, inputs, **row.check)
-
-
-TWICE = [row for row in ROWS if row.twice]
-
-
-@pytest.mark.parametrize("row", TWICE, ids=[row.name for row in TWICE])
-def test_gradgradcheck(device, row):
-    inputs = _device_inputs(row, _host_inputs(row), device)
-    assert ta.gradgradcheck(row.call, inputs, **row.check)
-
-
-@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
-def test_gradcheck_float32(device, row):
-    """The rules in the dtype users train in pass the checker's float32 defaults."""
-    inputs = _device_inputs(row, _host_inputs(row), device, dtype="float32")
-    assert ta.gradcheck(row.call, inputs)
+def test_gradients(device, row):
+    check_row_gradients(row, device)
 
 
 # ------------------------------------------------------------------------------------- ties

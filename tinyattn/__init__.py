@@ -1,8 +1,8 @@
 """tinyattn: a small, readable reverse-mode autograd framework on NumPy (CPU) or CuPy (GPU).
 
 Layers, each importing only those before it: backend -> autograd -> ops -> tensor -> functional
--> nn -> optim, plus gradcheck; `kernels` (the speed tricks) sits on backend beside autograd.
-See docs/architecture.md.
+-> nn -> optim, plus checking (gradcheck) and testing; `kernels` (the speed tricks) sits on
+backend beside autograd. See docs/architecture.md.
 """
 
 import builtins as _builtins
@@ -119,10 +119,10 @@ _LAZY = {
     "viz": ("tinyattn.viz", None),
     "utils": ("tinyattn.utils", None),
     "cuda": ("tinyattn.cuda", None),
-    "GradcheckError": ("tinyattn.gradcheck", "GradcheckError"),
-    "gradcheck": ("tinyattn.gradcheck", "gradcheck"),
-    "gradgradcheck": ("tinyattn.gradcheck", "gradgradcheck"),
-    "numerical_grad": ("tinyattn.gradcheck", "numerical_grad"),
+    "GradcheckError": ("tinyattn.checking", "GradcheckError"),
+    "gradcheck": ("tinyattn.checking", "gradcheck"),
+    "gradgradcheck": ("tinyattn.checking", "gradgradcheck"),
+    "numerical_grad": ("tinyattn.checking", "numerical_grad"),
     "load": ("tinyattn.serialization", "load"),
     "save": ("tinyattn.serialization", "save"),
 }

@@ -113,8 +113,12 @@ class Mean(Function):
 class Max(Function):
     """y = max of x over axes;  dL/dx = g at the maxima, split evenly between tied maxima.
 
-    Splitting ties (rather than picking one winner) keeps the gradient symmetric and equal to the
-    average of the one-sided derivatives, which is what finite differences see at a tie.
+    The convention of PyTorch's ``amax`` and full ``max()``: k tied maxima get g / k each, a
+    symmetric subgradient. (PyTorch's ``max(dim)`` gives all of g to the one index it returns.)
+    Central differences agree only at a two-way tie: a tied element's one-sided derivatives are
+    1 (step up) and 0 (step down), so they see 1/2 whatever k is; at [2, 2, 2, 1] the rule gives
+    1/3. ``gradcheck(..., allow_kinks=True)`` accepts any value between the one-sided ones.
+    Shapes: x (any) -> x with `axes` removed (kept as 1 with keepdims).
     """
 
     __slots__ = ("axes",)
