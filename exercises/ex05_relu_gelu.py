@@ -10,7 +10,7 @@ The math (g = dL/dy):
            dL/dx = g * dy/dx
 
 Hint: ``[x > 0]`` is a 0/1 mask; build it as an array and make it a constant Tensor:
-``grad.constant(namespace(x.data).astype(x.data > 0, grad.dtype))``. For GELU, write dy/dx with
+``grad.constant(namespace(x.array).astype(x.array > 0, grad.dtype))``. For GELU, write dy/dx with
 Tensor operations on ``x = self.inputs[0]`` (``x.tanh()``, ``x * x``, numbers).
 
 Grade it: ``python -m pytest exercises -k ex05``.

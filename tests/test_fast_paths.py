@@ -23,7 +23,7 @@ from tinyattn import backend, kernels, ops
 
 def _array(host, device):
     """A raw array of the device's namespace (what Function.forward receives)."""
-    return ta.tensor(host, dtype=str(host.dtype), device=device).data
+    return ta.tensor(host, dtype=str(host.dtype), device=device).array
 
 
 SUM_CASES = [
@@ -86,7 +86,7 @@ def test_full_reductions_hold_a_0d_array_not_a_scalar(device, reduction):
     0-d array divided by a count into a NumPy scalar, which is not an array of the namespace."""
     x = ta.tensor(np.arange(12.0).reshape(3, 4), dtype="float32", device=device)
     result = getattr(x, reduction)()
-    assert type(result.data) is type(x.data) and result.shape == ()
+    assert type(result.array) is type(x.array) and result.shape == ()
     assert result.item() == pytest.approx(66.0 if reduction == "sum" else 5.5)
 
 
@@ -253,7 +253,7 @@ def state():
 
 
 before = state()
-import tinyattn, tinyattn.functional, tinyattn.nn, tinyattn.optim, tinyattn.gradcheck
+import tinyattn, tinyattn.functional, tinyattn.nn, tinyattn.optim, tinyattn.checking
 
 after = state()
 print(json.dumps([before == after, called, tinyattn.backend.HOST_MEMORY_KEPT]))

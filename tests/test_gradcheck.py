@@ -74,7 +74,7 @@ class CubeWrongSecond(ta.Function):
 
     def backward(self, grad):
         x = self.inputs[0]
-        return grad * x.constant(3.0 * x.data * x.data)
+        return grad * x.constant(3.0 * x.array * x.array)
 
 
 PLANTED = [

@@ -84,12 +84,12 @@ def _module_for(device):
 def test_inplace_ops_match_torch_write_in_place_and_bump_the_version(device, name, call):
     torch = _torch()
     t = _pair(device)
-    array, alias = t.data, t.reshape(3, 2)
+    array, alias = t.array, t.reshape(3, 2)
     result = call(t, _module_for(device))
     reference = torch.tensor(BASE)
     call(reference, torch)
     assert result is (None if name.startswith("setitem") else t)  # methods return self
-    assert t.data is array  # the same storage, written in place
+    assert t.array is array  # the same storage, written in place
     assert t._version == 1 and alias._version == 1  # a view shares the counter
     np.testing.assert_array_equal(t.numpy(), reference.numpy())
     np.testing.assert_array_equal(alias.numpy(), reference.numpy().reshape(3, 2))
@@ -179,7 +179,7 @@ def test_a_saved_tensor_changed_in_place_is_refused(device):
     class Scale(ta.Function):
         def forward(self, x, factor=None):
             self.save_for_backward(factor)
-            return x * factor.data
+            return x * factor.array
 
         def backward(self, grad):
             (factor,) = self.saved_tensors
@@ -206,10 +206,10 @@ def test_inplace_on_a_leaf_that_requires_grad_is_refused_outside_no_grad(device)
 def test_no_grad_update_keeps_the_same_leaf(device):
     w = _pair(device).requires_grad_()
     (w * w).sum().backward()
-    before, array = w, w.data
+    before, array = w, w.array
     with ta.no_grad():
         w -= 0.1 * w.grad
-    assert w is before and w.data is array and w.is_leaf and w.requires_grad
+    assert w is before and w.array is array and w.is_leaf and w.requires_grad
     np.testing.assert_allclose(w.numpy(), BASE - 0.2 * BASE)
     assert w._version == 1
 

@@ -58,7 +58,7 @@ def test_operations_on_parameters_give_plain_tensors(device):
     assert type(derived) is ta.Tensor
     (ta.ones(1, 3, device=device) * linear(ta.ones(1, 2, device=device))).sum().backward()
     assert type(linear.weight.grad) is ta.Tensor and type(linear.bias.grad) is ta.Tensor
-    assert type(linear.bias.grad.data) is not ta.Tensor  # an array, not a wrapped Tensor
+    assert type(linear.bias.grad.array) is not ta.Tensor  # an array, not a wrapped Tensor
     assert "Parameter containing" in repr(linear.bias)
 
 
@@ -168,8 +168,8 @@ def test_linear_embedding_layernorm_gradcheck(device):
     assert ta.gradcheck(embedding, [indices], params=embedding)
     norm = model(nn.LayerNorm, 4, device=device)
     with ta.no_grad():
-        norm.weight.data = leaf(device, 4).data  # away from ones/zeros, to test the real rule
-        norm.bias.data = leaf(device, 4).data
+        norm.weight.array = leaf(device, 4).array  # away from ones/zeros, to test the real rule
+        norm.bias.array = leaf(device, 4).array
     assert ta.gradcheck(norm, [leaf(device, 2, 3, 4)], params=norm)
 
 

@@ -83,16 +83,16 @@ def test_adam_and_adamw_match_reference(device, cls, betas):
 
 def test_step_writes_in_place_bumps_the_version_and_records_no_graph(device):
     p = nn.Parameter(ta.tensor(START, dtype="float64", device=device))
-    old_data = p.data
+    old_data = p.array
     old_values = p.numpy()
     opt = optim.Adam([p], lr=0.1)
     (p * p).sum().backward()
-    grad_data = p.grad.data
+    grad_data = p.grad.array
     opt.step()
     assert p.is_leaf and p.grad_fn is None and p.requires_grad
-    assert p.data is old_data and p._version == 1  # written in place, as in PyTorch
+    assert p.array is old_data and p._version == 1  # written in place, as in PyTorch
     assert not np.array_equal(p.numpy(), old_values)
-    assert p.grad.data is grad_data
+    assert p.grad.array is grad_data
     opt.zero_grad()
     assert p.grad is None
     opt.step()  # parameters without a gradient are skipped

@@ -135,7 +135,7 @@ def test_scanner_finds_backend_imports(source, count):
 
 USE_CASES = [
     ("y = x.T", 1),
-    ("y = x.data.T @ w", 1),
+    ("y = x.array.T @ w", 1),
     ("value = loss.item()", 1),
     ("value = xp.max(x).item()", 1),
     ("y = xp.from_dlpack(x)", 1),

@@ -81,7 +81,7 @@ def test_linear_and_layer_norm(device):
     copy_into_torch(linear, torch_linear)
     norm = nn.LayerNorm(3).to("float64").to(device)
     with ta.no_grad():
-        norm.weight.data = (norm.weight * 1.5 + 0.1).data
+        norm.weight.array = (norm.weight * 1.5 + 0.1).array
     torch_norm = torch.nn.LayerNorm(3, dtype=torch.float64)
     copy_into_torch(norm, torch_norm)
     x, tx = pair(device, 2, 5, 4)

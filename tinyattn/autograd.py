@@ -164,7 +164,7 @@ def _introduced(fn: Function, data: Any) -> str | None:
     scores with -inf on purpose, and log_softmax of a fully masked row is -inf.
     """
     for kind, test in (("NaN", "isnan"), ("Inf", "isinf")):
-        if _has(data, test) and not any(_has(t.data, test) for t in fn.inputs):
+        if _has(data, test) and not any(_has(t.array, test) for t in fn.inputs):
             return kind
     return None
 
@@ -182,7 +182,7 @@ def _check_forward(fn: Function, data: Any) -> None:
 
 
 def _check_backward(fn: Function, position: int, grad: Any) -> None:
-    bad = _nonfinite(grad.data)
+    bad = _nonfinite(grad.array)
     if bad is not None:
         where = getattr(fn, "_trace", None) or "(created before anomaly mode was on)"
         raise AnomalyError(
@@ -278,9 +278,9 @@ class Function:
         fn = cls.__new__(cls)
         fn.inputs = inputs
         if len(inputs) == 1:  # the common unary case, without building an argument list
-            data = fn.forward(inputs[0].data, **kwargs)
+            data = fn.forward(inputs[0].array, **kwargs)
         else:
-            data = fn.forward(*[t.data for t in inputs], **kwargs)
+            data = fn.forward(*[t.array for t in inputs], **kwargs)
         if _anomaly_threads and _modes.anomaly:
             _check_forward(fn, data)
         recorded = False
@@ -472,12 +472,12 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
     """Wrap arrays, check the shape (a wrong broadcast sum is caught here), match the dtype."""
     if not hasattr(grad, "_ctx"):
         grad = parent.constant(grad)
-    if grad.data.shape != parent.data.shape:
+    if grad.array.shape != parent.array.shape:
         raise RuntimeError(
             f"{fn.name}.backward returned a gradient of shape {grad.shape} for input {position} "
             f"of shape {parent.shape}"
         )
-    if grad.data.dtype != parent.data.dtype:
+    if grad.array.dtype != parent.array.dtype:
         grad = grad.to(parent.dtype)
     if _anomaly_threads and _modes.anomaly:
         _check_backward(fn, position, grad)

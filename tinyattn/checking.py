@@ -52,7 +52,7 @@ class _Target:
     __slots__ = ("tensor", "label", "original")
 
     def __init__(self, tensor: Tensor, label: str) -> None:
-        self.tensor, self.label, self.original = tensor, label, tensor.data
+        self.tensor, self.label, self.original = tensor, label, tensor.array
 
 
 def _targets(inputs: Sequence[Any], params: Any) -> list[_Target]:
@@ -71,7 +71,7 @@ def _targets(inputs: Sequence[Any], params: Any) -> list[_Target]:
     if not found:
         raise ValueError("gradcheck: no input requires grad and no params were given")
     for target in found:
-        if not backend.is_floating(backend.namespace(target.tensor.data), target.tensor.dtype):
+        if not backend.is_floating(backend.namespace(target.tensor.array), target.tensor.dtype):
             raise TypeError(
                 f"gradcheck: {target.label} has non-floating dtype "
                 f"{backend.dtype_name(target.tensor.dtype)}"
@@ -85,7 +85,7 @@ def _outputs(result: Any) -> list[Tensor]:
     return [
         o
         for o in outs
-        if isinstance(o, Tensor) and backend.is_floating(backend.namespace(o.data), o.dtype)
+        if isinstance(o, Tensor) and backend.is_floating(backend.namespace(o.array), o.dtype)
     ]
 
 
@@ -121,7 +121,7 @@ def _analytic(fn: Callable, inputs: Sequence[Any], targets: list[_Target], seed:
         if g is None:
             result.append(backend.host_zeros(target.tensor.shape))
         else:
-            result.append(backend.to_numpy(g.data).astype("float64"))
+            result.append(backend.to_numpy(g.array).astype("float64"))
     return result
 
 
@@ -133,7 +133,7 @@ def _contracted(fn: Callable, inputs: Sequence[Any], cotangents: list) -> tuple[
     total = magnitude = 0.0
     dtype = "float64"
     for out, cot in zip(outputs, cotangents):
-        terms = backend.to_numpy(out.data).astype("float64") * cot
+        terms = backend.to_numpy(out.array).astype("float64") * cot
         total += float(terms.sum())
         magnitude += float(abs(terms).sum())
         dtype = backend.dtype_name(out.dtype)
@@ -150,24 +150,24 @@ class _Float64View:
     def __init__(self, inputs: Sequence[Any], targets: list[_Target]) -> None:
         seen: dict[int, Tensor] = {}
         for t in list(inputs) + [target.tensor for target in targets]:
-            if isinstance(t, Tensor) and backend.is_floating(backend.namespace(t.data), t.dtype):
+            if isinstance(t, Tensor) and backend.is_floating(backend.namespace(t.array), t.dtype):
                 seen[id(t)] = t
         self.tensors = list(seen.values())
-        self.saved = [t.data for t in self.tensors]
+        self.saved = [t.array for t in self.tensors]
 
     def __enter__(self) -> _Float64View:
         for t in self.tensors:
-            xp = backend.namespace(t.data)
-            t.data = xp.astype(t.data, xp.float64)
+            xp = backend.namespace(t.array)
+            t.array = xp.astype(t.array, xp.float64)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for t, data in zip(self.tensors, self.saved):
-            t.data = data
+            t.array = data
 
 
 def _perturbed(fn: Callable, inputs: Sequence[Any], target: Tensor, host: Any, cot: list) -> float:
-    target.data = backend.asarray(host, dtype="float64", device=target.device)
+    target.array = backend.asarray(host, dtype="float64", device=target.device)
     return _contracted(fn, inputs, cot)[0]
 
 
@@ -205,10 +205,10 @@ def _numeric(
         result = _Numeric(eps, center, magnitude)
         for target in targets:
             tensor = target.tensor
-            base = backend.to_numpy(tensor.data).astype("float64")
+            base = backend.to_numpy(tensor.array).astype("float64")
             up = _steps(fn, inputs, tensor, base, cotangents, eps)
             down = _steps(fn, inputs, tensor, base, cotangents, -eps)
-            tensor.data = backend.asarray(base, dtype="float64", device=tensor.device)
+            tensor.array = backend.asarray(base, dtype="float64", device=tensor.device)
             result.central.append(((up - down) / (2.0 * eps)).reshape(base.shape))
             result.forward.append(((up - result.center) / eps).reshape(base.shape))
             result.backward.append(((result.center - down) / eps).reshape(base.shape))
@@ -269,10 +269,10 @@ def _accepted_at_kinks(
     cotangents = _cotangents(_outputs(fn(*inputs)), seed)
     with _Float64View(inputs, targets):
         tensor = targets[i].tensor
-        base = backend.to_numpy(tensor.data).astype("float64")
+        base = backend.to_numpy(tensor.array).astype("float64")
         up = _steps(fn, inputs, tensor, base, cotangents, eps / 2, probe)
         down = _steps(fn, inputs, tensor, base, cotangents, -eps / 2, probe)
-        tensor.data = backend.asarray(base, dtype="float64", device=tensor.device)
+        tensor.array = backend.asarray(base, dtype="float64", device=tensor.device)
     forward_half, backward_half = (up - center) / (eps / 2), (center - down) / (eps / 2)
     # On either side: the change over eps / 2 about as large as over eps, and above rounding.
     floor = 1e-9 * (1.0 + abs(center))
@@ -492,12 +492,12 @@ def _fast_agrees(
         expected = sum(float((g * d).sum()) for g, d in zip(analytic, directions))
         with _Float64View(inputs, targets):
             eps = _numeric_eps(fn, inputs, cotangents, eps)
-            bases = [backend.to_numpy(t.tensor.data).astype("float64") for t in targets]
+            bases = [backend.to_numpy(t.tensor.array).astype("float64") for t in targets]
             values = []
             for sign in (1.0, -1.0):
                 for t, base, d in zip(targets, bases, directions):
                     shifted = base + sign * eps * d
-                    t.tensor.data = backend.asarray(
+                    t.tensor.array = backend.asarray(
                         shifted, dtype="float64", device=t.tensor.device
                     )
                 values.append(_contracted(fn, inputs, cotangents)[0])

@@ -62,7 +62,7 @@ class Recorder:
         self.suspended = 0  # > 0 inside a replayed call, whose inner work is not recorded
         self.in_forward = 0
         for tensor in inputs:
-            self._new_slot(tensor.data, made=True)
+            self._new_slot(tensor.array, made=True)
 
     # ------------------------------------------------------------------------------ slots
     def _new_slot(self, array: Any, made: bool) -> int:
@@ -96,7 +96,7 @@ class Recorder:
     # -------------------------------------------------------------------------- recording
     def forward(self, fn: Any, inputs: tuple, kwargs: dict) -> Any:
         """Run and record one op's forward (called by `Function.apply` while recording)."""
-        arrays = [t.data for t in inputs]
+        arrays = [t.array for t in inputs]
         self.in_forward += 1
         try:
             data = fn.forward(*arrays, **kwargs)
@@ -129,17 +129,17 @@ class Recorder:
         del self.tape[mark:]  # replay the rule itself, with its inputs' arrays refreshed
         refresh = []
         for tensor in fn.inputs:
-            slot = self.slot_of.get(id(tensor.data))
+            slot = self.slot_of.get(id(tensor.array))
             refresh.append(slot if slot is not None and self.made[slot] else None)
         out_slots = [None if g is None else self._new_slot(_data(g), made=True) for g in grads]
-        grad_slot = self._slot(grad.data)
-        self.tape.append(("rule", fn, grad_slot, self._slot(output.data), refresh, out_slots))
+        grad_slot = self._slot(grad.array)
+        self.tape.append(("rule", fn, grad_slot, self._slot(output.array), refresh, out_slots))
         return grads
 
     def set_grad(self, leaf: Tensor, grad: Tensor) -> None:
         """The engine stored `grad` as ``leaf.grad``."""
         if not self.suspended:
-            self.tape.append(("grad", leaf, self._slot(grad.data)))
+            self.tape.append(("grad", leaf, self._slot(grad.array)))
 
     def draw(self, function: Callable, args: tuple, result: Any) -> None:
         """A random draw: replayed as a new draw, unless an op's forward made it (the op's own
@@ -156,7 +156,7 @@ class Recorder:
             result = function(*args, **kwargs)
         finally:
             self.suspended -= 1
-        slot = self._new_slot(result.data, made=True) if isinstance(result, Tensor) else None
+        slot = self._new_slot(result.array, made=True) if isinstance(result, Tensor) else None
         self.tape.append(("call", function, args, kwargs, slot))
         return result
 
@@ -171,7 +171,7 @@ class Recorder:
 
 # ------------------------------------------------------------------------------------ checking
 def _data(value: Any) -> Any:
-    return value.data if isinstance(value, Tensor) else value
+    return value.array if isinstance(value, Tensor) else value
 
 
 def _same_constant(a: Any, b: Any) -> bool:
@@ -285,7 +285,7 @@ class Tape:
     def replay(self, inputs: list[Tensor]) -> Any:
         env = self.template.copy()
         for position, tensor in enumerate(inputs):
-            env[position] = tensor.data
+            env[position] = tensor.array
         with autograd.no_grad():
             for handler, entry in self.program:
                 handler(entry, env)
@@ -307,7 +307,7 @@ class Tape:
         _, fn, grad_slot, output_slot, refresh, out_slots = entry
         for tensor, slot in zip(fn.inputs, refresh):
             if slot is not None:
-                tensor.data = env[slot]
+                tensor.array = env[slot]
         fn.output = Tensor._from_op(env[output_slot], None)
         try:
             grads = fn.backward(Tensor._from_op(env[grad_slot], None))
@@ -316,7 +316,7 @@ class Tape:
         grads = grads if isinstance(grads, tuple | list) else (grads,)
         for grad, slot in zip(grads, out_slots):
             if slot is not None:
-                env[slot] = grad.data if isinstance(grad, Tensor) else grad
+                env[slot] = grad.array if isinstance(grad, Tensor) else grad
 
     @staticmethod
     def _grad(entry: tuple, env: list) -> None:
@@ -333,12 +333,12 @@ class Tape:
         _, function, args, kwargs, slot = entry
         result = function(*args, **kwargs)
         if slot is not None:
-            env[slot] = result.data
+            env[slot] = result.array
 
 
 def _encode_outputs(value: Any, recorder: Recorder) -> Any:
     if isinstance(value, Tensor):
-        return _Slot(recorder._slot(value.data))
+        return _Slot(recorder._slot(value.array))
     if isinstance(value, tuple | list):
         return type(value)(_encode_outputs(v, recorder) for v in value)
     if isinstance(value, dict):

@@ -23,7 +23,7 @@ from .tensor import Tensor, arange, where
 def _check_float(op: str, x: Any) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: expected a Tensor, got {type(x).__name__}")
-    backend.check_floating(op, x.data)
+    backend.check_floating(op, x.array)
     return x
 
 
@@ -83,7 +83,7 @@ def _integer_tensor(
             f"{'are' if like_name.endswith('s') else 'is'} on '{like.device}'; "
             "move one with .to(device)"
         )
-    if not backend.namespace(values.data).isdtype(values.dtype, "integral"):
+    if not backend.namespace(values.array).isdtype(values.dtype, "integral"):
         raise TypeError(
             f"{op}: {name} must be {kind}, got dtype {backend.dtype_name(values.dtype)}{hint}"
         )
@@ -96,14 +96,14 @@ def _check_targets(logits: Tensor, targets: Any, ignore_index: int | None) -> Te
         "cross_entropy", targets, "targets", logits, "logits", "integer class indices",
         " (probability targets are not supported)",
     )  # fmt: skip
-    xp = backend.namespace(targets.data)
+    xp = backend.namespace(targets.array)
     if targets.shape != logits.shape[:-1]:
         raise ValueError(
             f"cross_entropy: targets of shape {targets.shape} do not match logits of shape "
             f"{logits.shape}: expected targets of shape {logits.shape[:-1]} (classes last)"
         )
     classes = logits.shape[-1]
-    values = targets.data
+    values = targets.array
     bad = (values < 0) | (values >= classes)
     if ignore_index is not None:
         bad = bad & (values != ignore_index)
@@ -143,17 +143,17 @@ def cross_entropy(
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     targets = _check_targets(logits, targets, ignore_index)
-    xp = backend.namespace(logits.data)
+    xp = backend.namespace(logits.array)
     classes = logits.shape[-1]
     log_probs = log_softmax(logits, axis=-1)
     # A one-hot comparison instead of a gather: portable, and ignored rows simply match nothing.
-    class_ids = xp.arange(classes, device=logits.data.device)
+    class_ids = xp.arange(classes, device=logits.array.device)
     kept = (
-        xp.ones(targets.shape, dtype=xp.bool, device=logits.data.device)
+        xp.ones(targets.shape, dtype=xp.bool, device=logits.array.device)
         if ignore_index is None
-        else targets.data != ignore_index
+        else targets.array != ignore_index
     )
-    one_hot = (targets.data[..., None] == class_ids) & kept[..., None]
+    one_hot = (targets.array[..., None] == class_ids) & kept[..., None]
     weights = xp.astype(one_hot, logits.dtype) * (1.0 - label_smoothing)
     if label_smoothing:
         weights = weights + xp.astype(kept[..., None], logits.dtype) * (label_smoothing / classes)
@@ -204,13 +204,13 @@ def embedding(indices: Any, weight: Tensor) -> Tensor:
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (V, D), got shape {weight.shape}")
     indices = _integer_tensor("embedding", indices, "indices", weight, "weight", "integers")
-    xp = backend.namespace(indices.data)
+    xp = backend.namespace(indices.array)
     rows = weight.shape[0]
     if indices.ndim == 0:
         indices = indices.reshape(1)
         return embedding(indices, weight).reshape(weight.shape[1])
     if indices.numel():
-        low, high = int(xp.min(indices.data)), int(xp.max(indices.data))
+        low, high = int(xp.min(indices.array)), int(xp.max(indices.array))
         # Negative indices are rejected, not wrapped: -1 is almost always a padding bug.
         if low < 0 or high >= rows:
             bad = low if low < 0 else high
@@ -271,8 +271,8 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         return x
     if p == 1.0:
         return x * 0.0
-    keep = backend.bernoulli_mask(x.shape, 1.0 - p, like=x.data)
-    xp = backend.namespace(x.data)
+    keep = backend.bernoulli_mask(x.shape, 1.0 - p, like=x.array)
+    xp = backend.namespace(x.array)
     return x * x.constant(xp.astype(keep, x.dtype) * (1.0 / (1.0 - p)))
 
 
@@ -420,7 +420,7 @@ def _attention_mask(mask: Any, is_causal: bool, scores: Tensor) -> Tensor | None
     if is_causal:
         tq, tk = scores.shape[-2:]
         causal = causal_mask(tq, tk, device=scores.device)
-        allowed = causal if allowed is None else allowed.constant(allowed.data & causal.data)
+        allowed = causal if allowed is None else allowed.constant(allowed.array & causal.array)
     return allowed
 
 
@@ -460,12 +460,12 @@ def _blockwise_attention(
     allowed = _checked_mask(mask, (*batch, tq, tk), q.device)
     if allowed is not None and allowed.ndim < 2:
         allowed = allowed.reshape(*(1,) * (2 - allowed.ndim), *allowed.shape)  # -> (1, Tk)
-    xp = backend.namespace(q.data)
+    xp = backend.namespace(q.array)
     dtype = xp.result_type(q.dtype, k.dtype, v.dtype)  # as the plain path's matmuls promote
     # The Function wants equal batch axes; BroadcastTo's backward sums the gradients back.
     q, k, v = (t.to(dtype).broadcast_to(*batch, *t.shape[-2:]) for t in (q, k, v))
     block_q, block_k = kernels.block_sizes(math.prod(batch), tq, tk, q.device.startswith("cuda"))
-    allowed = None if allowed is None else allowed.data
+    allowed = None if allowed is None else allowed.array
     options = {"is_causal": is_causal, "scale": scale, "block_q": block_q, "block_k": block_k}
     return BlockwiseAttention.apply(q, k, v, allowed=allowed, **options)
 

@@ -39,7 +39,7 @@ def _encode(value: Any, path: str, arrays: dict[str, Any]) -> Any:
         name = path or "tensor"
         if name in arrays or name == backend.NPZ_METADATA_ENTRY:
             raise ValueError(f"save: two entries would share the name {name!r}; rename a key")
-        arrays[name] = value.data if isinstance(value, Tensor) else value
+        arrays[name] = value.array if isinstance(value, Tensor) else value
         return {"tensor": name}
     if isinstance(value, dict):
         items = []
@@ -95,7 +95,7 @@ def _safetensors_payload(obj: Any) -> bytes:
                 f"save: a .safetensors file holds only str -> Tensor entries; entry {key!r} is a "
                 f"{type(value).__name__}. Save nested objects (optimizer state) to a .npz path"
             )
-        arrays[key] = value.data
+        arrays[key] = value.array
     try:
         return backend.safetensors_bytes(arrays, {"format": "pt"})
     except ImportError:

@@ -67,7 +67,7 @@ def _unary_method(spec: Unary) -> Callable:
 
     def method(self: Tensor) -> Tensor:
         if floats_only:
-            backend.check_floating(name, self.data)
+            backend.check_floating(name, self.array)
         return function.apply(self)
 
     return _named(method, name, function.__doc__)
@@ -79,7 +79,7 @@ def _binary_method(spec: Binary, name: str, reverse: bool = False) -> Callable:
     sign = -1 if spec.negate_scalar and not reverse else 1
 
     def method(self: Tensor, other: Any) -> Tensor:
-        if scalar is not None and type(other) in _SCALARS and _is_float(self.data):
+        if scalar is not None and type(other) in _SCALARS and _is_float(self.array):
             return scalar.apply(self, c=sign * other)
         return self._binary(function, other, op, reverse)
 
@@ -156,7 +156,7 @@ class Tensor:
     # views (reshape, permute, basic indexing) so that an in-place change through one is seen
     # through all; `_version` reads it.
     __slots__ = (
-        "data",
+        "array",
         "_grad",
         "requires_grad",
         "_ctx",
@@ -171,8 +171,8 @@ class Tensor:
         self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
     ) -> None:
         if isinstance(data, Tensor):
-            data = data.data
-        self.data = backend.asarray(data, dtype=dtype, device=_device_spec(data, device))
+            data = data.array
+        self.array = backend.asarray(data, dtype=dtype, device=_device_spec(data, device))
         self._grad = None
         self._ctx = None
         self._hooks = None
@@ -189,7 +189,7 @@ class Tensor:
         of an operation on a parameter is not a parameter.
         """
         out = Tensor.__new__(Tensor)
-        out.data = data
+        out.array = data
         out._grad = None
         out._ctx = ctx
         out._hooks = None
@@ -207,10 +207,10 @@ class Tensor:
     def grad(self, value: Tensor | None) -> None:
         if value is not None and not (
             isinstance(value, Tensor)
-            and type(value.data) is _HOST_ARRAY
-            and type(self.data) is _HOST_ARRAY
-            and value.data.shape == self.data.shape
-            and value.data.dtype == self.data.dtype
+            and type(value.array) is _HOST_ARRAY
+            and type(self.array) is _HOST_ARRAY
+            and value.array.shape == self.array.shape
+            and value.array.dtype == self.array.dtype
         ):  # NumPy gradients from the engine pass the quick test above; the rest is checked
             _check_assigned_grad(self, value)
         self._grad = value
@@ -225,25 +225,46 @@ class Tensor:
         return Tensor._from_op(array, None)
 
     def _ones_like_constant(self) -> Tensor:
-        xp = backend.namespace(self.data)
-        return self.constant(xp.ones(self.shape, dtype=self.data.dtype, device=self.data.device))
+        xp = backend.namespace(self.array)
+        return self.constant(xp.ones(self.shape, dtype=self.array.dtype, device=self.array.device))
 
     # ------------------------------------------------------------------------------- properties
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.data.shape
+        return self.array.shape
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return self.array.ndim
 
     @property
     def dtype(self) -> Any:
-        return self.data.dtype
+        return self.array.dtype
 
     @property
     def device(self) -> str:
-        return backend.device_name(backend.device_of(self.data))
+        return backend.device_name(backend.device_of(self.array))
+
+    @property
+    def data(self) -> Tensor:
+        """PyTorch's ``.data``: the same values as a detached Tensor that shares this storage.
+
+        Writes through it change this tensor, but the version checks do not see them (it has its
+        own counter): the one unchecked escape hatch, as in PyTorch. The raw backend array
+        (NumPy, CuPy) is ``x.array``.
+        """
+        return Tensor._from_op(self.array, None)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        """``x.data = t``: x now holds t's storage (its shape and dtype may change), as in PyTorch."""
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"data: assign a Tensor (x.data = t), got {type(value).__name__}; the raw array "
+                "is x.array"
+            )
+        self._operand(value, "data")  # the same device
+        self.array = value.array
 
     @property
     def is_leaf(self) -> bool:
@@ -266,7 +287,7 @@ class Tensor:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        body = repr(backend.to_numpy(self.data)).replace("array(", "tensor(", 1)
+        body = repr(backend.to_numpy(self.array)).replace("array(", "tensor(", 1)
         extras = []
         if self.device != "cpu":
             extras.append(f"device='{self.device}'")
@@ -279,7 +300,7 @@ class Tensor:
     # ----------------------------------------------------------------------------- conversions
     def numpy(self) -> Any:
         """A host NumPy copy of the values (an explicit device-to-host transfer on GPU)."""
-        return backend.to_numpy(self.data).copy()
+        return backend.to_numpy(self.array).copy()
 
     def item(self) -> float | int | bool:
         """The single value of a one-element tensor as a Python number."""
@@ -288,7 +309,7 @@ class Tensor:
                 f"item: only one-element tensors can be converted to a Python number, "
                 f"got shape {self.shape}"
             )
-        return backend.to_numpy(self.data).reshape(()).item()
+        return backend.to_numpy(self.array).reshape(()).item()
 
     def __float__(self) -> float:
         return float(self.item())
@@ -305,12 +326,12 @@ class Tensor:
         return bool(self.item())
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
-        if not isinstance(self.data, _HOST_ARRAY):
+        if not isinstance(self.array, _HOST_ARRAY):
             raise TypeError(
                 f"__array__: cannot convert a tensor on device '{self.device}' to NumPy "
                 "implicitly; call .numpy() for an explicit copy"
             )
-        return self.data if dtype is None else self.data.astype(dtype)
+        return self.array if dtype is None else self.array.astype(dtype)
 
     def to(self, target: Any) -> Tensor:
         """A copy on another device (``'cpu'``, ``'cuda'``, ``'cuda:1'``) or with another dtype.
@@ -327,10 +348,10 @@ class Tensor:
         return self._cast(target)
 
     def _cast(self, dtype: Any) -> Tensor:
-        xp = backend.namespace(self.data)
+        xp = backend.namespace(self.array)
         if isinstance(dtype, str):
             dtype = backend.dtype_of_name(xp, dtype)
-        if dtype == self.data.dtype:
+        if dtype == self.array.dtype:
             return self
         if self.requires_grad and not backend.is_floating(xp, dtype):
             return self.detach()._cast(dtype)  # an integer copy carries no gradient
@@ -345,7 +366,7 @@ class Tensor:
     # ---------------------------------------------------------------------------------- autograd
     def detach(self) -> Tensor:
         """The same values, cut from the graph (shares memory and the version counter)."""
-        out = type(self)._from_op(self.data, None)
+        out = type(self)._from_op(self.array, None)
         out._version_counter = self._version_counter  # in-place changes through it are seen
         return out
 
@@ -355,7 +376,7 @@ class Tensor:
             raise RuntimeError(
                 "requires_grad_: cannot turn off requires_grad on a non-leaf tensor; use detach()"
             )
-        if requires_grad and not backend.is_floating(backend.namespace(self.data), self.dtype):
+        if requires_grad and not backend.is_floating(backend.namespace(self.array), self.dtype):
             raise TypeError(
                 f"requires_grad_: only floating-point tensors can require gradients, got dtype "
                 f"{backend.dtype_name(self.dtype)}"
@@ -400,20 +421,20 @@ class Tensor:
         if isinstance(other, Tensor):
             # Two NumPy arrays need no check; NumPy scalars (0-d results) report device 'cpu'.
             if (
-                type(self.data) is not _HOST_ARRAY or type(other.data) is not _HOST_ARRAY
-            ) and other.data.device != self.data.device:
+                type(self.array) is not _HOST_ARRAY or type(other.array) is not _HOST_ARRAY
+            ) and other.array.device != self.array.device:
                 raise RuntimeError(
                     f"{op}: tensors are on different devices ('{self.device}' and "
                     f"'{other.device}'); move one with .to(device)"
                 )
             return other
         if isinstance(other, bool | int | float):
-            xp = backend.namespace(self.data)
-            dtype = self.data.dtype
+            xp = backend.namespace(self.array)
+            dtype = self.array.dtype
             if isinstance(other, float) and not backend.is_floating(xp, dtype):
                 dtype = backend.dtype_of_name(xp, "float32")
             return type(self)._from_op(
-                xp.asarray(other, dtype=dtype, device=self.data.device), None
+                xp.asarray(other, dtype=dtype, device=self.array.device), None
             )
         if isinstance(other, list | tuple) or hasattr(other, "__array_interface__"):
             return Tensor(other, device=self.device)
@@ -422,11 +443,11 @@ class Tensor:
     def _binary(self, function: type, other: Any, op: str, reverse: bool = False) -> Tensor:
         other = self._operand(other, op)
         a, b = (other, self) if reverse else (self, other)
-        if a.data.shape != b.data.shape:
-            broadcast_shapes(op, a.data.shape, b.data.shape)
-        if a.data.dtype != b.data.dtype:
+        if a.array.shape != b.array.shape:
+            broadcast_shapes(op, a.array.shape, b.array.shape)
+        if a.array.dtype != b.array.dtype:
             a, b = _promote(a, b, op)
-        if function is Div and not _is_float(a.data):
+        if function is Div and not _is_float(a.array):
             # True division of integers gives the default float dtype on every backend (NumPy
             # would give float64, array_api_strict refuses), as in PyTorch.
             a, b = a._cast("float32"), b._cast("float32")
@@ -438,13 +459,13 @@ class Tensor:
         """A comparison or bitwise op (the array API function `name`): no gradient."""
         other = self._operand(other, op)
         a, b = (other, self) if reverse else (self, other)
-        if a.data.shape != b.data.shape:
+        if a.array.shape != b.array.shape:
             broadcast_shapes(op, a.shape, b.shape)
-        if a.data.dtype != b.data.dtype:  # strict (like CuPy's type rules) will not mix them
+        if a.array.dtype != b.array.dtype:  # strict (like CuPy's type rules) will not mix them
             a, b = _promote(a.detach(), b.detach(), op)
         if integral:
             _check_integral(op, a)
-        return Tensor._from_op(getattr(backend.namespace(a.data), name)(a.data, b.data), None)
+        return Tensor._from_op(getattr(backend.namespace(a.array), name)(a.array, b.array), None)
 
     # Tensors are compared elementwise by ==, but hashed by identity: a tensor stays usable as a
     # dict key or set member (the engine keys its gradient table by tensor).
@@ -453,7 +474,7 @@ class Tensor:
     def __invert__(self) -> Tensor:
         """``~x``: logical not of a bool tensor, bitwise not of an integer one (no gradient)."""
         _check_integral("bitwise_not", self)
-        return Tensor._from_op(backend.namespace(self.data).bitwise_invert(self.data), None)
+        return Tensor._from_op(backend.namespace(self.array).bitwise_invert(self.array), None)
 
     bitwise_not = __invert__
 
@@ -493,7 +514,7 @@ class Tensor:
         if min is not None and max is not None and min > max:
             raise ValueError(f"clip: min ({min}) must not exceed max ({max})")
         if isinstance(min, float) or isinstance(max, float):
-            if not _is_float(self.data):
+            if not _is_float(self.array):
                 return self._cast("float32").clip(min, max)  # float bounds: a float result
         return Clip.apply(self, low=min, high=max)
 
@@ -532,7 +553,7 @@ class Tensor:
         """Sum over axes; bool and integer tensors sum to int64, as in PyTorch."""
         axis, keepdims = _dims("sum", axis, keepdims, dim, keepdim)
         source = self
-        if not _is_float(self.data) and backend.dtype_name(self.dtype) != "int64":
+        if not _is_float(self.array) and backend.dtype_name(self.dtype) != "int64":
             source = self._cast("int64")
         return Sum.apply(source, axis=axis, keepdims=keepdims)
 
@@ -540,7 +561,7 @@ class Tensor:
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
     ) -> Tensor:
         axis, keepdims = _dims("mean", axis, keepdims, dim, keepdim)
-        backend.check_floating("mean", self.data)
+        backend.check_floating("mean", self.array)
         return Mean.apply(self, axis=axis, keepdims=keepdims)
 
     def amax(
@@ -610,8 +631,8 @@ class Tensor:
         axis, keepdims = _dims(op, axis, keepdims, dim, keepdim)
         if self.numel() == 0:
             raise ValueError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
-        xp = backend.namespace(self.data)
-        data = self.data
+        xp = backend.namespace(self.array)
+        data = self.array
         if axis is None or self.ndim == 0:
             if axis is not None:  # a 0-d tensor takes dim 0 or -1, as in PyTorch
                 reduction_axes(op, axis, 0)
@@ -637,7 +658,7 @@ class Tensor:
         and every higher derivative come from those ops.
         """
         axis, keepdims = _dims("var", axis, keepdims, dim, keepdim)
-        backend.check_floating("var", self.data)
+        backend.check_floating("var", self.array)
         axes = normalize_axes("var", axis, self.ndim)
         count = 1
         for a in axes:
@@ -674,7 +695,7 @@ class Tensor:
     ) -> Tensor:
         """log(sum(exp(x))) along dim, shifted by the (detached) maximum so exp cannot overflow."""
         dim, keepdim = _dims("logsumexp", dim, keepdim, axis, keepdims)
-        backend.check_floating("logsumexp", self.data)
+        backend.check_floating("logsumexp", self.array)
         axes = normalize_axes("logsumexp", dim, self.ndim)
         shift = self.detach().amax(axis=axes, keepdims=True)
         # An all -inf row: shift by 0 so the result is -inf, not NaN (inf - inf).
@@ -685,7 +706,7 @@ class Tensor:
     def cumsum(self, dim: int, *, axis: Any = None) -> Tensor:
         """Running sum along dim (bool and integer tensors sum in int64, as in PyTorch)."""
         dim, _ = _dims("cumsum", dim, False, axis, None)
-        source = self if _is_float(self.data) else self._cast("int64")
+        source = self if _is_float(self.array) else self._cast("int64")
         return Cumsum.apply(source, axis=normalize_axes("cumsum", dim, self.ndim)[0])
 
     # ------------------------------------------------------------------------------------ shape
@@ -697,11 +718,11 @@ class Tensor:
 
     def numel(self) -> int:
         """The number of elements."""
-        return math.prod(self.data.shape)
+        return math.prod(self.array.shape)
 
     def dim(self) -> int:
         """The number of dimensions (``ndim``)."""
-        return self.data.ndim
+        return self.array.ndim
 
     def reshape(self, *shape: Any) -> Tensor:
         """The same values in a new shape; one size may be -1 (inferred)."""
@@ -892,11 +913,11 @@ class Tensor:
             )
         if last >= self.ndim:
             raise IndexError(f"getitem: too many indices for a tensor of shape {self.shape}")
-        xp = backend.namespace(self.data)
+        xp = backend.namespace(self.array)
         shape = ()
         for part in key[first : last + 1]:
             shape = broadcast_shapes("getitem", shape, part.shape)
-        flat = xp.zeros(shape, dtype=xp.int64, device=self.data.device)
+        flat = xp.zeros(shape, dtype=xp.int64, device=self.array.device)
         for axis in range(first, last + 1):
             size = self.shape[axis]
             index = _wrapped_index(xp, key[axis], size, axis)
@@ -912,7 +933,7 @@ class Tensor:
                 f"getitem: a bool mask of shape {mask.shape} does not match the leading "
                 f"dimensions of shape {self.shape}"
             )
-        (flat,) = backend.nonzero(backend.namespace(mask.data).reshape(mask.data, (-1,)))
+        (flat,) = backend.nonzero(backend.namespace(mask.array).reshape(mask.array, (-1,)))
         rows = self.reshape((-1,) + self.shape[mask.ndim :])
         return rows[Tensor._from_op(flat, None)]
 
@@ -923,7 +944,7 @@ class Tensor:
         index = self._operand(index, "gather")
         axis = normalize_axes("gather", dim, self.ndim)[0]
         _check_index("gather", self, axis, index)
-        positions = _flat_positions(self.shape, axis, index.data)
+        positions = _flat_positions(self.shape, axis, index.array)
         flat = self.reshape(-1)[Tensor._from_op(positions, None)]
         return flat.reshape(index.shape)
 
@@ -936,7 +957,7 @@ class Tensor:
         index = self._operand(index, "scatter")
         axis = normalize_axes("scatter", dim, self.ndim)[0]
         _check_index("scatter", self, axis, index)
-        positions = _flat_positions(self.shape, axis, index.data)
+        positions = _flat_positions(self.shape, axis, index.array)
         _check_unique("scatter", positions)
         if isinstance(src, Tensor):
             src = self._operand(src, "scatter")
@@ -961,8 +982,8 @@ class Tensor:
         length = self.shape[axis] if self.ndim else 1
         if not 0 <= k <= length:
             raise ValueError(f"topk: k={k} is out of range for dim {dim} of shape {self.shape}")
-        xp = backend.namespace(self.data)
-        keys = self.data if _is_float(self.data) else xp.astype(self.data, xp.float64)
+        xp = backend.namespace(self.array)
+        keys = self.array if _is_float(self.array) else xp.astype(self.array, xp.float64)
         # A stable sort of -x puts the largest first and keeps ties in index order.
         order = xp.argsort(-keys if largest else keys, axis=axis, stable=True)
         order = xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
@@ -971,7 +992,7 @@ class Tensor:
 
     def nonzero(self, as_tuple: bool = False) -> Any:
         """The indices of the non-zero elements: an (n, ndim) int64 tensor, or one per dim."""
-        found = tuple(Tensor._from_op(i, None) for i in backend.nonzero(self.data))
+        found = tuple(Tensor._from_op(i, None) for i in backend.nonzero(self.array))
         return found if as_tuple else stack(found, axis=1)
 
     def multinomial(self, num_samples: int, replacement: bool = False) -> Tensor:
@@ -979,7 +1000,7 @@ class Tensor:
         generator seeded by ``ta.manual_seed``; without replacement they are distinct."""
         if self.ndim not in (1, 2):
             raise ValueError(f"multinomial: expected 1-d or 2-d weights, got shape {self.shape}")
-        host = backend.to_numpy(self.data).reshape(-1, self.shape[-1])
+        host = backend.to_numpy(self.array).reshape(-1, self.shape[-1])
         if not (host >= 0).all() or not (host.sum(axis=1) > 0).all():
             raise ValueError("multinomial: weights must be non-negative with a positive sum")
         if not replacement and num_samples > int((host > 0).sum(axis=1).min()):
@@ -1014,11 +1035,11 @@ class Tensor:
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists of numbers (a host copy)."""
-        return backend.to_numpy(self.data).tolist()
+        return backend.to_numpy(self.array).tolist()
 
     # ========================================================================================
     # In-place operations. Each writes into this tensor's existing array (so views and the
-    # array behind ``.data`` see the change) and adds one to its version, which backward checks
+    # array behind ``.array`` see the change) and adds one to its version, which backward checks
     # before it uses a value saved in forward. They record no graph, so in grad mode they refuse
     # a tensor that requires grad (a leaf with PyTorch's message) and a value that requires
     # grad; under ``ta.no_grad()`` they work on anything (``w -= lr * w.grad`` keeps ``w``).
@@ -1037,19 +1058,19 @@ class Tensor:
             )
         if not cast:
             _check_inplace_dtype(op, self, result)
-        self._store(op, result.data)
+        self._store(op, result.array)
         return self
 
     def _store(self, op: str, array: Any) -> None:
         """Write `array` (this tensor's shape) into the existing storage and bump the version."""
-        xp = backend.namespace(self.data)
-        if array.dtype != self.data.dtype:
-            array = xp.astype(array, self.data.dtype)
-        if not hasattr(type(self.data), "__setitem__"):
-            self.data = array  # a NumPy scalar (a 0-d result) is immutable: nothing aliases it
+        xp = backend.namespace(self.array)
+        if array.dtype != self.array.dtype:
+            array = xp.astype(array, self.array.dtype)
+        if not hasattr(type(self.array), "__setitem__"):
+            self.array = array  # a NumPy scalar (a 0-d result) is immutable: nothing aliases it
         else:
             try:
-                self.data[...] = array
+                self.array[...] = array
             except ValueError as exc:  # a broadcast view (expand, broadcast_to) is read-only
                 raise RuntimeError(
                     f"{op}: cannot write into this tensor of shape {self.shape}: its storage is "
@@ -1182,10 +1203,10 @@ def _band(tensor: Tensor, diagonal: int, lower: bool) -> Tensor:
             f"{'tril' if lower else 'triu'}: needs at least 2 dimensions, got shape {tensor.shape}"
         )
     rows, cols = tensor.shape[-2:]
-    xp = backend.namespace(tensor.data)
+    xp = backend.namespace(tensor.array)
     offset = (
-        xp.arange(cols, device=tensor.data.device)[None, :]
-        - xp.arange(rows, device=tensor.data.device)[:, None]
+        xp.arange(cols, device=tensor.array.device)[None, :]
+        - xp.arange(rows, device=tensor.array.device)[:, None]
     )
     return Tensor._from_op(offset <= diagonal if lower else offset >= diagonal, None)
 
@@ -1203,8 +1224,8 @@ def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
             f"along dim {axis} (same ndim, no larger size in the other dims)"
         )
     if index.numel():
-        xp = backend.namespace(index.data)
-        low, high = int(xp.min(index.data)), int(xp.max(index.data))
+        xp = backend.namespace(index.array)
+        low, high = int(xp.min(index.array)), int(xp.max(index.array))
         if low < 0 or high >= tensor.shape[axis]:
             raise IndexError(
                 f"{op}: index {low if low < 0 else high} is out of range for dim {axis} of "
@@ -1315,7 +1336,7 @@ def _device_spec(data: Any, device: Any) -> Any:
 
 def _promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
     """Cast both operands to their common dtype (array API rules; ints meet floats as floats)."""
-    xp = backend.namespace(a.data)
+    xp = backend.namespace(a.array)
     a_float, b_float = backend.is_floating(xp, a.dtype), backend.is_floating(xp, b.dtype)
     if a_float and not b_float:
         return a, b._cast(a.dtype)
@@ -1343,7 +1364,7 @@ def _index_key(tensor: Tensor, key: Any) -> Any:
             if part.ndim == 0:
                 part = int(part.item())
             else:
-                part = tensor._operand(part, "getitem").data
+                part = tensor._operand(part, "getitem").array
         elif hasattr(part, "__array_interface__") and part.ndim == 0 and part.dtype.kind in "iu":
             part = int(part)  # a NumPy integer scalar indexes like an int on every backend
         elif isinstance(part, list) or hasattr(part, "__array_interface__"):
@@ -1617,7 +1638,7 @@ def _dtype_kind(tensor: Tensor) -> int:
     """0 bool, 1 integer, 2 floating: a result may be stored in place only into its kind or up."""
     if backend.dtype_name(tensor.dtype) == "bool":
         return 0
-    return 2 if backend.is_floating(backend.namespace(tensor.data), tensor.dtype) else 1
+    return 2 if backend.is_floating(backend.namespace(tensor.array), tensor.dtype) else 1
 
 
 def _check_inplace_dtype(op: str, tensor: Tensor, result: Tensor) -> None:
@@ -1631,12 +1652,12 @@ def _check_inplace_dtype(op: str, tensor: Tensor, result: Tensor) -> None:
 def _int_index(op: str, tensor: Tensor, index: Any, size: int, axis: int) -> Any:
     """An index (Tensor, list or array) as a flat, range-checked integer array (no negatives)."""
     index = tensor._operand(index, op)
-    xp = backend.namespace(index.data)
+    xp = backend.namespace(index.array)
     if not xp.isdtype(index.dtype, "integral"):
         raise IndexError(
             f"{op}: index must hold integers, got dtype {backend.dtype_name(index.dtype)}"
         )
-    flat = xp.reshape(index.data, (-1,))
+    flat = xp.reshape(index.array, (-1,))
     if flat.shape[0]:
         low, high = int(xp.min(flat)), int(xp.max(flat))
         if low < -size or high >= size:
@@ -1649,7 +1670,7 @@ def _int_index(op: str, tensor: Tensor, index: Any, size: int, axis: int) -> Any
 
 def _positions_hit(op: str, tensor: Tensor, axis: int, index: Any) -> Tensor:
     """A bool Tensor, True on the slices of dimension `axis` that `index` names."""
-    xp = backend.namespace(tensor.data)
+    xp = backend.namespace(tensor.array)
     size = tensor.shape[axis] if tensor.ndim else 1
     flat = _int_index(op, tensor, index, size, axis)
     hit = xp.any(xp.arange(size, device=flat.device)[:, None] == flat[None, :], axis=1)
@@ -1661,7 +1682,7 @@ def _positions_hit(op: str, tensor: Tensor, axis: int, index: Any) -> Tensor:
 
 def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
     """The values of `tensor` after ``scatter_(dim, index, src)``, computed out of place."""
-    xp = backend.namespace(tensor.data)
+    xp = backend.namespace(tensor.array)
     axis = normalize_axes("scatter_", dim, tensor.ndim)[0]
     index = tensor._operand(index, "scatter_")
     if index.ndim != tensor.ndim or any(
@@ -1681,9 +1702,9 @@ def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
             raise RuntimeError(
                 f"scatter_: src of shape {src.shape} is smaller than index of shape {index.shape}"
             )
-        values = xp.astype(src.data[region], tensor.dtype)
+        values = xp.astype(src.array[region], tensor.dtype)
     else:
-        values = xp.full(index.shape, src, dtype=tensor.dtype, device=tensor.data.device)
+        values = xp.full(index.shape, src, dtype=tensor.dtype, device=tensor.array.device)
     # One-hot along a new last axis: match[..., i, ..., j] says index[..., i, ...] == j.
     match = idx[..., None] == xp.arange(size, device=idx.device)
     zero = xp.zeros((), dtype=values.dtype, device=values.device)
@@ -1699,7 +1720,7 @@ def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
     full_hit[written] = hit
     full_values = xp.zeros(tensor.shape, dtype=tensor.dtype, device=hit.device)
     full_values[written] = xp.astype(mean, tensor.dtype)
-    return Tensor._from_op(xp.where(full_hit, full_values, tensor.data), None)
+    return Tensor._from_op(xp.where(full_hit, full_values, tensor.array), None)
 
 
 def _bool_key(tensor: Tensor, key: Any) -> Tensor | None:
@@ -1719,17 +1740,17 @@ def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
     mask = _bool_key(tensor, key)
     if mask is not None:
         return _mask_assigned(tensor, mask, value)
-    xp = backend.namespace(tensor.data)
+    xp = backend.namespace(tensor.array)
     size = tensor.numel()
     # Which flat positions x[key] reads: indexing a tensor of positions gives every check
     # (ranges, shapes) of x[key] and the places to write.
-    positions = xp.reshape(xp.arange(size, device=tensor.data.device), tensor.shape)
+    positions = xp.reshape(xp.arange(size, device=tensor.array.device), tensor.shape)
     selected = Tensor._from_op(positions, None)[key]
     if value.shape != selected.shape:
         value = value.broadcast_to(selected.shape)
-    targets = xp.reshape(selected.data, (-1,))
-    values = xp.astype(xp.reshape(value.data, (-1,)), tensor.dtype)
-    flat = xp.reshape(xp.asarray(tensor.data, copy=True), (-1,))
+    targets = xp.reshape(selected.array, (-1,))
+    values = xp.astype(xp.reshape(value.array, (-1,)), tensor.dtype)
+    flat = xp.reshape(xp.asarray(tensor.array, copy=True), (-1,))
     if targets.shape[0]:
         try:
             flat[targets] = values
@@ -1742,17 +1763,17 @@ def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
 
 def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
     """``x[mask] = value``: a number, a value broadcast over the masked rows, or one per row."""
-    xp = backend.namespace(tensor.data)
+    xp = backend.namespace(tensor.array)
     if mask.shape != tensor.shape[: mask.ndim]:
         raise IndexError(
             f"setitem: a mask of shape {mask.shape} does not match the shape {tensor.shape} "
             "of the tensor (it must equal its leading dimensions)"
         )
     rest = tensor.shape[mask.ndim :]
-    cond = xp.reshape(mask.data, mask.shape + (1,) * len(rest))
+    cond = xp.reshape(mask.array, mask.shape + (1,) * len(rest))
     if value.ndim <= len(rest):  # the same value for every selected row
         return where(Tensor._from_op(cond, None), value, tensor)
-    flags = xp.reshape(mask.data, (-1,))
+    flags = xp.reshape(mask.array, (-1,))
     count = int(xp.sum(xp.astype(flags, xp.int64)))
     if value.shape != (count, *rest):
         raise RuntimeError(
@@ -1762,6 +1783,6 @@ def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
     if count == 0:
         return tensor.detach()
     order = xp.cumulative_sum(xp.astype(flags, xp.int64)) - 1  # row i takes value[order[i]]
-    rows = xp.take(xp.reshape(value.data, (count, -1)), xp.where(order < 0, 0, order), axis=0)
+    rows = xp.take(xp.reshape(value.array, (count, -1)), xp.where(order < 0, 0, order), axis=0)
     gathered = xp.astype(xp.reshape(rows, tensor.shape), tensor.dtype)
-    return Tensor._from_op(xp.where(cond, gathered, tensor.data), None)
+    return Tensor._from_op(xp.where(cond, gathered, tensor.array), None)

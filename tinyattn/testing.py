@@ -145,7 +145,7 @@ def tensors(
 # -------------------------------------------------------------------------------- check_grads
 def _is_float_tensor(value: Any) -> bool:
     return isinstance(value, Tensor) and backend.is_floating(
-        backend.namespace(value.data), value.dtype
+        backend.namespace(value.array), value.dtype
     )
 
 
@@ -153,7 +153,7 @@ def _cast(value: Any, dtype: str) -> Any:
     """A fresh leaf that requires grad, in `dtype`, for a floating tensor; anything else as is."""
     if not _is_float_tensor(value):
         return value
-    host = backend.to_numpy(value.data)
+    host = backend.to_numpy(value.array)
     return tensor(host, dtype=dtype, device=value.device, requires_grad=True)
 
 
@@ -162,7 +162,7 @@ def _describe(inputs: Sequence[Any]) -> str:
     for i, value in enumerate(inputs):
         if isinstance(value, Tensor):
             dtype = backend.dtype_name(value.dtype)
-            values = backend.to_numpy(value.data).tolist()
+            values = backend.to_numpy(value.array).tolist()
             lines.append(f"    input {i} (shape {value.shape}, {dtype}): {values!r}")
         else:
             lines.append(f"    input {i}: {value!r}")
@@ -174,7 +174,7 @@ def _reproduce(inputs: Sequence[Any], order: int) -> str:
     args = []
     for value in inputs:
         if _is_float_tensor(value):
-            values = backend.to_numpy(value.data).tolist()
+            values = backend.to_numpy(value.array).tolist()
             dtype = backend.dtype_name(value.dtype)
             args.append(f"ta.tensor({values!r}, dtype={dtype!r}, requires_grad=True)")
         else:

@@ -136,7 +136,7 @@ def _describe(tensor: Any) -> str:
 
 def summary(tensor: Tensor) -> str:
     """A tensor's numbers in one short line: all of them when small, else mean, min and max."""
-    values = [float(v) for v in backend.to_numpy(tensor.detach().data).reshape(-1)]
+    values = [float(v) for v in backend.to_numpy(tensor.detach().array).reshape(-1)]
     if len(values) == 1 and tensor.ndim == 0:
         return f"{values[0]:.4g}"
     if len(values) <= SMALL:

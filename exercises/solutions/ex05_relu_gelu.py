@@ -11,7 +11,7 @@ The math (g = dL/dy):
            dL/dx = g * dy/dx
 
 Hint: ``[x > 0]`` is a 0/1 mask; build it as an array and make it a constant Tensor:
-``grad.constant(namespace(x.data).astype(x.data > 0, grad.dtype))``. For GELU, write dy/dx with
+``grad.constant(namespace(x.array).astype(x.array > 0, grad.dtype))``. For GELU, write dy/dx with
 Tensor operations on ``x = self.inputs[0]`` (``x.tanh()``, ``x * x``, numbers).
 
 Grade it: ``python -m pytest exercises -k ex05``.
@@ -37,7 +37,7 @@ class Relu(Function):
 
     def backward(self, grad: Tensor) -> Tensor:
         x = self.inputs[0]
-        return grad * grad.constant(namespace(x.data).astype(x.data > 0, grad.dtype))
+        return grad * grad.constant(namespace(x.array).astype(x.array > 0, grad.dtype))
 
 
 class Gelu(Function):

@@ -109,8 +109,8 @@ class MultiHeadAttention(Module):
         """A shared (Tq, Tk) mask in which some query may attend nothing is a misuse: a
         PyTorch key-padding mask (B, Tk) read as (Tq, Tk) when B == Tq, or PyTorch's
         attn_mask polarity (True = blocked, as torch.triu(..., diagonal=1))."""
-        xp = backend.namespace(mask.data)
-        if mask.ndim == 2 and mask.shape[-1] > 0 and bool(xp.any(~xp.any(mask.data, axis=-1))):
+        xp = backend.namespace(mask.array)
+        if mask.ndim == 2 and mask.shape[-1] > 0 and bool(xp.any(~xp.any(mask.array, axis=-1))):
             raise ValueError(
                 f"MultiHeadAttention: mask of shape {mask.shape} has a query row with no key "
                 "allowed; mask is (Tq, Tk) with True = may attend. For a padding mask (B, Tk) "
@@ -138,8 +138,8 @@ class MultiHeadAttention(Module):
                 f"{op}: key_padding_mask is on '{key_padding_mask.device}' but the inputs are "
                 f"on '{device}'"
             )
-        xp = backend.namespace(key_padding_mask.data)
-        return xp.reshape(~key_padding_mask.data, (batch, 1, 1, length_k))
+        xp = backend.namespace(key_padding_mask.array)
+        return xp.reshape(~key_padding_mask.array, (batch, 1, 1, length_k))
 
     def _split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
@@ -179,7 +179,7 @@ class MultiHeadAttention(Module):
             allowed = self._padding_allowed(
                 key_padding_mask, query.shape[0], key.shape[1], query.device
             )  # (B, 1, 1, Tk): True = may attend
-            mask = Tensor._from_op(allowed if mask is None else mask.data & allowed, None)
+            mask = Tensor._from_op(allowed if mask is None else mask.array & allowed, None)
         batch, length_q, width = query.shape
         q = self._split_heads(self.q_proj(query))  # (B, Tq, C) -> (B, H, Tq, D)
         k = self._split_heads(self.k_proj(key))  # (B, Tk, C) -> (B, H, Tk, D)
@@ -277,9 +277,9 @@ class MultiheadAttention(Module):
             mask = Tensor(mask, device=scores.device)
         if mask.shape != shape:
             raise ValueError(f"MultiheadAttention: {name} of shape {mask.shape} must be {shape}")
-        xp = backend.namespace(mask.data)
+        xp = backend.namespace(mask.array)
         if backend.dtype_name(mask.dtype) == "bool":
-            zero = xp.zeros((), dtype=scores.dtype, device=scores.data.device)
+            zero = xp.zeros((), dtype=scores.dtype, device=scores.array.device)
             return where(mask, -math.inf, scores.constant(zero))
         if not backend.is_floating(xp, mask.dtype):
             raise TypeError(

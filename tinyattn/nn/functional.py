@@ -79,7 +79,7 @@ def _classes_last(x: Tensor) -> Tensor:
 def _integer_targets(op: str, target: Any, input: Tensor, ignore_index: int) -> Tensor:
     """Class-index targets as an integer Tensor on the input's device, checked against C."""
     target = _as_tensor(op, target, input)
-    xp = backend.namespace(target.data)
+    xp = backend.namespace(target.array)
     if backend.is_floating(xp, target.dtype) or backend.dtype_name(target.dtype) == "bool":
         raise TypeError(
             f"{op}: class-index targets must be integers, got dtype "
@@ -94,7 +94,7 @@ def _integer_targets(op: str, target: Any, input: Tensor, ignore_index: int) -> 
             f"(input is (N, C, d1, ...) with classes on axis 1, or (C,)), got {target.shape}"
         )
     classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
-    data = target.data
+    data = target.array
     bad = ((data < 0) | (data >= classes)) & (data != ignore_index)
     if bool(xp.any(bad)):
         raise IndexError(
@@ -227,8 +227,8 @@ def embedding(
                 f"embedding: padding_idx {padding_idx} is out of range for {rows} rows"
             )
         index = padding_idx % rows
-        xp = backend.namespace(weight.data)
-        is_pad = xp.arange(rows, device=weight.data.device) == index
+        xp = backend.namespace(weight.array)
+        is_pad = xp.arange(rows, device=weight.array.device) == index
         # The same values, but the padding row comes from a detached copy: no gradient reaches it.
         weight = where(weight.constant(xp.reshape(is_pad, (rows, 1))), weight.detach(), weight)
     return _core.embedding(input, weight)
@@ -237,12 +237,12 @@ def embedding(
 def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
     """int64 one-hot vectors: out[..., c] = 1 where tensor == c. Shapes: (...) -> (..., C)."""
     tensor = _as_tensor("one_hot", tensor)
-    xp = backend.namespace(tensor.data)
+    xp = backend.namespace(tensor.array)
     if backend.is_floating(xp, tensor.dtype) or backend.dtype_name(tensor.dtype) == "bool":
         raise TypeError(
             f"one_hot: expected an integer tensor, got dtype {backend.dtype_name(tensor.dtype)}"
         )
-    data = tensor.data
+    data = tensor.array
     empty = 0 in tensor.shape
     if not empty and bool(xp.any(data < 0)):
         raise ValueError("one_hot: class values must be non-negative")
@@ -286,7 +286,7 @@ def cross_entropy(
     if input.ndim < 1:
         raise ValueError(f"{op}: input must have a class axis, got a 0-d tensor")
     if isinstance(target, Tensor) and backend.is_floating(
-        backend.namespace(target.data), target.dtype
+        backend.namespace(target.array), target.dtype
     ):
         return _soft_cross_entropy(input, target, reduction, label_smoothing)
     target = _integer_targets(op, target, input, ignore_index)
@@ -342,10 +342,10 @@ def nll_loss(
         raise ValueError(f"{op}: input must be a Tensor with a class axis")
     target = _integer_targets(op, target, input, ignore_index)
     logp = _classes_last(input)
-    xp = backend.namespace(logp.data)
-    kept = target.data != ignore_index
-    classes = xp.arange(logp.shape[-1], dtype=target.data.dtype, device=target.data.device)
-    picks = (target.data[..., None] == classes) & kept[..., None]
+    xp = backend.namespace(logp.array)
+    kept = target.array != ignore_index
+    classes = xp.arange(logp.shape[-1], dtype=target.array.dtype, device=target.array.device)
+    picks = (target.array[..., None] == classes) & kept[..., None]
     loss = -(logp * logp.constant(xp.astype(picks, logp.dtype))).sum(axis=-1)
     if reduction == "none":
         return loss
@@ -493,7 +493,7 @@ def scaled_dot_product_attention(
         return _core.scaled_dot_product_attention(
             query, key, value, mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
         )
-    if not backend.is_floating(backend.namespace(attn_mask.data), attn_mask.dtype):
+    if not backend.is_floating(backend.namespace(attn_mask.array), attn_mask.dtype):
         raise TypeError(
             f"{op}: attn_mask must be bool or floating, got {backend.dtype_name(attn_mask.dtype)}"
         )

@@ -21,7 +21,7 @@ def _write(tensor: Tensor, values: Any) -> Tensor:
     """Write `values` (a host array, Tensor or number) into `tensor` in place; returns tensor."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"nn.init: expected a Tensor, got {type(tensor).__name__}")
-    new = Tensor(values, dtype=backend.dtype_name(tensor.dtype), device=tensor.device).data
+    new = Tensor(values, dtype=backend.dtype_name(tensor.dtype), device=tensor.device).array
     with no_grad():
         # The one place init writes: in place, so shared views see it, and the version goes up.
         tensor._store("nn.init", new)
@@ -31,7 +31,7 @@ def _write(tensor: Tensor, values: Any) -> Tensor:
 def _float_tensor(op: str, tensor: Any) -> Tensor:
     if not isinstance(tensor, Tensor):
         raise TypeError(f"{op}: expected a Tensor, got {type(tensor).__name__}")
-    backend.check_floating(op, tensor.data)
+    backend.check_floating(op, tensor.array)
     return tensor
 
 
@@ -121,8 +121,8 @@ def constant_(tensor: Tensor, val: float) -> Tensor:
     """Fill with `val`."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"constant_: expected a Tensor, got {type(tensor).__name__}")
-    xp = backend.namespace(tensor.data)
-    return _write(tensor, xp.full(tensor.shape, val, dtype=tensor.dtype, device=tensor.data.device))
+    xp = backend.namespace(tensor.array)
+    return _write(tensor, xp.full(tensor.shape, val, dtype=tensor.dtype, device=tensor.array.device))
 
 
 def zeros_(tensor: Tensor) -> Tensor:

@@ -249,8 +249,8 @@ class Module:
             if set_to_none or param.grad is None:
                 param.grad = None
             else:
-                xp = backend.namespace(param.grad.data)
-                param.grad = Tensor._from_op(xp.zeros_like(param.grad.data), None)
+                xp = backend.namespace(param.grad.array)
+                param.grad = Tensor._from_op(xp.zeros_like(param.grad.array), None)
 
     def to(self, target: Any) -> Module:
         """Move every parameter and buffer to a device ("cpu", "cuda", "strict") or cast the
@@ -260,10 +260,10 @@ class Module:
         tensors.update({id(t): t for _, t in self.named_buffers()})
         with no_grad():
             for tensor in tensors.values():
-                xp = backend.namespace(tensor.data)
+                xp = backend.namespace(tensor.array)
                 if is_dtype and not backend.is_floating(xp, tensor.dtype):
                     continue  # integer buffers keep their dtype
-                tensor.data = tensor.to(target).data
+                tensor.array = tensor.to(target).array
                 if tensor.grad is not None:
                     tensor.grad = tensor.grad.to(target)
         return self
@@ -318,7 +318,7 @@ class Module:
                 problems.append(
                     f"{key!r}: shape {value.shape} in the checkpoint, {target.shape} in the model"
                 )
-            converted[key] = value.data
+            converted[key] = value.array
         if strict and missing:
             problems.insert(0, "missing keys: " + ", ".join(repr(k) for k in missing))
         if strict and unexpected:

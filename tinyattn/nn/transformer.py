@@ -48,7 +48,7 @@ class SinusoidalPositionalEncoding(Module):
         positions = arange(max_len, dtype="float64").reshape(max_len, 1)  # (T, 1)
         pairs = arange(0, dim, 2, dtype="float64")  # (ceil(dim/2),): the even feature indices 2i
         frequencies = (pairs * (-math.log(10000.0) / dim)).exp()  # 1 / 10000^(2i/dim)
-        angles = (positions * frequencies).data  # (T, ceil(dim/2))
+        angles = (positions * frequencies).array  # (T, ceil(dim/2))
         xp = backend.namespace(angles)
         # The array API has sin and cos (Tensor has no need for them): a constant table.
         table = xp.stack([xp.sin(angles), xp.cos(angles)], axis=-1)  # (T, ceil(dim/2), 2)

@@ -42,19 +42,19 @@ def clip_grad_norm_(
     grads = _with_grads(op, parameters)
     if not grads:
         return Tensor(0.0)
-    xp = backend.namespace(grads[0].grad.data)
+    xp = backend.namespace(grads[0].grad.array)
     devices = {g.grad.device for g in grads}
     if len(devices) > 1:
         raise RuntimeError(f"{op}: gradients are on several devices {sorted(devices)}")
-    dtype = grads[0].grad.data.dtype
+    dtype = grads[0].grad.array.dtype
     if norm_type == math.inf:
-        norms = [xp.max(xp.abs(p.grad.data)) for p in grads]
+        norms = [xp.max(xp.abs(p.grad.array)) for p in grads]
         total = xp.max(xp.stack([xp.astype(n, dtype) for n in norms]))
     else:
         norms = [
-            xp.sum(xp.abs(p.grad.data) ** norm_type) ** (1.0 / norm_type)
+            xp.sum(xp.abs(p.grad.array) ** norm_type) ** (1.0 / norm_type)
             if norm_type != 2.0
-            else xp.sqrt(xp.sum(p.grad.data * p.grad.data))
+            else xp.sqrt(xp.sum(p.grad.array * p.grad.array))
             for p in grads
         ]
         stacked = xp.stack([xp.astype(n, dtype) for n in norms])
@@ -70,8 +70,8 @@ def clip_grad_norm_(
         )
     coefficient = xp.clip(max_norm / (total + 1e-6), max=1.0)
     for p in grads:
-        scale = xp.astype(coefficient, p.grad.data.dtype)
-        p.grad = Tensor._from_op(p.grad.data * scale, None)
+        scale = xp.astype(coefficient, p.grad.array.dtype)
+        p.grad = Tensor._from_op(p.grad.array * scale, None)
     return Tensor._from_op(total, None)
 
 
@@ -84,8 +84,8 @@ def clip_grad_value_(
         raise TypeError(f"{op}: clip_value must be a number, got {clip_value!r}")
     clip_value = float(clip_value)
     for p in _with_grads(op, parameters):
-        xp = backend.namespace(p.grad.data)
-        p.grad = Tensor._from_op(xp.clip(p.grad.data, -clip_value, clip_value), None)
+        xp = backend.namespace(p.grad.array)
+        p.grad = Tensor._from_op(xp.clip(p.grad.array, -clip_value, clip_value), None)
 
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]

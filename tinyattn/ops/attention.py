@@ -144,8 +144,8 @@ class BlockwiseAttention(Function):
         return tile
 
     def backward(self, grad: Any) -> tuple:
-        lse, allowed = (None if t is None else t.data for t in self.saved_tensors)
-        grads = self._backward_arrays(grad.data, self.output.data, lse, allowed)
+        lse, allowed = (None if t is None else t.array for t in self.saved_tensors)
+        grads = self._backward_arrays(grad.array, self.output.array, lse, allowed)
         if is_grad_enabled():  # create_graph=True: the gradients must refuse a second backward
             return tuple(OnceDifferentiable.apply(*self.inputs, grad, value=g) for g in grads)
         return tuple(t.constant(g) for t, g in zip(self.inputs, grads, strict=True))
@@ -156,7 +156,7 @@ class BlockwiseAttention(Function):
         Two extra columns fold two subtractions into the matmuls that need them anyway:
         [q * scale, -lse] @ [k, 1]^T = S - lse, and [dO, -D] @ [v, 1]^T = dO v^T - D.
         """
-        q, k, v = (t.data for t in self.inputs)
+        q, k, v = (t.array for t in self.inputs)
         xp = namespace(q)
         q_scaled = q * self.scale
         row_dots = xp.sum(grad * out, axis=-1, keepdims=True)  # D_i: (..., Tq, 1)

@@ -100,9 +100,9 @@ class Pow(Function):
         a, b = self.inputs
         grad_a = grad_b = None
         if a.requires_grad:
-            grad_a = (grad * _zero_where(b.data == 0, b * a ** (b - 1.0))).sum_to(a.shape)
+            grad_a = (grad * _zero_where(b.array == 0, b * a ** (b - 1.0))).sum_to(a.shape)
         if b.requires_grad:
-            at_zero = (a.data == 0) & (b.data >= 0)
+            at_zero = (a.array == 0) & (b.array >= 0)
             grad_b = (grad * _zero_where(at_zero, self.output * a.log())).sum_to(b.shape)
         return grad_a, grad_b
 
@@ -113,8 +113,8 @@ def _zero_where(condition: Any, value: Any) -> Any:
     A where, not a product with a 0/1 mask: the masked entries may be inf or NaN, and 0 * inf is
     NaN. Still a Where node, so higher-order gradients pass through it.
     """
-    xp = namespace(value.data)
-    zero = value.constant(xp.zeros((), dtype=value.dtype, device=value.data.device))
+    xp = namespace(value.array)
+    zero = value.constant(xp.zeros((), dtype=value.dtype, device=value.array.device))
     return Where.apply(value.constant(condition), zero, value)
 
 
@@ -142,10 +142,10 @@ class Maximum(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        xp = namespace(a.data)
+        xp = namespace(a.array)
         # Weight 1 where a wins, 0 where b wins, 1/2 on a tie: subgradient that keeps symmetry.
-        a_wins = xp.astype(a.data > b.data, grad.dtype) + 0.5 * xp.astype(
-            a.data == b.data, grad.dtype
+        a_wins = xp.astype(a.array > b.array, grad.dtype) + 0.5 * xp.astype(
+            a.array == b.array, grad.dtype
         )
         weight_a = grad.constant(a_wins)
         return (
@@ -241,7 +241,7 @@ class Relu(Function):
         return namespace(x).maximum(x, 0.0)  # maximum, not where: ~10x faster, keeps NaN
 
     def backward(self, grad: Any) -> Any:
-        x = self.inputs[0].data
+        x = self.inputs[0].array
         return grad * grad.constant(namespace(x).astype(x > 0, grad.dtype))
 
 
@@ -255,7 +255,7 @@ class Abs(Function):
         return namespace(x).abs(x)
 
     def backward(self, grad: Any) -> Any:
-        x = self.inputs[0].data
+        x = self.inputs[0].array
         return grad * grad.constant(namespace(x).sign(x))
 
 
@@ -270,7 +270,7 @@ class Clip(Function):
         return namespace(x).clip(x, low, high)
 
     def backward(self, grad: Any) -> Any:
-        x = self.inputs[0].data
+        x = self.inputs[0].array
         xp = namespace(x)
         inside = xp.ones(x.shape, dtype=xp.bool, device=x.device)
         if self.low is not None:
@@ -291,8 +291,8 @@ class Where(Function):
 
     def backward(self, grad: Any) -> tuple:
         cond, a, b = self.inputs
-        xp = namespace(cond.data)
-        chosen = grad * grad.constant(xp.astype(cond.data, grad.dtype))
+        xp = namespace(cond.array)
+        chosen = grad * grad.constant(xp.astype(cond.array, grad.dtype))
         return (
             None,
             chosen.sum_to(a.shape) if a.requires_grad else None,
@@ -416,5 +416,5 @@ class RPowScalar(Function):
     def backward(self, grad: Any) -> Any:
         slope = self.output * self.log_c
         if self.log_c == -math.inf:  # c = 0: y is 0 or 1 for x >= 0, flat; inf * -inf for x < 0
-            slope = _zero_where(self.inputs[0].data >= 0, slope)
+            slope = _zero_where(self.inputs[0].array >= 0, slope)
         return grad * slope

@@ -134,9 +134,9 @@ class Max(Function):
         return xp.asarray(getattr(xp, self.reduce_name)(x, axis=self.axes, keepdims=keepdims))
 
     def backward(self, grad: Any) -> Any:
-        x = self.inputs[0].data
+        x = self.inputs[0].array
         xp = namespace(x)
-        extreme = xp.reshape(self.output.data, kept_shape(x.shape, self.axes))
+        extreme = xp.reshape(self.output.array, kept_shape(x.shape, self.axes))
         hits = xp.astype(x == extreme, grad.dtype)
         share = hits / xp.sum(hits, axis=self.axes, keepdims=True)
         return _unreduce(grad, x.shape, self.axes) * grad.constant(share)

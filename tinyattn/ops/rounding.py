@@ -89,7 +89,7 @@ class Remainder(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        quotient = grad.constant(namespace(a.data).floor_divide(a.data, b.data))
+        quotient = grad.constant(namespace(a.array).floor_divide(a.array, b.array))
         return (
             grad.sum_to(a.shape) if a.requires_grad else None,
             (-grad * quotient).sum_to(b.shape) if b.requires_grad else None,

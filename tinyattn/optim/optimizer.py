@@ -130,8 +130,8 @@ class Optimizer:
                 if set_to_none or p.grad is None:
                     p.grad = None
                 else:
-                    xp = backend.namespace(p.grad.data)
-                    p.grad = Tensor._from_op(xp.zeros_like(p.grad.data), None)
+                    xp = backend.namespace(p.grad.array)
+                    p.grad = Tensor._from_op(xp.zeros_like(p.grad.array), None)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a gradient (parameters without one are skipped).
@@ -151,7 +151,7 @@ class Optimizer:
                     continue
                 self._check_grad(position, p)
                 state = self.state.setdefault(p, {})
-                _write(p, self._update(p.data, p.grad.data, group, state), self.name)
+                _write(p, self._update(p.array, p.grad.array, group, state), self.name)
         return loss
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
@@ -250,7 +250,7 @@ class Optimizer:
                 if key == "step":
                     converted[key] = int(_plain(value))
                     continue
-                array = Tensor(value, dtype=backend.dtype_name(p.dtype), device=p.device).data
+                array = Tensor(value, dtype=backend.dtype_name(p.dtype), device=p.device).array
                 if tuple(array.shape) != p.shape:
                     raise ValueError(
                         f"{op}: state '{key}' of parameter {index} has shape {tuple(array.shape)}, "
@@ -417,12 +417,12 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, eps: floa
     grads = [p for p in params if p.grad is not None]
     squares = 0.0
     for p in grads:
-        xp = backend.namespace(p.grad.data)
-        squares += float(xp.sum(p.grad.data * p.grad.data))
+        xp = backend.namespace(p.grad.array)
+        squares += float(xp.sum(p.grad.array * p.grad.array))
     total = math.sqrt(squares)
     scale = min(1.0, max_norm / (total + eps))
     for p in grads:
-        p.grad = Tensor._from_op(p.grad.data * scale, None)
+        p.grad = Tensor._from_op(p.grad.array * scale, None)
     return total
 
 
