@@ -58,12 +58,15 @@ def close(a, b, rtol=2e-5, atol=2e-6) -> None:
 
 
 def compare_grads(theirs, ours) -> None:
+    """Every parameter's gradient, to float32 rounding of the largest gradient in the model (a
+    gradient that is zero in exact arithmetic, such as attention's key bias, is rounding noise
+    in both libraries)."""
     mine = dict(ours.named_parameters())
+    scale = max(float(p.grad.abs().max()) for p in theirs.parameters())
     for name, p in theirs.named_parameters():
         assert p.grad is not None and mine[name].grad is not None, name
-        scale = float(p.grad.abs().max()) + 1e-12
         np.testing.assert_allclose(
-            mine[name].grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-5 * scale, err_msg=name
+            mine[name].grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=2e-6 * scale, err_msg=name
         )
 
 

@@ -257,7 +257,7 @@ class Tensor:
 
     @data.setter
     def data(self, value: Tensor) -> None:
-        """``x.data = t``: x now holds t's storage (its shape and dtype may change), as in PyTorch."""
+        """``x.data = t``: x holds t's storage (its shape and dtype may change), as in PyTorch."""
         if not isinstance(value, Tensor):
             raise TypeError(
                 f"data: assign a Tensor (x.data = t), got {type(value).__name__}; the raw array "

@@ -122,7 +122,8 @@ def constant_(tensor: Tensor, val: float) -> Tensor:
     if not isinstance(tensor, Tensor):
         raise TypeError(f"constant_: expected a Tensor, got {type(tensor).__name__}")
     xp = backend.namespace(tensor.array)
-    return _write(tensor, xp.full(tensor.shape, val, dtype=tensor.dtype, device=tensor.array.device))
+    device = tensor.array.device
+    return _write(tensor, xp.full(tensor.shape, val, dtype=tensor.dtype, device=device))
 
 
 def zeros_(tensor: Tensor) -> Tensor:

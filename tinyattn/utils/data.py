@@ -177,7 +177,12 @@ class RandomSampler(Sampler):
     def __iter__(self) -> Iterator[int]:
         n, rng = len(self.data_source), backend.host_rng()
         if self.replacement:
-            yield from rng.integers(0, n, size=self.num_samples).tolist()
+            # In chunks of 32, as PyTorch draws them: num_samples may be huge (minGPT's 1e10
+            # makes the loader endless), and only the draws consumed are made.
+            left = self.num_samples
+            while left > 0:
+                yield from rng.integers(0, n, size=min(32, left)).tolist()
+                left -= 32
             return
         for _ in range(self.num_samples // n):
             yield from rng.permutation(n).tolist()
