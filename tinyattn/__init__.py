@@ -123,6 +123,8 @@ _LAZY = {
     "gradcheck": ("tinyattn.checking", "gradcheck"),
     "gradgradcheck": ("tinyattn.checking", "gradgradcheck"),
     "numerical_grad": ("tinyattn.checking", "numerical_grad"),
+    "compile": ("tinyattn.compiler", "compile"),
+    "CompileError": ("tinyattn.compiler", "CompileError"),
     "load": ("tinyattn.serialization", "load"),
     "save": ("tinyattn.serialization", "save"),
 }

@@ -19,11 +19,12 @@ another thread records.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import backend
@@ -277,7 +278,9 @@ class Function:
         """Run forward on the inputs' arrays and, if grad mode is on, record the node."""
         fn = cls.__new__(cls)
         fn.inputs = inputs
-        if len(inputs) == 1:  # the common unary case, without building an argument list
+        if _recorder is not None:  # ta.compile is recording a step: it runs and notes forward
+            data = _recorder.forward(fn, inputs, kwargs)
+        elif len(inputs) == 1:  # the common unary case, without building an argument list
             data = fn.forward(inputs[0].array, **kwargs)
         else:
             data = fn.forward(*[t.array for t in inputs], **kwargs)
@@ -421,7 +424,7 @@ def run_backward(
                 if parent_grad is not None and parent.requires_grad:
                     parent_grad = _checked(fn, position, parent, parent_grad)
                     _send(parent, parent_grad, pending, leaves, ready)
-            if not retain_graph:
+            if not retain_graph and _recorder is None:  # a recording replays rules later
                 fn.release()
         _deliver(leaves, wanted, captured)
     return captured
@@ -446,6 +449,12 @@ def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
         raise RuntimeError(_freed_message(fn))
     if fn._versions is not None:
         _check_versions(fn, output)
+    if _recorder is not None:
+        return _recorder.rule(fn, grad, output, lambda: _run_lent(fn, output, grad))
+    return _run_lent(fn, output, grad)
+
+
+def _run_lent(fn: Function, output: Any, grad: Any) -> tuple:
     fn.output = output  # lent to the rule for this call only: no lasting cycle
     try:
         anomaly = _anomaly_threads and _modes.anomaly
@@ -492,12 +501,12 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
         if wanted is not None:
             if leaf in wanted:
                 captured[id(leaf)] = grad
-        elif leaf.grad is None:
+        else:
             # Gradients may share arrays (Add passes one gradient to both inputs): tinyattn
             # never updates a .grad array in place, so sharing is safe and saves a copy.
-            leaf.grad = grad
-        else:
-            leaf.grad = leaf.grad + grad
+            leaf.grad = grad if leaf.grad is None else leaf.grad + grad
+            if _recorder is not None:
+                _recorder.set_grad(leaf, leaf.grad)
 
 
 def _run_hooks(tensor: Any, grad: Any) -> Any:
@@ -622,6 +631,45 @@ class RemovableHandle:
     def remove(self) -> None:
         with contextlib.suppress(ValueError):
             self._hooks.remove(self._hook)
+
+
+# ------------------------------------------------------------------------- recording a step
+# `ta.compile` (tinyattn/compiler.py) records a step by setting a Recorder here: Function.apply,
+# the engine and the replayed calls below report to it. None, and one test per op, otherwise.
+_recorder: Any = None
+
+
+def set_recorder(recorder: Any) -> Any:
+    """Install `recorder` (or None) for this process; returns the previous one."""
+    global _recorder
+    previous, _recorder = _recorder, recorder
+    backend.draw_hook = None if recorder is None else recorder.draw
+    return previous
+
+
+def active_recorder() -> Any:
+    return _recorder
+
+
+def replayed_call(function: Callable) -> Callable:
+    """Mark a function whose Python must run on every replay of a compiled step (an optimizer's
+    step, gradient clipping, a scheduler): while recording it runs as one recorded call."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _recorder is None:
+            return function(*args, **kwargs)
+        # A generator (model.parameters()) would be empty on replay: keep its items.
+        args = tuple(list(a) if isinstance(a, Iterator) else a for a in args)
+        return _recorder.call(function, args, kwargs)
+
+    return wrapper
+
+
+def check_host_read(what: str) -> None:
+    """Called where a tensor's value reaches Python (item, bool, numpy): refused in a recording."""
+    if _recorder is not None:
+        _recorder.host_read(what)
 
 
 __all__ = [

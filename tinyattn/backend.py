@@ -360,6 +360,12 @@ def host_zeros(shape: tuple) -> np.ndarray:
     return np.zeros(shape, dtype=np.float64)
 
 
+# While ta.compile records a step, every draw is reported here, so that a replay draws anew
+# instead of reusing the recorded numbers: draw_hook(function, args, result). A function of None
+# means the draw cannot be replayed (its arguments are arrays computed in the step).
+draw_hook: Any = None
+
+
 def random_array(kind: str, shape: tuple, dtype: Any, device: Any) -> Any:
     """Draw on the host (so every device starts from the same numbers), then transfer."""
     xp, native = resolve_device(device)
@@ -373,14 +379,20 @@ def random_array(kind: str, shape: tuple, dtype: Any, device: Any) -> Any:
     else:
         raise ValueError(f"unknown random kind {kind!r}")
     host = host.astype(dtype)
-    return host if xp is np else xp.asarray(host, device=native)
+    result = host if xp is np else xp.asarray(host, device=native)
+    if draw_hook is not None:
+        draw_hook(random_array, (kind, shape, dtype, device), result)
+    return result
 
 
 def bernoulli_mask(shape: tuple, keep: float, like: Any) -> Any:
     """A boolean keep-mask for dropout, drawn on the host and moved next to `like`."""
     host = _host_rng.random(shape) < keep
     xp = namespace(like)
-    return host if xp is np else xp.asarray(host, device=like.device)
+    result = host if xp is np else xp.asarray(host, device=like.device)
+    if draw_hook is not None:
+        draw_hook(bernoulli_mask, (shape, keep, like), result)
+    return result
 
 
 # ----------------------------------------------------------------------------------- scatter-add
@@ -574,6 +586,8 @@ def nonzero(array: Any) -> tuple[Any, ...]:
 def multinomial(probabilities: np.ndarray, num_samples: int, replacement: bool) -> np.ndarray:
     """Draw `num_samples` category indices per row of (rows, categories) host weights from the
     seeded host generator; without replacement each row's indices are distinct. int64."""
+    if draw_hook is not None:
+        draw_hook(None, ("multinomial",), None)
     rows = []
     for weights in probabilities:
         p = weights.astype(np.float64) / weights.astype(np.float64).sum()
@@ -585,4 +599,7 @@ def random_integers(low: int, high: int, shape: tuple, dtype: Any, device: Any) 
     """Integers uniform in [low, high) from the seeded host generator, moved to `device`."""
     xp, native = resolve_device(device)
     host = _host_rng.integers(low, high, size=shape).astype(dtype_name(dtype or "int64"))
-    return host if xp is np else xp.asarray(host, device=native)
+    result = host if xp is np else xp.asarray(host, device=native)
+    if draw_hook is not None:
+        draw_hook(random_integers, (low, high, shape, dtype, device), result)
+    return result

@@ -14,7 +14,16 @@ import math
 from typing import Any
 
 from . import backend, kernels, ops
-from .ops import BlockwiseAttention, Erf, LogSoftmax, Softmax, broadcast_shapes
+from .ops import (
+    BlockwiseAttention,
+    ClassWeights,
+    Dropout,
+    Erf,
+    KeptCount,
+    LogSoftmax,
+    Softmax,
+    broadcast_shapes,
+)
 from .tensor import Tensor, arange, where
 
 # ------------------------------------------------------------------------------- softmax family
@@ -143,28 +152,23 @@ def cross_entropy(
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     targets = _check_targets(logits, targets, ignore_index)
-    xp = backend.namespace(logits.array)
-    classes = logits.shape[-1]
     log_probs = log_softmax(logits, axis=-1)
-    # A one-hot comparison instead of a gather: portable, and ignored rows simply match nothing.
-    class_ids = xp.arange(classes, device=logits.array.device)
-    kept = (
-        xp.ones(targets.shape, dtype=xp.bool, device=logits.array.device)
-        if ignore_index is None
-        else targets.array != ignore_index
+    # The target distribution as an op of the targets (a one-hot comparison, not a gather:
+    # portable, and ignored rows simply match nothing), so compiled steps replay it too.
+    weights = ClassWeights.apply(
+        targets,
+        classes=logits.shape[-1],
+        ignore_index=ignore_index,
+        smoothing=label_smoothing,
+        dtype=logits.dtype,
     )
-    one_hot = (targets.array[..., None] == class_ids) & kept[..., None]
-    weights = xp.astype(one_hot, logits.dtype) * (1.0 - label_smoothing)
-    if label_smoothing:
-        weights = weights + xp.astype(kept[..., None], logits.dtype) * (label_smoothing / classes)
-    per_target = -(log_probs * logits.constant(weights)).sum(axis=-1)
+    per_target = -(log_probs * weights).sum(axis=-1)
     if reduction == "none":
         return per_target
     total = per_target.sum()
     if reduction == "sum":
         return total
-    count = int(xp.sum(xp.astype(kept, xp.int32)))
-    return total * (1.0 / max(count, 1))
+    return total / KeptCount.apply(targets, ignore_index=ignore_index, dtype=logits.dtype)
 
 
 # ------------------------------------------------------------------------- linear and embedding
@@ -271,9 +275,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         return x
     if p == 1.0:
         return x * 0.0
-    keep = backend.bernoulli_mask(x.shape, 1.0 - p, like=x.array)
-    xp = backend.namespace(x.array)
-    return x * x.constant(xp.astype(keep, x.dtype) * (1.0 / (1.0 - p)))
+    return Dropout.apply(x, p=p)
 
 
 # --------------------------------------------------------------------------------- activations

@@ -20,7 +20,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from . import backend
-from .autograd import RemovableHandle, default_root_grad, is_grad_enabled, no_grad, run_backward
+from .autograd import (
+    RemovableHandle,
+    check_host_read,
+    default_root_grad,
+    is_grad_enabled,
+    no_grad,
+    run_backward,
+)
 from .ops import (
     BroadcastTo,
     Cast,
@@ -300,6 +307,7 @@ class Tensor:
     # ----------------------------------------------------------------------------- conversions
     def numpy(self) -> Any:
         """A host NumPy copy of the values (an explicit device-to-host transfer on GPU)."""
+        check_host_read("numpy()")
         return backend.to_numpy(self.array).copy()
 
     def item(self) -> float | int | bool:
@@ -309,6 +317,7 @@ class Tensor:
                 f"item: only one-element tensors can be converted to a Python number, "
                 f"got shape {self.shape}"
             )
+        check_host_read("item(), float(), int() or bool()")
         return backend.to_numpy(self.array).reshape(()).item()
 
     def __float__(self) -> float:
@@ -331,6 +340,7 @@ class Tensor:
                 f"__array__: cannot convert a tensor on device '{self.device}' to NumPy "
                 "implicitly; call .numpy() for an explicit copy"
             )
+        check_host_read("conversion to a NumPy array")
         return self.array if dtype is None else self.array.astype(dtype)
 
     def to(self, target: Any) -> Tensor:
@@ -1035,6 +1045,7 @@ class Tensor:
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists of numbers (a host copy)."""
+        check_host_read("tolist()")
         return backend.to_numpy(self.array).tolist()
 
     # ========================================================================================

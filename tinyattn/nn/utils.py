@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import backend
+from ..autograd import replayed_call
 from ..tensor import Tensor
 
 
@@ -24,6 +25,7 @@ def _with_grads(op: str, parameters: Any) -> list[Tensor]:
     return [p for p in params if p.grad is not None]
 
 
+@replayed_call  # a compiled step runs it on every replay
 def clip_grad_norm_(
     parameters: Iterable[Tensor] | Tensor,
     max_norm: float,
@@ -75,6 +77,7 @@ def clip_grad_norm_(
     return Tensor._from_op(total, None)
 
 
+@replayed_call  # a compiled step runs it on every replay
 def clip_grad_value_(
     parameters: Iterable[Tensor] | Tensor, clip_value: float, foreach: Any = None
 ) -> None:

@@ -15,6 +15,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from ..autograd import replayed_call
 from .optimizer import Optimizer
 
 
@@ -52,6 +53,7 @@ class LRScheduler:
         """The lr of each parameter group as set by the last step()."""
         return list(self._last_lr)
 
+    @replayed_call  # a compiled step runs it on every replay
     def step(self) -> None:
         """Advance one epoch (or iteration) and write the new lrs into the optimizer."""
         self._step_count += 1

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import backend
-from ..autograd import enable_grad
+from ..autograd import enable_grad, replayed_call
 from ..tensor import Tensor
 
 # ------------------------------------------------------------------------------------ checks
@@ -133,6 +133,7 @@ class Optimizer:
                     xp = backend.namespace(p.grad.array)
                     p.grad = Tensor._from_op(xp.zeros_like(p.grad.array), None)
 
+    @replayed_call  # a compiled step runs it on every replay
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a gradient (parameters without one are skipped).
 
@@ -406,6 +407,7 @@ class AdamW(Adam):
 # ---------------------------------------------------------------------------------- clipping
 
 
+@replayed_call  # a compiled step runs it on every replay
 def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, eps: float = 1e-6) -> float:
     """Scale all gradients by min(1, max_norm / (total + eps)), total = sqrt(sum of |g|^2) over
     every parameter (PyTorch's rule); returns the total norm before clipping as a float.
