@@ -271,7 +271,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @EXAMPLES
-@given(data=st.array())
+@given(data=st.data())
 def test_no_false_failures_in_float64(name, data):
     fn, inputs = CASES[name](data)
     seed = data.draw(st.integers(0, 1000), label="seed")
