@@ -136,6 +136,15 @@ def test_append_ones_matches_a_concatenated_column_of_ones(device, shape):
     np.testing.assert_array_equal(got, plain)
 
 
+@pytest.mark.parametrize("c", [2, 2.0, 3, 3.0, 4.0, 0.5, -1.0, 2.5])
+def test_power_matches_the_plain_power(device, c):
+    host = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
+    host[0, :3] = [0.0, np.inf, np.nan]
+    got = backend.to_numpy(kernels.power(_array(host, device), c))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        np.testing.assert_allclose(got, host**c, rtol=3e-7, equal_nan=True)
+
+
 @pytest.mark.parametrize(("stop", "size"), [(0, 3), (1, 3), (7, 3), (9, 3), (5, 1), (4, 10)])
 def test_blocks_cover_the_range_once_in_order(stop, size):
     """The slices, concatenated, are exactly range(stop): the one slice they replace."""

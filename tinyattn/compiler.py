@@ -85,7 +85,7 @@ class Recorder:
         def walk(value: Any) -> Any:
             nonlocal found
             if isinstance(value, tuple | list):
-                return type(value)(walk(v) for v in value)
+                return _rebuilt(value, [walk(v) for v in value])
             if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type):
                 found = True
                 return _Slot(self._slot(value))
@@ -144,8 +144,14 @@ class Recorder:
     def draw(self, function: Callable, args: tuple, result: Any) -> None:
         """A random draw: replayed as a new draw, unless an op's forward made it (the op's own
         replay draws again)."""
-        if not self.suspended and not self.in_forward:
-            self.tape.append(("draw", function, args, self._new_slot(result, made=True)))
+        if self.suspended or self.in_forward:
+            return
+        if function is None:
+            raise CompileError(
+                f"compile: the step samples with {args[0]}, whose probabilities are computed in "
+                "the step; a replay cannot redraw it. Sample outside the compiled step"
+            )
+        self.tape.append(("draw", function, args, self._new_slot(result, made=True)))
 
     def call(self, function: Callable, args: tuple, kwargs: dict) -> Any:
         """Run a call that replays as Python (an optimizer step); record it with its result."""
@@ -263,11 +269,16 @@ def _same_kwargs(a: dict, b: dict) -> bool:
 
 
 # ----------------------------------------------------------------------------------- replaying
+def _rebuilt(value: tuple | list, items: list) -> tuple | list:
+    """`value`'s type holding `items` (a named tuple takes them as separate arguments)."""
+    return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+
+
 def _fill(value: Any, env: list) -> Any:
     if isinstance(value, _Slot):
         return env[value.index]
     if isinstance(value, tuple | list):
-        return type(value)(_fill(v, env) for v in value)
+        return _rebuilt(value, [_fill(v, env) for v in value])
     return value
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..backend import namespace
+from ..kernels import power
 
 # ------------------------------------------------------------------------------------ arithmetic
 
@@ -392,7 +393,7 @@ class PowScalar(Function):
 
     def forward(self, x: Any, c: float = 1.0) -> Any:
         self.c = c
-        return x**c
+        return power(x, c)
 
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]

@@ -1,0 +1,238 @@
+"""ta.compile: a replayed step equals the eager step, new shapes record again, and what cannot be
+replayed faithfully is refused while recording (never replayed wrongly).
+
+Every model is trained twice from the same seed, once eagerly and once through ``ta.compile``,
+on the same changing batches; losses and parameters must agree bit for bit (the same kernels
+run in the same order), on every backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+import tinyattn.nn.functional as F
+from tinyattn import nn, optim
+
+
+def _batches(device, count=12, batch=8, width=16, classes=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        (
+            ta.tensor(rng.standard_normal((batch, width)).astype("float32"), device=device),
+            ta.tensor(rng.integers(0, classes, batch), device=device),
+        )
+        for _ in range(count)
+    ]
+
+
+def _mlp(device, dropout=0.0):
+    ta.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(16, 32), nn.GELU(), nn.Dropout(dropout), nn.LayerNorm(32), nn.Linear(32, 4)
+    ).to(device)
+    optimizer = optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    return model, optimizer, scheduler
+
+
+def _classifier_step(model, optimizer, scheduler):
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+        scheduler.step()
+        return loss
+
+    return step
+
+
+def _same_training(make, make_step, batches):
+    """Train eagerly and compiled from the same seed; return both loss lists and models."""
+    results = []
+    for compiled in (False, True):
+        model, *rest = make()
+        ta.manual_seed(1)  # dropout masks: the same draws in both runs
+        step = make_step(model, *rest)
+        step = ta.compile(step) if compiled else step
+        losses = [float(step(*batch).numpy()) for batch in batches]
+        results.append((losses, model, step))
+    return results
+
+
+def _assert_same(eager, compiled):
+    (eager_losses, eager_model, _), (compiled_losses, compiled_model, step) = eager, compiled
+    assert compiled_losses == eager_losses
+    for (name, p), q in zip(eager_model.named_parameters(), compiled_model.parameters()):
+        np.testing.assert_array_equal(q.numpy(), p.numpy(), err_msg=name)
+    assert len(step.tapes) == 1, "the replays must have run"
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_a_compiled_classifier_step_equals_the_eager_one(device, dropout):
+    batches = _batches(device)
+    eager, compiled = _same_training(lambda: _mlp(device, dropout), _classifier_step, batches)
+    _assert_same(eager, compiled)
+
+
+def test_a_compiled_transformer_step_equals_the_eager_one(device):
+    """Attention with a causal mask, embeddings, LayerNorm, GELU, AdamW with parameter groups."""
+    vocab, T = 11, 8
+
+    class TinyLM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, 16)
+            self.pos = nn.Embedding(T, 16)
+            self.block = nn.TransformerBlock(16, 2, 32, norm_first=True, activation="gelu")
+            self.head = nn.Linear(16, vocab)
+
+        def forward(self, idx):
+            x = self.embed(idx) + self.pos(ta.arange(idx.shape[1], device=idx.device))
+            return self.head(self.block(x, is_causal=True))
+
+    def make():
+        ta.manual_seed(0)
+        model = TinyLM().to(device)
+        decay = [p for n, p in model.named_parameters() if n.endswith("weight")]
+        rest = [p for n, p in model.named_parameters() if not n.endswith("weight")]
+        groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+        return model, optim.AdamW(groups, lr=3e-3)
+
+    def make_step(model, optimizer):
+        def step(idx, targets):
+            logits = model(idx)
+            loss = F.cross_entropy(logits.view(-1, vocab), targets.view(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return step
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for _ in range(12):
+        tokens = rng.integers(0, vocab, (4, T + 1))
+        batches.append(
+            (ta.tensor(tokens[:, :-1], device=device), ta.tensor(tokens[:, 1:], device=device))
+        )
+    _assert_same(*_same_training(make, make_step, batches))
+
+
+def test_new_shapes_record_again_and_old_ones_still_replay(device):
+    model, optimizer, scheduler = _mlp(device)
+    step = ta.compile(_classifier_step(model, optimizer, scheduler))
+    small, large = _batches(device, 3, batch=4), _batches(device, 3, batch=8, seed=1)
+    for x, y in small + large + small:
+        step(x, y)
+    assert len(step.tapes) == 2  # one per batch size, each recorded twice then replayed
+
+
+def test_replay_returns_fresh_tensors_holding_the_new_values(device):
+    model, optimizer, scheduler = _mlp(device)
+    step = ta.compile(_classifier_step(model, optimizer, scheduler))
+    losses = [step(x, y) for x, y in _batches(device, 4)]
+    assert len({id(loss) for loss in losses}) == 4
+    assert len({float(loss.numpy()) for loss in losses}) == 4
+
+
+# ---------------------------------------------------------------------------------- refusals
+def test_reading_a_value_into_python_is_refused(device):
+    model, optimizer, _ = _mlp(device)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        if loss.item() > 100:  # Python branching on a value: no recording can replay it
+            loss = loss * 0.5
+        return loss
+
+    with pytest.raises(ta.CompileError, match=r"item\(\).*Return the tensor"):
+        ta.compile(step)(*_batches(device, 1)[0])
+
+
+def test_python_state_that_changes_the_ops_is_refused(device):
+    model, _, _ = _mlp(device)
+    calls = []
+
+    def step(x):
+        calls.append(1)
+        out = model(x)
+        return out * 2.0 if len(calls) % 2 else out.exp()
+
+    compiled = ta.compile(step)
+    x = _batches(device, 1)[0][0]
+    compiled(x)
+    with pytest.raises(ta.CompileError, match="differs between two calls"):
+        compiled(x)
+
+
+def test_a_constant_made_from_changing_python_values_is_refused(device):
+    scale = [1.0]
+
+    def step(x):
+        scale[0] += 1.0
+        return x * ta.tensor(scale[0], device=device)  # a new constant each call
+
+    compiled = ta.compile(step)
+    x = _batches(device, 1)[0][0]
+    compiled(x)
+    with pytest.raises(ta.CompileError, match="changes between calls but is not made"):
+        compiled(x)
+
+
+def test_a_python_number_that_changes_is_refused(device):
+    scale = [1.0]
+
+    def step(x):
+        scale[0] += 1.0
+        return x * scale[0]  # a scalar op whose constant changes
+
+    compiled = ta.compile(step)
+    x = _batches(device, 1)[0][0]
+    compiled(x)
+    with pytest.raises(ta.CompileError, match="differs between two calls"):
+        compiled(x)
+
+
+def test_sampling_inside_a_step_is_refused(device):
+    def step(probs):
+        return ta.multinomial(probs, 1)
+
+    with pytest.raises(ta.CompileError, match="multinomial"):
+        ta.compile(step)(ta.tensor([[0.2, 0.8]], device=device))
+
+
+def test_an_unsupported_result_is_refused(device):
+    with pytest.raises(ta.CompileError, match="returned a"):
+        ta.compile(lambda x: {1, 2})(ta.ones(2, device=device))
+
+
+def test_compiled_steps_do_not_nest(device):
+    inner = ta.compile(lambda x: x * 2.0)
+    with pytest.raises(ta.CompileError, match="cannot call another compiled step"):
+        ta.compile(lambda x: inner(x))(ta.ones(2, device=device))
+
+
+def test_a_replayed_random_draw_is_new_each_time(device):
+    step = ta.compile(lambda x: x + ta.randn(3, device=device))
+    outs = [step(ta.zeros(3, device=device)).numpy() for _ in range(4)]
+    assert len({tuple(o.tolist()) for o in outs}) == 4
+    ta.manual_seed(5)
+    eager = [ta.randn(3).numpy() for _ in range(4)]
+    ta.manual_seed(5)
+    step = ta.compile(lambda x: x + ta.randn(3, device=device))
+    replayed = [step(ta.zeros(3, device=device)).numpy() for _ in range(4)]
+    np.testing.assert_array_equal(np.array(replayed), np.array(eager))
+
+
+def test_import_tinyattn_does_not_load_the_compiler():
+    import subprocess
+    import sys
+
+    code = "import sys, tinyattn; print('tinyattn.compiler' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
