@@ -10,11 +10,14 @@ any other op is a row here.
 Forward inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log,
 sqrt, pow); ``tails`` (|x| from 15 to 40, where cancelling formulas lose relative precision);
 ``distinct`` (all values of all inputs distinct, at least 0.1 apart and at least 0.1 from 0);
-``nonzero`` (the same values, for ops with a pole at 0). The generator also names the domain the
-gradient check draws from (`DOMAINS`): relu, abs, clip, max, min and maximum are checked over
-all of [-10, 10], kinks and ties included, where the checker accepts any value between the
-one-sided derivatives. Constants that are not differentiated (a where condition, an index array)
-are ``Const`` entries: they are passed as tensors without grad.
+``nonzero`` (the same values, for ops with a pole at 0); ``untied`` (the same values, for ops
+with no derivative where values tie: topk, and std where all values are equal). The generator
+also names the domain the gradient check draws from (`DOMAINS`): relu, abs, clip, max, min and
+maximum are checked over all of [-10, 10], kinks and ties included, where the checker accepts
+any value between the one-sided derivatives; division over [-10, -0.1] and [0.1, 10]; topk and
+std over tensors whose values are pairwise at least 1/8 apart. Constants that are not
+differentiated (a where condition, an index array) are ``Const`` entries: they are passed as
+tensors without grad.
 Comparisons and factories have their own small tables at the end; max/min tie splitting is
 checked against hand-computed gradients.
 """
@@ -60,6 +63,11 @@ def distinct(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
 
 def nonzero(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
     """The `distinct` values, for ops with a pole at 0 (division)."""
+    return distinct(rng, shapes)
+
+
+def untied(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    """The `distinct` values, for ops with no derivative at ties (topk; std of equal values)."""
     return distinct(rng, shapes)
 
 
@@ -171,11 +179,11 @@ ROWS = [
         lambda a: a.min(axis=-1, keepdims=True), [B3], make=distinct),
     Row("sum dim keepdim",         lambda a: a.sum(dim=(0, 2), keepdim=True),
         lambda a: a.sum(axis=(0, 2), keepdims=True), [B3]),
-    Row("std",                     lambda a: a.std(), lambda a: a.std(ddof=1), [A]),
+    Row("std",                     lambda a: a.std(), lambda a: a.std(ddof=1), [A], make=untied),
     Row("std dim keepdim",         lambda a: a.std(dim=1, keepdim=True),
-        lambda a: a.std(axis=1, ddof=1, keepdims=True), [B3]),
+        lambda a: a.std(axis=1, ddof=1, keepdims=True), [B3], make=untied),
     Row("std correction 0",        lambda a: a.std(0, correction=0), lambda a: a.std(axis=0),
-        [A]),
+        [A], make=untied),
     Row("logsumexp",               lambda a: a.logsumexp(-1),
         lambda a: np.log(np.exp(a).sum(-1)), [B3]),
     Row("logsumexp dims keepdim",  lambda a: a.logsumexp((0, 2), keepdim=True),
@@ -281,9 +289,9 @@ ROWS = [
         lambda a, i: _scatter_numpy(a, 0, i, np.full(i.shape, 0.5)),
         [A, Const(np.array([[2, 0, 1, 1]]))]),
     Row("topk values",            lambda a: a.topk(2).values,
-        lambda a: -np.sort(-a, axis=-1)[..., :2], [B3], make=distinct),
+        lambda a: -np.sort(-a, axis=-1)[..., :2], [B3], make=untied),
     Row("topk smallest dim 0",    lambda a: ta.topk(a, 2, dim=0, largest=False)[0],
-        lambda a: np.sort(a, axis=0)[:2], [A], make=distinct),
+        lambda a: np.sort(a, axis=0)[:2], [A], make=untied),
     Row("gather after ellipsis",  lambda a, i: a[..., i],      SAME, [(2, 3), REPEATED]),
     Row("gather empty list",      lambda a: a[[]],             SAME, [A]),
     Row("index NumPy integers",   lambda a: a[np.int64(1), np.int32(-1)], SAME, [A]),
@@ -348,7 +356,7 @@ def _scatter_numpy(a: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) 
 # Every registered elementwise op (tinyattn/ops/table.py) gets rows here without a hand-written
 # line: its method, its free function, its operators and its scalar forms, against the NumPy
 # function the table names.
-GENERATORS = {"normal": normal, "positive": positive, "distinct": distinct}
+GENERATORS = {"normal": normal, "positive": positive, "distinct": distinct, "nonzero": nonzero}
 
 
 def _unary_rows(spec: table.Unary) -> list[Row]:
@@ -427,12 +435,24 @@ def test_forward_keeps_float32(device, row):
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
-# The domain the gradient check draws each input's values from, by the row's generator.
+def untied_tensors(shape: tuple, device: str) -> st.SearchStrategy:
+    """Tensors of `shape` whose values are distinct multiples of 1/8 in [-10, 10]: no two are
+    within a finite-difference step of a tie, and every value is exact in float32 too."""
+    size = math.prod(shape)
+    grid = st.lists(st.integers(-80, 80), min_size=size, max_size=size, unique=True)
+    return grid.map(
+        lambda ks: ta.tensor([k / 8 for k in ks], dtype="float64", device=device).reshape(shape)
+    )
+
+
+# The domain the gradient check draws each input's values from, by the row's generator: the
+# elements of `tensors`, or a function (shape, device) -> tensor strategy.
 DOMAINS = {
     normal: (-10.0, 10.0),
     positive: (0.1, 10.0),
     distinct: (-10.0, 10.0),  # kinks and ties included: the checker accepts subgradients there
     nonzero: st.floats(-10.0, -0.1) | st.floats(0.1, 10.0),
+    untied: untied_tensors,
     tails: st.floats(-40.0, -15.0) | st.floats(15.0, 40.0),
 }
 
@@ -445,11 +465,13 @@ OTHER_BACKEND_EXAMPLES = 1
 def check_row_gradients(row: Row, device: str) -> None:
     """`check_grads` over the row's domain: float64 and float32, second order if `twice`."""
     examples = settings.default.max_examples if device == "cpu" else OTHER_BACKEND_EXAMPLES
-    elements = DOMAINS[row.make]
+    domain = DOMAINS[row.make]
     strategies = [
         st.just(ta.tensor(spec.array(), device=device))
         if isinstance(spec, Const)
-        else tensors(spec, elements=elements, device=device)
+        else domain(spec, device)
+        if callable(domain)
+        else tensors(spec, elements=domain, device=device)
         for spec in row.inputs
     ]
     order = 2 if row.twice else 1

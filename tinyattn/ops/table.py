@@ -49,7 +49,7 @@ class Unary:
     name: str
     function: type
     reference: str | None  # the NumPy function with the same meaning (None: tested by hand)
-    domain: str = "normal"  # where the tests draw inputs: normal, positive or distinct
+    domain: str = "normal"  # where the tests draw inputs: normal, positive, distinct or nonzero
     floats_only: bool = True  # refuse integer input (abs takes any dtype)
 
 
@@ -99,7 +99,7 @@ BINARY = (
     Binary("add", Add, "add",      "add",     AddScalar, AddScalar),
     Binary("sub", Sub, "subtract", "sub",     AddScalar, RSubScalar, negate_scalar=True),
     Binary("mul", Mul, "multiply", "mul",     MulScalar, MulScalar),
-    Binary("div", Div, "divide",   "truediv", DivScalar, RDivScalar, domain="distinct"),
+    Binary("div", Div, "divide",   "truediv", DivScalar, RDivScalar, domain="nonzero"),
     Binary("pow", Pow, "pow",      "pow",     PowScalar, RPowScalar, domain="positive"),
     Binary("floor_divide", FloorDivide, "floor_divide", "floordiv", domain="positive",
            differentiable=False),
