@@ -190,9 +190,10 @@ ROWS = [
         lambda a: np.log(np.exp(a).sum((0, 2), keepdims=True)), [B3], make=tails),
     Row("cumsum",                  lambda a: a.cumsum(1), lambda a: np.cumsum(a, axis=1), [B3]),
     Row("cumsum negative dim",     lambda a: a.cumsum(dim=-1), lambda a: np.cumsum(a, -1), [A]),
-    Row("var all",                 lambda a: a.var(),                           SAME, [A]),
-    Row("var axis",                lambda a: a.var(axis=1),                     SAME, [B3]),
-    Row("var axes tuple keep",     lambda a: a.var(axis=(0, 2), keepdims=True), SAME, [B3]),
+    Row("var all",                 lambda a: a.var(),                lambda a: a.var(ddof=1), [A]),
+    Row("var axis",                lambda a: a.var(axis=1),       lambda a: a.var(1, ddof=1), [B3]),
+    Row("var axes tuple keep",     lambda a: a.var(axis=(0, 2), keepdims=True, correction=0),
+        lambda a: a.var(axis=(0, 2), keepdims=True), [B3]),
     Row("var correction",          lambda a: a.var(axis=0, correction=1),
         lambda a: a.var(axis=0, ddof=1), [(4, 3)]),
     # ---------------------------------------------------------------------------------- matmul

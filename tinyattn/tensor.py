@@ -625,6 +625,25 @@ class Tensor:
             values, indices = values.squeeze(axis), indices.squeeze(axis)
         return ValuesIndices(values, indices)
 
+    def all(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        """Whether every element (over axes, or all) is non-zero: a bool tensor, no gradient."""
+        return self._logical_reduce("all", axis, keepdims, dim, keepdim)
+
+    def any(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        """Whether any element (over axes, or all) is non-zero: a bool tensor, no gradient."""
+        return self._logical_reduce("any", axis, keepdims, dim, keepdim)
+
+    def _logical_reduce(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
+        axis, keepdims = _dims(op, axis, keepdims, dim, keepdim)
+        axes = None if axis is None else reduction_axes(op, axis, self.ndim)
+        xp = backend.namespace(self.array)
+        nonzero = self.array if backend.dtype_name(self.dtype) == "bool" else self.array != 0
+        return Tensor._from_op(getattr(xp, op)(nonzero, axis=axes, keepdims=keepdims), None)
+
     def argmax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
     ) -> Tensor:
@@ -655,19 +674,26 @@ class Tensor:
 
     def var(
         self,
-        axis: Any = None,
-        keepdims: bool = False,
-        correction: float = 0,
-        *,
         dim: Any = None,
-        keepdim: Any = None,
+        correction: float = 1,
+        keepdim: bool = False,
+        *,
+        axis: Any = None,
+        keepdims: Any = None,
+        unbiased: bool | None = None,
     ) -> Tensor:
-        """Variance, ``sum((x - mean)**2) / (N - correction)``; NumPy's default correction=0.
+        """Variance, ``sum((x - mean)**2) / (N - correction)``; PyTorch's default correction=1
+        (the unbiased estimate; NumPy's ``var`` defaults to 0, pass ``correction=0`` for it).
+        PyTorch's positional ``x.var(dim, unbiased)`` and ``unbiased=`` are accepted too.
 
         Composed from mean, sub, mul and sum, so its gradient ``2 (x - mean) / (N - correction)``
         and every higher derivative come from those ops.
         """
-        axis, keepdims = _dims("var", axis, keepdims, dim, keepdim)
+        axis, keepdims = _dims("var", dim, keepdim, axis, keepdims)
+        if isinstance(correction, bool):  # x.var(dim, False): PyTorch's positional `unbiased`
+            correction = int(correction)
+        if unbiased is not None:
+            correction = int(unbiased)
         backend.check_floating("var", self.array)
         axes = normalize_axes("var", axis, self.ndim)
         count = 1
@@ -1604,6 +1630,15 @@ def is_tensor(value: Any) -> bool:
     return isinstance(value, Tensor)
 
 
+def equal(a: Tensor, b: Tensor) -> bool:
+    """PyTorch's ``torch.equal``: True when both have the same shape and the same values."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"equal: expected two Tensors, got {_describe(a)} and {_describe(b)}")
+    if a.shape != b.shape:
+        return False
+    return bool((a == b).all().item()) if a.numel() else True
+
+
 # The free functions that are a Tensor method with the tensor first: ta.exp(x) is x.exp().
 FUNCTIONS = {
     name: _free_function(name)
@@ -1614,6 +1649,7 @@ FUNCTIONS = {
         *("multinomial", "nonzero", "numel", "permute", "reshape", "scatter", "softmax"),
         *("log_softmax", "split", "squeeze", "std", "sum", "topk", "transpose", "tril", "triu"),
         *("unsqueeze", "var", "clip", "clamp", "relu", "logical_not", "bitwise_not", "neg"),
+        *("all", "any"),
     )
 }
 
