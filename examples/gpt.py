@@ -122,6 +122,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/gpt")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--eager", action="store_true", help="do not compile the training step")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -150,18 +151,25 @@ def main() -> None:
         steps = steps if args.quiet else tqdm(steps, desc="training", unit="step")
     except ImportError:
         pass
-    model.train()
-    losses, start = [], time.perf_counter()
-    for _ in steps:
-        starts = torch.randint(0, len(data) - args.block_size - 1, (args.batch_size, 1))
-        chunk = data[starts + offsets]  # (B, T + 1)
-        _, loss = model(chunk[:, :-1], chunk[:, 1:])
+
+    def train_step(x, y):
+        _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
-        losses.append(loss.item())
+        return loss
+
+    # ta.compile records the step's array work on its first two calls, then replays it without
+    # building a graph (docs/performance.md); --eager runs every step through the graph.
+    step = train_step if args.eager else torch.compile(train_step)
+    model.train()
+    losses, start = [], time.perf_counter()
+    for _ in steps:
+        starts = torch.randint(0, len(data) - args.block_size - 1, (args.batch_size, 1))
+        chunk = data[starts + offsets]  # (B, T + 1)
+        losses.append(step(chunk[:, :-1], chunk[:, 1:]).item())
     elapsed = time.perf_counter() - start
     print(
         f"loss {losses[0]:.2f} -> {sum(losses[-20:]) / 20:.2f}; {args.steps / elapsed:.0f} steps/s"
