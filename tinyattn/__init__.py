@@ -1,8 +1,9 @@
 """tinyattn: a small, readable reverse-mode autograd framework on NumPy (CPU) or CuPy (GPU).
 
 Layers, each importing only those before it: backend -> autograd -> ops -> tensor -> functional
--> nn -> optim, plus checking (gradcheck) and testing; `kernels` (the speed tricks) sits on
-backend beside autograd. See docs/architecture.md.
+-> nn -> optim, plus the tools on top (checking, testing, serialization, viz, compiler, cuda,
+utils.data); `kernels` (the speed tricks) sits on backend beside autograd. See
+docs/architecture.md.
 """
 
 import builtins as _builtins

@@ -1,4 +1,4 @@
-"""nn layer, part 4: loss modules with PyTorch's names, arguments and meanings, each a thin
+"""nn layer, part 5: loss modules with PyTorch's names, arguments and meanings, each a thin
 wrapper over the function of the same name in `nn.functional`.
 
 Shapes (as PyTorch): CrossEntropyLoss / NLLLoss input (N, C), (N, C, d1, ...) or (C,) with

@@ -1,4 +1,4 @@
-"""Movement primitives added for PyTorch's names: flip (reverse axes) and clone (copy).
+"""Movement primitives with PyTorch's names: flip (reverse axes) and clone (copy).
 
 Both move values without changing them, so each backward is the same movement of the gradient
 (flip is its own inverse) or the gradient itself (a copy).
