@@ -116,7 +116,8 @@ def choose_reduction(draw, shapes, rng):
 
 def apply_reduction(run, args):
     x = run.registers[args["i"]]
-    return getattr(x, args["name"])(axis=args["axis"], keepdims=args["keepdims"])
+    options = {"correction": 0} if args["name"] == "var" else {}  # axes of one element too
+    return getattr(x, args["name"])(axis=args["axis"], keepdims=args["keepdims"], **options)
 
 
 def choose_softmax(draw, shapes, rng):
@@ -247,6 +248,47 @@ def apply_embedding(run, args):
     return F.embedding(run.constant(args["indices"]), run.leaf(args["weight"]))
 
 
+INPLACE = ("add_", "mul_", "clamp_", "masked_fill_", "index_fill_", "setitem", "iadd")
+
+
+def choose_inplace(draw, shapes, rng):
+    i = _pick(draw, shapes, lambda shape: len(shape) >= 1)
+    if i is None:
+        return None
+    shape = shapes[i]
+    value, row = float(rng.standard_normal()), int(rng.integers(0, shape[0]))
+    mask = rng.random(shape) < 0.5
+    return {"i": i, "op": draw(st.sampled_from(INPLACE)), "mask": mask, "value": value, "row": row}
+
+
+def apply_inplace(run, args):
+    """An in-place write under no_grad into a copy of a register, which becomes a new leaf: the
+    values agree across backends, and the register copied from keeps its values and version."""
+    source = run.registers[args["i"]]
+    version, values = source._version, source.numpy()
+    copy = source.detach().clone()
+    op, value, row = args["op"], args["value"], args["row"]
+    with ta.no_grad():
+        if op == "add_":
+            copy.add_(value)
+        elif op == "mul_":
+            copy.mul_(value)
+        elif op == "clamp_":
+            copy.clamp_(-abs(value), abs(value))
+        elif op == "masked_fill_":
+            copy.masked_fill_(run.constant(args["mask"]), value)
+        elif op == "index_fill_":
+            copy.index_fill_(0, run.constant(np.array([row])), value)
+        elif op == "setitem":
+            copy[row] = value
+        else:
+            copy += source * value
+    assert copy._version >= 1 and source._version == version
+    np.testing.assert_array_equal(source.numpy(), values)
+    run.leaves.append(copy.requires_grad_())
+    return copy
+
+
 MENU = {
     "unary": (choose_unary, apply_unary),
     "binary": (choose_binary, apply_binary),
@@ -257,6 +299,7 @@ MENU = {
     "layer": (choose_layer, apply_layer),
     "attention": (choose_attention, apply_attention),
     "embedding": (choose_embedding, apply_embedding),
+    "inplace": (choose_inplace, apply_inplace),
 }
 
 
