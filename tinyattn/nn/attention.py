@@ -299,54 +299,17 @@ class MultiheadAttention(Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        op = "MultiheadAttention"
         if is_causal and attn_mask is None:
             raise RuntimeError(
-                f"{op}: is_causal is a hint that attn_mask is the causal mask; pass attn_mask "
-                "(as PyTorch requires)"
+                "MultiheadAttention: is_causal is a hint that attn_mask is the causal mask; pass "
+                "attn_mask (as PyTorch requires)"
             )
-        if query.ndim not in (2, 3):
-            raise ValueError(f"{op}: query must be 2-D or 3-D, got shape {query.shape}")
-        for name, t in (("key", key), ("value", value)):
-            if t.ndim != query.ndim or t.shape[-1] != self.embed_dim:
-                raise ValueError(
-                    f"{op}: {name} of shape {t.shape} does not match query of shape "
-                    f"{query.shape} and embed_dim {self.embed_dim}"
-                )
         unbatched = query.ndim == 2
-        if unbatched:
-            query, key, value = (t.expand_dims(0) for t in (query, key, value))  # (1, L, E)
-            if key_padding_mask is not None:
-                key_padding_mask = Tensor(key_padding_mask, device=query.device).reshape(1, -1)
-        elif not self.batch_first:  # (L, N, E) -> (N, L, E)
-            query, key, value = (t.swapaxes(0, 1) for t in (query, key, value))
+        query, key, value, key_padding_mask = self._batch_first(query, key, value, key_padding_mask)
         batch, length_q, width = query.shape
-        length_k = key.shape[1]
-        if key.shape[:2] != value.shape[:2] or key.shape[0] != batch:
-            raise ValueError(f"{op}: query, key and value disagree in batch or length")
-        heads, head_dim = self.num_heads, self.head_dim
-        w, b = self.in_proj_weight, self.in_proj_bias
-        projected = []
-        for index, x in enumerate((query, key, value)):
-            rows = slice(index * width, (index + 1) * width)
-            y = F.linear(x, w[rows], None if b is None else b[rows])  # (N, T, E)
-            y = y.reshape(batch, x.shape[1], heads, head_dim)  # (N, T, E) -> (N, T, H, D)
-            projected.append(y.permute(0, 2, 1, 3))  # (N, T, H, D) -> (N, H, T, D)
-        q, k, v = projected
-        scores = (q * (1.0 / math.sqrt(head_dim))) @ k.mT  # (N, H, L, S)
-        if attn_mask is not None:
-            if not isinstance(attn_mask, Tensor):
-                attn_mask = Tensor(attn_mask, device=query.device)
-            attn_shape = (
-                (length_q, length_k) if attn_mask.ndim == 2 else (batch * heads, length_q, length_k)
-            )
-            added = self._additive("attn_mask", attn_mask, attn_shape, scores)
-            if added.ndim == 3:
-                added = added.reshape(batch, heads, length_q, length_k)
-            scores = scores + added
-        if key_padding_mask is not None:
-            added = self._additive("key_padding_mask", key_padding_mask, (batch, length_k), scores)
-            scores = scores + added.reshape(batch, 1, 1, length_k)
+        q, k, v = self._project(query, key, value)  # 3 x (N, H, T, D)
+        scores = (q * (1.0 / math.sqrt(self.head_dim))) @ k.mT  # (N, H, L, S)
+        scores = self._masked(scores, attn_mask, key_padding_mask)
         weights = F.softmax(scores, axis=-1)
         if self.training and self.dropout > 0.0:
             weights = F.dropout(weights, self.dropout, training=True)
@@ -361,6 +324,56 @@ class MultiheadAttention(Module):
         if average_attn_weights:
             weights = weights.mean(axis=1)  # (N, H, L, S) -> (N, L, S)
         return out, weights.squeeze(0) if unbatched else weights
+
+    def _batch_first(self, query: Tensor, key: Tensor, value: Tensor, padding: Any) -> tuple:
+        """Check the inputs and bring them to (N, T, E), with the padding mask to (N, S)."""
+        op = "MultiheadAttention"
+        if query.ndim not in (2, 3):
+            raise ValueError(f"{op}: query must be 2-D or 3-D, got shape {query.shape}")
+        for name, t in (("key", key), ("value", value)):
+            if t.ndim != query.ndim or t.shape[-1] != self.embed_dim:
+                raise ValueError(
+                    f"{op}: {name} of shape {t.shape} does not match query of shape "
+                    f"{query.shape} and embed_dim {self.embed_dim}"
+                )
+        if query.ndim == 2:
+            query, key, value = (t.expand_dims(0) for t in (query, key, value))  # (1, L, E)
+            if padding is not None:
+                padding = Tensor(padding, device=query.device).reshape(1, -1)
+        elif not self.batch_first:  # (L, N, E) -> (N, L, E)
+            query, key, value = (t.swapaxes(0, 1) for t in (query, key, value))
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+            raise ValueError(f"{op}: query, key and value disagree in batch or length")
+        return query, key, value, padding
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> list[Tensor]:
+        """q, k, v from the three row blocks of in_proj_weight: (N, T, E) -> (N, H, T, D)."""
+        w, b, width = self.in_proj_weight, self.in_proj_bias, self.embed_dim
+        projected = []
+        for index, x in enumerate((query, key, value)):
+            rows = slice(index * width, (index + 1) * width)
+            y = F.linear(x, w[rows], None if b is None else b[rows])  # (N, T, E)
+            y = y.reshape(x.shape[0], x.shape[1], self.num_heads, self.head_dim)  # (N, T, H, D)
+            projected.append(y.permute(0, 2, 1, 3))  # (N, T, H, D) -> (N, H, T, D)
+        return projected
+
+    def _masked(self, scores: Tensor, attn_mask: Any, padding: Any) -> Tensor:
+        """Add attn_mask ((L, S) or (N*H, L, S)) and the padding mask ((N, S)) to the scores."""
+        batch, heads, length_q, length_k = scores.shape
+        if attn_mask is not None:
+            if not isinstance(attn_mask, Tensor):
+                attn_mask = Tensor(attn_mask, device=scores.device)
+            attn_shape = (
+                (length_q, length_k) if attn_mask.ndim == 2 else (batch * heads, length_q, length_k)
+            )
+            added = self._additive("attn_mask", attn_mask, attn_shape, scores)
+            if added.ndim == 3:
+                added = added.reshape(batch, heads, length_q, length_k)
+            scores = scores + added
+        if padding is not None:
+            added = self._additive("key_padding_mask", padding, (batch, length_k), scores)
+            scores = scores + added.reshape(batch, 1, 1, length_k)
+        return scores
 
     def extra_repr(self) -> str:
         return (
