@@ -1,8 +1,9 @@
 """Functional layer: softmax family, losses, linear, embedding, layer norm, dropout, activations
-and scaled dot-product attention. Imports `backend`, `kernels`, `autograd`, `ops` and `tensor`;
-arrays only through their array API namespace. Every function here checks its arguments and
-composes Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax, Erf, Linear,
-LayerNorm, BlockwiseAttention): no derivative math lives here, so every order of gradient comes
+and scaled dot-product attention. Imports `backend`, `kernels`, `ops` and `tensor`; arrays
+only through their array API namespace. Every function here checks its arguments and composes
+Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax, Erf, Linear, LayerNorm,
+BlockwiseAttention; ClassWeights, KeptCount and Dropout make cross-entropy's target weights and
+dropout's mask): no derivative math lives here, so every order of gradient comes
 from the ops layer. Masks are bool, True = may attend; masked scores become -inf and a row with
 no finite score gets softmax weights of exactly 0, so fully masked rows are 0 in value and in
 gradient, never NaN.

@@ -1,13 +1,13 @@
 """nn layer, part 3: multi-head attention.
 
-Imports `tensor`, `functional` and the other nn parts. Invariants: queries, keys and values are
-three Linear(d_model, d_model) maps; heads are a split of the projected width (head h owns the
-columns h*D .. (h+1)*D - 1, i.e. the row block h of each projection's weight), so one big
-projection then a split equals H small per-head projections; inputs are batch-first (B, T, C)
-or unbatched (T, C); `mask` is bool, True = may attend (tinyattn's one polarity, the same as
-PyTorch's F.scaled_dot_product_attention), while `key_padding_mask` keeps PyTorch's meaning,
-True = padding to ignore. MultiheadAttention (lower-case h) is PyTorch's module, layout and
-masks included, so its state_dict loads into torch.nn.MultiheadAttention and back.
+Imports `backend`, `tensor`, `functional` and the other nn parts. Invariants: queries, keys and
+values are three Linear(d_model, d_model) maps; heads are a split of the projected width (head h
+owns the columns h*D .. (h+1)*D - 1, i.e. the row block h of each projection's weight), so one big
+projection then a split equals H small per-head projections; inputs are batch-first (B, T, C) or
+unbatched (T, C); `mask` is bool, True = may attend (tinyattn's one polarity, the same as PyTorch's
+F.scaled_dot_product_attention), while `key_padding_mask` keeps PyTorch's meaning, True = padding
+to ignore. MultiheadAttention (lower-case h) is PyTorch's module, layout and masks included, so its
+state_dict loads into torch.nn.MultiheadAttention and back.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """nn layer, part 2: the basic layers Linear, Embedding, LayerNorm, Dropout and activations.
 
-Imports `tensor`, `functional` and `nn.module`. Invariants: weights are drawn from the host RNG
-(`ta.manual_seed`), so every backend starts from identical numbers; layouts and initialisations
-are PyTorch's, so state dicts map one to one.
+Imports `backend`, `tensor`, `functional` and `nn.module`, `nn.init`, `nn.functional`.
+Invariants: weights are drawn from the host RNG (`ta.manual_seed`), so every backend starts from
+identical numbers; layouts and initialisations are PyTorch's, so state dicts map one to one.
 """
 
 from __future__ import annotations
