@@ -40,6 +40,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
 MODES = ("eager", "compiled", "torch", "floor")
 MODE_NAMES = {
     "eager": "tinyattn eager",
@@ -331,8 +332,9 @@ def child_env(threads: int) -> dict:
 def spawn(model_name: str, mode: str, threads: int, repeats: int) -> dict:
     command = [sys.executable, __file__, "--worker", model_name, mode, str(threads), str(repeats)]
     done = subprocess.run(command, env=child_env(threads), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{model_name}/{mode}/{threads} failed:\n{done.stderr}")
+    if done.returncode != 0:  # e.g. a CompileError: reported with the tables, not a crash
+        lines = done.stderr.strip().splitlines() or ["(no message)"]
+        return {"error": lines[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -349,6 +351,17 @@ def check_losses(model_name: str, steps: int = 12) -> tuple[float, bool]:
     eager, replayed = losses
     worst = max(abs(a - b) / abs(a) for a, b in zip(eager, replayed))
     return worst, eager == replayed
+
+
+def ratio(results: dict, key: tuple, a: str, b: str) -> str:
+    """The ratio of two columns' medians over rounds, with its range over rounds."""
+    model_name, threads = key
+    x, y = results.get((model_name, a, threads)), results.get((model_name, b, threads))
+    if not x or not y:
+        return "-"
+    per_round = [p / q for p, q in zip(x, y)]
+    middle = statistics.median(x) / statistics.median(y)
+    return f"{middle:.2f}x ({min(per_round):.2f} - {max(per_round):.2f})"
 
 
 def plot(results: dict, path: Path) -> None:
@@ -412,7 +425,11 @@ def main() -> None:
 
     print("\ncompiled vs eager losses, 12 steps on different batches:")
     for model_name in ("small", "bench"):
-        worst, exact = check_losses(model_name)
+        try:
+            worst, exact = check_losses(model_name)
+        except ta.CompileError as error:
+            print(f"  {model_name}: refused while recording: {error}")
+            continue
         same = "bit for bit" if exact else "not bit for bit"
         print(f"  {model_name}: max relative difference {worst:.3g} ({same})")
 
@@ -423,12 +440,19 @@ def main() -> None:
         print("PyTorch is not installed: its column is left out")
     results: dict[tuple, list[float]] = {}
     kernel = None
+    errors: dict[tuple, str] = {}
     for r in range(rounds):
         order = modes[r % len(modes) :] + modes[: r % len(modes)]  # rotate who runs first
         for threads in (1, 2):
             for model_name in ("small", "bench"):
                 for mode in order:
+                    key = (model_name, mode, threads)
+                    if key in errors:
+                        continue
                     got = spawn(model_name, mode, threads, repeats[model_name])
+                    if "error" in got:
+                        errors[key] = got["error"]
+                        continue
                     results.setdefault((model_name, mode, threads), []).append(got["median"])
                     if got["blas"] and kernel is None:
                         kernel = got["blas"]
@@ -448,28 +472,26 @@ def main() -> None:
         print("| " + " | ".join(header) + " |")
         print("|" + "|".join("---" for _ in header) + "|")
         for threads in (1, 2):
-            cells, mid = [str(threads)], {}
+            cells = [str(threads)]
             for mode in modes:
-                times = results[model_name, mode, threads]
-                mid[mode] = statistics.median(times)
+                times = results.get((model_name, mode, threads))
+                if not times:
+                    cells.append("failed")
+                    continue
+                middle = statistics.median(times)
                 cells.append(
-                    f"{mid[mode] * 1e3:.2f} ({min(times) * 1e3:.2f} - {max(times) * 1e3:.2f})"
+                    f"{middle * 1e3:.2f} ({min(times) * 1e3:.2f} - {max(times) * 1e3:.2f})"
                 )
 
-            def ratio(a: str, b: str) -> str:
-                if a not in mid or b not in mid:
-                    return "-"
-                per_round = [
-                    x / y
-                    for x, y in zip(
-                        results[model_name, a, threads], results[model_name, b, threads]
-                    )
-                ]
-                return f"{mid[a] / mid[b]:.2f}x ({min(per_round):.2f} - {max(per_round):.2f})"
-
-            cells += [ratio("eager", "torch"), ratio("compiled", "torch")]
-            cells.append(ratio("compiled", "floor"))
+            key = (model_name, threads)
+            cells += [
+                ratio(results, key, "eager", "torch"),
+                ratio(results, key, "compiled", "torch"),
+            ]
+            cells.append(ratio(results, key, "compiled", "floor"))
             print("| " + " | ".join(cells) + " |")
+    for (model_name, mode, threads), message in errors.items():
+        print(f"\n{model_name} {mode} at {threads} thread(s) failed: {message}")
     print(
         "\n(ranges: lowest - highest over rounds; ratio ranges are per round, each round's "
         "processes having run back to back)"
