@@ -78,6 +78,33 @@ def test_a_compiled_classifier_step_equals_the_eager_one(device, dropout):
     _assert_same(eager, compiled)
 
 
+def test_rules_that_build_masks_with_array_code_replay_as_calls(device):
+    """ReLU's, abs's, clamp's and maximum's rules build their masks from the input's values with
+    array code: such a rule is recorded as one call of the rule, so the masks are rebuilt."""
+
+    def make():
+        ta.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(device)
+        return model, optim.Adam(model.parameters(), lr=1e-2)
+
+    def make_step(model, optimizer):
+        def step(x, y):
+            h = model(x)
+            logits = h.abs().clamp(0.0, 3.0) + ta.maximum(h, 0.5 * h)
+            loss = F.cross_entropy(logits, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return step
+
+    eager, compiled = _same_training(make, make_step, _batches(device))
+    _assert_same(eager, compiled)
+    kinds = [entry[0] for entry in next(iter(compiled[2].tapes.values())).entries]
+    assert "rule" in kinds
+
+
 def test_a_compiled_transformer_step_equals_the_eager_one(device):
     """Attention with a causal mask, embeddings, LayerNorm, GELU, AdamW with parameter groups."""
     vocab, T = 11, 8

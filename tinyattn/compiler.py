@@ -118,15 +118,24 @@ class Recorder:
         return data
 
     def rule(self, fn: Any, grad: Any, output: Any, run: Callable[[], tuple]) -> tuple:
-        """Run one backward rule. Ops inside it are recorded as usual; a rule that returns arrays
+        """Run one backward rule. Ops inside it are recorded as usual; a rule that uses arrays
         no recorded op made (raw array code) is recorded as one call of the rule instead."""
         if self.suspended:
             return run()
-        mark = len(self.tape)
+        mark, first_slot = len(self.tape), len(self.arrays)
         grads = run()
-        if all(g is None or id(_data(g)) in self.slot_of for g in grads):
+        # A rule may also build an array with raw array code and feed it to a recorded op as a
+        # constant (ReLU's mask x > 0): that constant would replay stale. Such a rule, like one
+        # that returns raw arrays, is replayed as one call of the rule.
+        raw = any(
+            not self.made[slot] and getattr(self.arrays[slot], "ndim", 0) > 0
+            for slot in range(first_slot, len(self.arrays))
+        )
+        if not raw and all(g is None or id(_data(g)) in self.slot_of for g in grads):
             return grads
         del self.tape[mark:]  # replay the rule itself, with its inputs' arrays refreshed
+        for slot in range(first_slot, len(self.arrays)):
+            self.made[slot] = True  # arrays of the dropped entries: nothing reads them now
         refresh = []
         for tensor in fn.inputs:
             slot = self.slot_of.get(id(tensor.array))
