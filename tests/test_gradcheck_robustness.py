@@ -89,7 +89,7 @@ def binary(op, b_domain=normal, ties_apart=False):
     return case
 
 
-def reduction(method, domain=normal):
+def reduction(method, domain=normal, **options):
     def case(data):
         shape = data.draw(shapes(min_dims=1))
         axes = data.draw(st.sets(st.integers(0, len(shape) - 1)))
@@ -97,7 +97,7 @@ def reduction(method, domain=normal):
         keepdims = data.draw(st.booleans())
         rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
         return (
-            lambda x: getattr(x, method)(axis=axis, keepdims=keepdims),
+            lambda x: getattr(x, method)(axis=axis, keepdims=keepdims, **options),
             [leaf(domain(rng, shape))],
         )
 
@@ -250,7 +250,7 @@ CASES = {
     "maximum": binary(ta.maximum, ties_apart=True),
     "sum": reduction("sum"),
     "mean": reduction("mean"),
-    "var": reduction("var"),
+    "var": reduction("var", correction=0),  # an axis of one element has no unbiased variance
     "amax": reduction("amax", distinct),
     "amin": reduction("amin", distinct),
     "reshape": reshape_case,
