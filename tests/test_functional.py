@@ -392,3 +392,27 @@ def test_sdpa_errors_name_shapes(device):
         F.scaled_dot_product_attention(
             q, ta.zeros(3, 5, 4, device=device), ta.zeros(3, 5, 4, device=device)
         )
+
+
+# ------------------------------------------------------- cross-entropy's target ops (no gradient)
+@pytest.mark.parametrize("ignore_index", [None, 2])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_class_weights_and_kept_count_against_numpy(device, ignore_index, smoothing):
+    from tinyattn.ops import ClassWeights, KeptCount
+
+    targets = np.array([[0, 2, 1], [2, 2, 3]])
+    t = ta.tensor(targets, device=device)
+    weights = ClassWeights.apply(
+        t,
+        classes=4,
+        ignore_index=ignore_index,
+        smoothing=smoothing,
+        dtype=ta.zeros(1, device=device).dtype,
+    )
+    kept = np.ones(targets.shape, bool) if ignore_index is None else targets != ignore_index
+    expected = (np.eye(4)[targets] * (1 - smoothing) + smoothing / 4) * kept[..., None]
+    np.testing.assert_allclose(weights.numpy(), expected, rtol=1e-6)
+    count = KeptCount.apply(t, ignore_index=ignore_index, dtype=ta.zeros(1, device=device).dtype)
+    assert count.shape == () and count.item() == max(kept.sum(), 1)
+    everything_ignored = ta.tensor(np.full((2,), 7), device=device)
+    assert KeptCount.apply(everything_ignored, ignore_index=7, dtype=count.dtype).item() == 1.0

@@ -61,6 +61,17 @@ def distinct(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
     return [part.reshape(shape) for part, shape in zip(splits, shapes, strict=True)]
 
 
+def _reseeded_dropout(a: ta.Tensor) -> ta.Tensor:
+    ta.manual_seed(0)
+    return F.dropout(a, 0.3)
+
+
+def _dropout_keep(shape: tuple) -> np.ndarray:
+    """The keep-mask dropout(p=0.3) draws right after manual_seed(0): uniforms below 0.7."""
+    ta.manual_seed(0)
+    return ta.rand(*shape, dtype="float64").numpy() < 0.7
+
+
 def nonzero(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
     """The `distinct` values, for ops with a pole at 0 (division)."""
     return distinct(rng, shapes)
@@ -184,6 +195,10 @@ ROWS = [
         lambda a: a.std(axis=1, ddof=1, keepdims=True), [B3], make=untied),
     Row("std correction 0",        lambda a: a.std(0, correction=0), lambda a: a.std(axis=0),
         [A], make=untied),
+    # Dropout draws its mask in forward; reseeding inside the call gives every evaluation the
+    # same mask, so finite differences see one function.
+    Row("dropout (reseeded)",      lambda a: _reseeded_dropout(a),
+        lambda a: a * _dropout_keep(a.shape) / 0.7, [A]),
     Row("logsumexp",               lambda a: a.logsumexp(-1),
         lambda a: np.log(np.exp(a).sum(-1)), [B3]),
     Row("logsumexp dims keepdim",  lambda a: a.logsumexp((0, 2), keepdim=True),
