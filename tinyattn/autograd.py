@@ -666,6 +666,13 @@ def replayed_call(function: Callable) -> Callable:
     return wrapper
 
 
+def note_store(target: Any, source: Any) -> None:
+    """Called by in-place writes (``x[...] = v``, ``x.add_(y)``): a recording notes the write, so
+    that a replay writes again, into the same array, at the same point of the step."""
+    if _recorder is not None:
+        _recorder.store(target, source)
+
+
 def check_host_read(what: str) -> None:
     """Called where a tensor's value reaches Python (item, bool, numpy): refused in a recording."""
     if _recorder is not None:

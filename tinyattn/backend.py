@@ -201,6 +201,75 @@ def is_host_array(array: Any) -> bool:
     return isinstance(array, np.ndarray | np.generic)
 
 
+# ---------------------------------------------------------------------- buffers of compiled steps
+# `ta.compile` replays a step by writing every result into the array the recording made (its
+# buffer), so views of it stay valid and nothing is allocated. These helpers hide how each array
+# library spells that.
+
+
+def _host_view(array: Any) -> Any:
+    """The NumPy array behind an array of the strict stand-in (the array itself otherwise)."""
+    return getattr(array, "_array", array) if not is_host_array(array) else array
+
+
+def storage_root(array: Any) -> int:
+    """An id shared by an array and every view of it (the array that owns the memory)."""
+    array = _host_view(array)
+    while getattr(array, "base", None) is not None and hasattr(array.base, "shape"):
+        array = array.base
+    return id(array)
+
+
+def is_buffer(array: Any) -> bool:
+    """Whether results can be written into `array` in place (a NumPy scalar cannot)."""
+    if isinstance(array, np.generic):
+        return False
+    flags = getattr(_host_view(array), "flags", None)
+    return flags is None or bool(flags.writeable)
+
+
+def copy_into(target: Any, source: Any) -> None:
+    """``target[...] = source`` (broadcast and cast to target's dtype), in place."""
+    if isinstance(target, np.ndarray) or _is_cupy_array(target):
+        _copyto_of(target)(target, source, casting="unsafe")
+        return
+    xp = namespace(target)
+    if source.dtype != target.dtype:
+        source = xp.astype(source, target.dtype)
+    target[...] = source
+
+
+def _copyto_of(array: Any) -> Any:
+    if isinstance(array, np.ndarray):
+        return np.copyto
+    import cupy  # noqa: PLC0415  (only reached for CuPy arrays)
+
+    return cupy.copyto
+
+
+def copied(array: Any) -> Any:
+    """A new array with `array`'s values (a NumPy scalar stays as it is: it cannot change)."""
+    if isinstance(array, np.generic):
+        return array
+    if isinstance(array, np.ndarray):
+        return array.copy()
+    return namespace(array).asarray(array, copy=True)
+
+
+def has_out(array: Any) -> bool:
+    """Whether the array's library takes ``out=`` in its ufuncs and matmul (NumPy, CuPy)."""
+    return isinstance(array, np.ndarray) or _is_cupy_array(array)
+
+
+def ufuncs_of(array: Any) -> Any:
+    """The module whose functions take ``out=`` for this array: numpy or cupy."""
+    if isinstance(array, np.ndarray):
+        return np
+    import cupy  # noqa: PLC0415  (only reached for CuPy arrays)
+
+    return cupy
+
+
 # ------------------------------------------------------------------------------------- conversion
 def asarray(data: Any, dtype: Any = None, device: Any = None) -> Any:
     """Build an array on `device` (a spec) from Python data, a NumPy array, or a backend array.

@@ -175,6 +175,17 @@ class Recorder:
         self.tape.append(("call", function, args, kwargs, slot))
         return result
 
+    def store(self, target: Any, source: Any) -> None:
+        """An in-place write of `source` into `target` (``x[...] = v``, ``x.add_(y)``)."""
+        if self.suspended:
+            return
+        if not backend.is_buffer(target):
+            raise CompileError(
+                f"compile: the step writes in place into a tensor of shape {tuple(target.shape)} "
+                "whose array cannot be written (a 0-d NumPy scalar); a replay could not repeat it"
+            )
+        self.tape.append(("store", self._slot(target), self._slot(source)))
+
     def host_read(self, what: str) -> None:
         if not self.suspended:
             raise CompileError(
@@ -291,69 +302,227 @@ def _fill(value: Any, env: list) -> Any:
     return value
 
 
+def _lowered(fn: Any, arrays: list, out: Any, kwargs: dict) -> Callable | None:
+    """A kernel ``kernel(out, *inputs)`` that writes `fn`'s forward result into `out` with the
+    same array calls its forward makes (so the values are the same bit for bit), or None.
+
+    Only NumPy and CuPy take ``out=``; only ops whose forward is one or two such calls and keeps
+    nothing for backward are lowered. Every other op replays through its own ``forward``.
+    """
+    if not backend.has_out(out) or getattr(fn, "_saved", None):
+        return None
+    u = backend.ufuncs_of(out)
+    name = type(fn).__name__
+    if name in _BINARY_UFUNCS and all(backend.has_out(a) for a in arrays):
+        ufunc = getattr(u, _BINARY_UFUNCS[name])
+        return lambda o, a, b: ufunc(a, b, out=o)
+    if name in _UNARY_UFUNCS and backend.has_out(arrays[0]):
+        ufunc = getattr(u, _UNARY_UFUNCS[name])
+        return lambda o, x: ufunc(x, out=o)
+    if name in ("AddScalar", "MulScalar") and backend.has_out(arrays[0]):
+        ufunc, c = (u.add if name == "AddScalar" else u.multiply), kwargs.get("c")
+        if isinstance(c, int | float) and not isinstance(c, bool):
+            return lambda o, x: ufunc(x, c, out=o)
+    if name == "MatMul" and len(arrays) == 2:
+        return _lowered_matmul(u, out, *arrays)
+    if name == "Linear":
+        return _lowered_linear(u, out, arrays)
+    return None
+
+
+_BINARY_UFUNCS = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}
+_BINARY_UFUNCS["Maximum"] = "maximum"
+_UNARY_UFUNCS = {"Neg": "negative", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sqrt": "sqrt"}
+
+
+def _rows_of(u: Any, out: Any, columns: int) -> Any:
+    """`out` seen as (N, columns) without a copy, or None when that needs one."""
+    rows = u.reshape(out, (-1, columns))
+    return rows if u.shares_memory(rows, out) else None
+
+
+def _lowered_matmul(u: Any, out: Any, a: Any, b: Any) -> Callable | None:
+    if a.ndim < 2 or b.ndim < 2:
+        return None
+    if b.ndim == 2 and a.ndim > 2:  # the forward's one (N, k) @ (k, m) GEMM
+        rows = _rows_of(u, out, b.shape[-1])
+        if rows is None:
+            return None
+        k = a.shape[-1]
+        return lambda o, a, b: u.matmul(u.reshape(a, (-1, k)), b, out=rows)
+    return lambda o, a, b: u.matmul(a, b, out=o)
+
+
+def _lowered_linear(u: Any, out: Any, arrays: list) -> Callable | None:
+    x, weight = arrays[0], arrays[1]
+    if x.ndim == 0 or (len(arrays) == 3 and arrays[2].dtype != out.dtype):
+        return None  # a promoting bias is added out of place by the forward
+    rows = _rows_of(u, out, weight.shape[0])
+    if rows is None:
+        return None
+    k = x.shape[-1]
+    if len(arrays) == 2:
+        return lambda o, x, w: u.matmul(u.reshape(x, (-1, k)), w.T, out=rows)
+
+    def linear(o: Any, x: Any, w: Any, b: Any) -> None:
+        u.matmul(u.reshape(x, (-1, k)), w.T, out=rows)
+        u.add(rows, b, out=rows)
+
+    return linear
+
+
 class Tape:
-    """A checked recording, replayed on new input arrays."""
+    """A checked recording, replayed on new input arrays.
 
-    def __init__(self, recorder: Recorder, outputs: Any) -> None:
+    The recording's own arrays are the replay's buffers. Every array an entry made is written
+    again, in place, by the same entry on every replay, so an array that is a view of another
+    (a reshape, a transpose, ``W.T``) stays that view and need not be made again: those entries
+    are dropped. An entry whose result cannot be written in place (a NumPy scalar, a read-only
+    broadcast) makes a new array each time, and the views of it are made again too.
+    """
+
+    def __init__(self, recorder: Recorder, outputs: Any, inputs: list[Tensor]) -> None:
         self.entries = recorder.tape
-        handlers = {"op": self._op, "rule": self._rule, "grad": self._grad}
-        handlers.update(draw=self._draw, call=self._call)
-        self.program = [(handlers[entry[0]], entry) for entry in self.entries]
-        self.template = [None if made else a for a, made in zip(recorder.arrays, recorder.made)]
         self.outputs = outputs  # the step's result, with Tensors replaced by slots
+        self.env = list(recorder.arrays)  # slot -> its buffer (or its latest array, if dynamic)
+        self._inputs = inputs  # the recorded call's tensors: a gradient of one goes to the new
+        self._replayed_inputs: list[Tensor] = inputs
+        self._roots = [backend.storage_root(a) if hasattr(a, "shape") else None for a in self.env]
+        first_slot_of_root: dict[int, int] = {}
+        for slot, root in enumerate(self._roots):
+            first_slot_of_root.setdefault(root, slot)
+        self._first_of_root = first_slot_of_root
+        self.static = [True] * len(self.env)
+        self.program: list[Callable[[list], None]] = []
+        self.dropped = 0  # entries replaced by the views they recorded
+        self.lowered = 0  # ops replayed as out= kernels
+        builders = {"op": self._op, "rule": self._rule, "grad": self._grad, "store": self._store}
+        builders.update(draw=self._draw, call=self._call)
+        self.labels: list[str] = []  # what each program item replays, for reading and profiling
+        for entry in self.entries:
+            lowered = self.lowered
+            run = builders[entry[0]](entry)
+            if run is not None:
+                self.program.append(run)
+                self.labels.append(
+                    _entry_name(entry) + (" (out=)" if self.lowered > lowered else "")
+                )
 
-    def replay(self, inputs: list[Tensor]) -> Any:
-        env = self.template.copy()
-        for position, tensor in enumerate(inputs):
-            env[position] = tensor.array
-        with autograd.no_grad():
-            for handler, entry in self.program:
-                handler(entry, env)
-        return _rebuild(self.outputs, env)
+    # ------------------------------------------------------------------------ planning
+    def _fresh(self, slot: int) -> bool:
+        """Whether `slot`'s recorded array owns memory no earlier slot uses: a buffer."""
+        return self._first_of_root.get(self._roots[slot]) == slot and backend.is_buffer(
+            self.env[slot]
+        )
 
-    @staticmethod
-    def _op(entry: tuple, env: list) -> None:
+    def _writer(self, slot: int) -> Callable[[Any], None]:
+        """How a new result for `slot` is kept: copied into its buffer, or (no buffer) held."""
+        env = self.env
+        if self._fresh(slot):
+            buffer = env[slot]
+            return lambda value: backend.copy_into(buffer, value)
+        self.static[slot] = False
+
+        def hold(value: Any) -> None:
+            env[slot] = value
+
+        return hold
+
+    def _op(self, entry: tuple) -> Callable | None:
         _, fn, in_slots, kwargs, dynamic, out, saved_slots = entry
-        if dynamic:
-            kwargs = {k: _fill(v, env) for k, v in kwargs.items()}
-        env[out] = fn.forward(*[env[i] for i in in_slots], **kwargs)
-        if saved_slots:
-            saved = fn._saved
-            for position, slot in saved_slots:
-                env[slot] = saved[position]
+        env, static = self.env, self.static
+        inputs_static = all(static[i] for i in in_slots) and not dynamic
+        in_roots = {self._roots[i] for i in in_slots}
+        if self._roots[out] in in_roots and not saved_slots:
+            if inputs_static:  # a view of arrays that stay where they are: it stays valid
+                self.dropped += 1
+                return None
+        elif self._fresh(out) and inputs_static and not saved_slots:
+            kernel = _lowered(fn, [env[i] for i in in_slots], env[out], kwargs)
+            if kernel is not None:
+                self.lowered += 1
+                arrays = tuple(env[i] for i in in_slots)
+                buffer = env[out]
+                return lambda env: kernel(buffer, *arrays)
+        write = self._writer(out)
+        saved_writes = [(position, self._writer(slot)) for position, slot in saved_slots]
+        forward = fn.forward
 
-    @staticmethod
-    def _rule(entry: tuple, env: list) -> None:
+        def run(env: list) -> None:
+            args = kwargs if not dynamic else {k: _fill(v, env) for k, v in kwargs.items()}
+            write(forward(*[env[i] for i in in_slots], **args))
+            if saved_writes:
+                saved = fn._saved
+                for position, keep in saved_writes:
+                    keep(saved[position])
+
+        return run
+
+    def _rule(self, entry: tuple) -> Callable:
         _, fn, grad_slot, output_slot, refresh, out_slots = entry
-        for tensor, slot in zip(fn.inputs, refresh):
-            if slot is not None:
-                tensor.array = env[slot]
-        fn.output = Tensor._from_op(env[output_slot], None)
-        try:
-            grads = fn.backward(Tensor._from_op(env[grad_slot], None))
-        finally:
-            fn.output = None
-        grads = grads if isinstance(grads, tuple | list) else (grads,)
-        for grad, slot in zip(grads, out_slots):
-            if slot is not None:
-                env[slot] = grad.array if isinstance(grad, Tensor) else grad
+        writes = [None if slot is None else self._writer(slot) for slot in out_slots]
 
-    @staticmethod
-    def _grad(entry: tuple, env: list) -> None:
+        def run(env: list) -> None:
+            for tensor, slot in zip(fn.inputs, refresh):
+                if slot is not None:
+                    tensor.array = env[slot]
+            fn.output = Tensor._from_op(env[output_slot], None)
+            try:
+                grads = fn.backward(Tensor._from_op(env[grad_slot], None))
+            finally:
+                fn.output = None
+            grads = grads if isinstance(grads, tuple | list) else (grads,)
+            for grad, write in zip(grads, writes):
+                if write is not None:
+                    write(grad.array if isinstance(grad, Tensor) else grad)
+
+        return run
+
+    def _grad(self, entry: tuple) -> Callable:
         _, leaf, slot = entry
-        leaf.grad = Tensor._from_op(env[slot], None)
+        position = next((k for k, t in enumerate(self._inputs) if t is leaf), None)
 
-    @staticmethod
-    def _draw(entry: tuple, env: list) -> None:
+        def run(env: list) -> None:
+            # A copy: the buffer is written again by the next replay, the gradient must not be.
+            target = leaf if position is None else self._replayed_inputs[position]
+            target.grad = Tensor._from_op(backend.copied(env[slot]), None)
+
+        return run
+
+    def _store(self, entry: tuple) -> Callable:
+        _, target, source = entry
+
+        def run(env: list) -> None:
+            backend.copy_into(env[target], env[source])
+
+        return run
+
+    def _draw(self, entry: tuple) -> Callable:
         _, function, args, slot = entry
-        env[slot] = function(*args)
+        write = self._writer(slot)
+        return lambda env: write(function(*args))
 
-    @staticmethod
-    def _call(entry: tuple, env: list) -> None:
+    def _call(self, entry: tuple) -> Callable:
         _, function, args, kwargs, slot = entry
-        result = function(*args, **kwargs)
-        if slot is not None:
-            env[slot] = result.array
+        write = None if slot is None else self._writer(slot)
+
+        def run(env: list) -> None:
+            result = function(*args, **kwargs)
+            if write is not None:
+                write(result.array)
+
+        return run
+
+    # ------------------------------------------------------------------------- replaying
+    def replay(self, inputs: list[Tensor]) -> Any:
+        env = self.env
+        self._replayed_inputs = inputs
+        for position, tensor in enumerate(inputs):
+            backend.copy_into(env[position], tensor.array)
+        with autograd.no_grad():
+            for run in self.program:
+                run(env)
+        return _rebuild(self.outputs, env)
 
 
 def _encode_outputs(value: Any, recorder: Recorder) -> Any:
@@ -372,8 +541,8 @@ def _encode_outputs(value: Any, recorder: Recorder) -> Any:
 
 
 def _rebuild(value: Any, env: list) -> Any:
-    if isinstance(value, _Slot):
-        return Tensor._from_op(env[value.index], None)
+    if isinstance(value, _Slot):  # a copy: the next replay writes into the buffer again
+        return Tensor._from_op(backend.copied(env[value.index]), None)
     if isinstance(value, tuple | list):
         return type(value)(_rebuild(v, env) for v in value)
     if isinstance(value, dict):
@@ -421,12 +590,18 @@ class CompiledStep:
             check_same(first, recorder)
             if len(self.tapes) >= self.max_signatures:
                 self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
-            self.tapes[key] = Tape(recorder, _encode_outputs(result, recorder))
+            self.tapes[key] = Tape(recorder, _encode_outputs(result, recorder), inputs)
+            _release_buffers(result, recorder)
         return result
 
     def _record(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> tuple[Recorder, Any]:
         if autograd.active_recorder() is not None:
             raise CompileError("compile: a compiled step cannot call another compiled step")
+        # The step runs on copies of the inputs' arrays: the recording's arrays become the
+        # replay's buffers, and the caller's tensors must not be written by later replays.
+        given = [tensor.array for tensor in inputs]
+        for tensor in inputs:
+            tensor.array = backend.copied(tensor.array)
         recorder = Recorder(inputs)
         previous = autograd.set_recorder(recorder)
         try:
@@ -434,7 +609,33 @@ class CompiledStep:
             _encode_outputs(result, recorder)  # an unsupported result fails now, not later
         finally:
             autograd.set_recorder(previous)
+            written = {e[1] for e in recorder.tape if e[0] == "store"}
+            for position, (tensor, array) in enumerate(zip(inputs, given, strict=True)):
+                if position in written:
+                    backend.copy_into(array, tensor.array)  # the step wrote into its input
+                tensor.array = array
         return recorder, result
+
+
+def _release_buffers(result: Any, recorder: Recorder) -> None:
+    """After the recording that became a tape: the tensors it handed out (its result, the
+    gradients) get copies of their arrays, which are now buffers that every replay rewrites."""
+    made = {id(a) for a, m in zip(recorder.arrays, recorder.made) if m}
+    tensors = [t for t in _tensors_in(result)]
+    tensors += [e[1].grad for e in recorder.tape if e[0] == "grad" and e[1].grad is not None]
+    for tensor in tensors:
+        if id(tensor.array) in made:
+            tensor.array = backend.copied(tensor.array)
+
+
+def _tensors_in(value: Any) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [t for v in value for t in _tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors_in(v)]
+    return []
 
 
 def compile(step: Callable | None = None, *, max_signatures: int = 8) -> Any:  # noqa: A001

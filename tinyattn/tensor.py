@@ -26,6 +26,7 @@ from .autograd import (
     default_root_grad,
     is_grad_enabled,
     no_grad,
+    note_store,
     run_backward,
 )
 from .ops import (
@@ -1101,6 +1102,7 @@ class Tensor:
     def _store(self, op: str, array: Any) -> None:
         """Write `array` (this tensor's shape) into the existing storage and bump the version."""
         xp = backend.namespace(self.array)
+        note_store(self.array, array)  # a compiled step's recording notes the write
         if array.dtype != self.array.dtype:
             array = xp.astype(array, self.array.dtype)
         if not hasattr(type(self.array), "__setitem__"):
