@@ -363,3 +363,136 @@ def test_import_tinyattn_does_not_load_the_compiler():
     code = "import sys, tinyattn; print('tinyattn.compiler' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------------- CUDA-graph capture
+class FakeGraphs:
+    """Stands in for `backend.CudaGraphs` where there is no GPU: a "graph" is the function that
+    was captured, run again at each launch. Like CUDA, capturing runs nothing; `fail` makes a
+    capture fail the way CUDA refuses work a graph cannot hold."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.captures, self.launches, self.entered = fail, 0, 0, 0
+
+    def __enter__(self):
+        self.entered += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def capture(self, run):
+        self.captures += 1
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return run
+
+    def launch(self, graph) -> None:
+        self.launches += 1
+        graph()
+
+
+def _with_fake_graphs(monkeypatch, fail=False):
+    fakes = []
+
+    def runner(array):
+        fakes.append(FakeGraphs(fail))
+        return fakes[-1]
+
+    monkeypatch.setattr(ta.backend, "graph_runner", runner)
+    return fakes
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_capture_path_equals_eager(device, monkeypatch, fail):
+    """Array work between Python calls is captured once and launched on later replays; the
+    optimizer's step and the gradients handed to leaves stay Python. A capture that fails leaves
+    its segment as Python, with the same results."""
+    fakes = _with_fake_graphs(monkeypatch, fail)
+    batches = _batches(device)
+    eager, compiled = _same_training(lambda: _mlp(device), _classifier_step, batches)
+    _assert_same(eager, compiled)
+    tape = next(iter(compiled[2].tapes.values()))
+    (graphs,) = fakes
+    assert graphs.entered == len(batches) - 2  # every replay runs inside the runner
+    array_segments = [s for s in tape.segments if s.array_work]
+    assert len(array_segments) == 1, "forward and backward form one run of array work"
+    assert graphs.captures == len(array_segments)  # one attempt per segment, on replay 2
+    if fail:
+        assert graphs.launches == 0
+        assert not any(s.capturable for s in tape.segments)
+    else:
+        assert all(s.graph is not None for s in array_segments)
+        assert graphs.launches == len(array_segments) * (len(batches) - 3)
+    python = [s for s in tape.segments if not s.array_work]
+    # the gradients handed to leaves, clipping, the optimizer's step, the scheduler's step
+    assert len(python) == 4
+
+
+def test_an_op_that_draws_is_never_captured(device, monkeypatch):
+    """Dropout draws its mask inside the op: a graph would replay the first mask."""
+    _with_fake_graphs(monkeypatch)
+    batches = _batches(device)
+    eager, compiled = _same_training(lambda: _mlp(device, 0.3), _classifier_step, batches)
+    _assert_same(eager, compiled)
+    tape = next(iter(compiled[2].tapes.values()))
+    assert not any(s.capturable for s in tape.segments)
+
+
+def test_cuda_graphs_drive_cupy_as_documented():
+    """`backend.CudaGraphs` against a stand-in for CuPy's stream and graph API: the capture runs
+    on the private stream with the private pool, and a failed capture is ended, not left open."""
+    calls = []
+
+    class Event:
+        pass
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            self.capturing = False
+
+        def record(self):
+            return Event()
+
+        def wait_event(self, event):
+            calls.append("wait")
+
+        def __enter__(self):
+            calls.append("enter")
+
+        def __exit__(self, *exc):
+            calls.append("exit")
+
+        def begin_capture(self):
+            self.capturing = True
+
+        def end_capture(self):
+            self.capturing = False
+            return "graph"
+
+    class Pool:
+        def malloc(self, size):
+            return size
+
+    class UsingAllocator:
+        def __init__(self, malloc):
+            calls.append(("allocator", malloc.__self__.__class__.__name__))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            calls.append("allocator off")
+
+    outer = Stream()
+    cuda = type("cuda", (), {})()
+    cuda.Stream, cuda.MemoryPool, cuda.using_allocator = Stream, Pool, UsingAllocator
+    cuda.get_current_stream = lambda: outer
+    graphs = ta.backend.CudaGraphs(type("cupy", (), {"cuda": cuda})())
+    with graphs:
+        assert graphs.capture(lambda: calls.append("run")) == "graph"
+        with pytest.raises(ValueError, match="host read"):
+            graphs.capture(lambda: (_ for _ in ()).throw(ValueError("host read")))
+        assert not graphs.stream.capturing
+    assert calls[:2] == ["wait", "enter"] and calls[-2:] == ["exit", "wait"]
+    assert ("allocator", "Pool") in calls and "run" in calls

@@ -29,6 +29,7 @@ only while recording.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -61,6 +62,7 @@ class Recorder:
         self.output_slot: dict[int, int] = {}  # id(Function) -> the slot of its output
         self.suspended = 0  # > 0 inside a replayed call, whose inner work is not recorded
         self.in_forward = 0
+        self.drawing: set[int] = set()  # tape positions of ops whose forward draws (dropout)
         for tensor in inputs:
             self._new_slot(tensor.array, made=True)
 
@@ -153,7 +155,10 @@ class Recorder:
     def draw(self, function: Callable, args: tuple, result: Any) -> None:
         """A random draw: replayed as a new draw, unless an op's forward made it (the op's own
         replay draws again)."""
-        if self.suspended or self.in_forward:
+        if self.suspended:
+            return
+        if self.in_forward:
+            self.drawing.add(len(self.tape))  # the op being recorded: its replay draws again
             return
         if function is None:
             raise CompileError(
@@ -381,7 +386,9 @@ class Tape:
     broadcast) makes a new array each time, and the views of it are made again too.
     """
 
-    def __init__(self, recorder: Recorder, outputs: Any, inputs: list[Tensor]) -> None:
+    def __init__(
+        self, recorder: Recorder, outputs: Any, inputs: list[Tensor], graphs: bool = True
+    ) -> None:
         self.entries = recorder.tape
         self.outputs = outputs  # the step's result, with Tensors replaced by slots
         self.env = list(recorder.arrays)  # slot -> its buffer (or its latest array, if dynamic)
@@ -399,7 +406,9 @@ class Tape:
         builders = {"op": self._op, "rule": self._rule, "grad": self._grad, "store": self._store}
         builders.update(draw=self._draw, call=self._call)
         self.labels: list[str] = []  # what each program item replays, for reading and profiling
-        for entry in self.entries:
+        self._made_by = {id(e[1]): e for e in self.entries if e[0] == "op"}
+        items = []
+        for position, entry in enumerate(self.entries):
             lowered = self.lowered
             run = builders[entry[0]](entry)
             if run is not None:
@@ -407,6 +416,9 @@ class Tape:
                 self.labels.append(
                     _entry_name(entry) + (" (out=)" if self.lowered > lowered else "")
                 )
+                items.append((run, entry, position in recorder.drawing))
+        self.segments = _segments(items, self.static)
+        self.graphs = backend.graph_runner(self.env[0]) if self.env and graphs else None
 
     # ------------------------------------------------------------------------ planning
     def _fresh(self, slot: int) -> bool:
@@ -517,12 +529,118 @@ class Tape:
     def replay(self, inputs: list[Tensor]) -> Any:
         env = self.env
         self._replayed_inputs = inputs
-        for position, tensor in enumerate(inputs):
-            backend.copy_into(env[position], tensor.array)
-        with autograd.no_grad():
-            for run in self.program:
-                run(env)
+        with self.graphs if self.graphs is not None else contextlib.nullcontext():
+            for position, tensor in enumerate(inputs):
+                backend.copy_into(env[position], tensor.array)
+            with autograd.no_grad():
+                for segment in self.segments:
+                    segment.run(env, self.graphs)
         return _rebuild(self.outputs, env)
+
+
+def _reads_and_writes(entry: tuple, made_by: dict) -> tuple[set, set]:
+    """The slots a program item reads and the slots it writes."""
+    kind = entry[0]
+    if kind == "op":
+        _, fn, in_slots, kwargs, _, out, saved_slots = entry
+        kwarg_slots = set()
+
+        def walk(value: Any) -> None:
+            if isinstance(value, _Slot):
+                kwarg_slots.add(value.index)
+            elif isinstance(value, tuple | list):
+                for v in value:
+                    walk(v)
+
+        for value in kwargs.values():
+            walk(value)
+        return set(in_slots) | kwarg_slots, {out} | {slot for _, slot in saved_slots}
+    if kind == "rule":
+        _, fn, grad_slot, output_slot, refresh, out_slots = entry
+        reads = {grad_slot, output_slot} | {slot for slot in refresh if slot is not None}
+        forward = made_by.get(id(fn))
+        if forward is not None:  # the rule also reads what its forward saved
+            reads |= {slot for _, slot in forward[6]}
+        return reads, {slot for slot in out_slots if slot is not None}
+    if kind == "store":
+        return {entry[1], entry[2]}, {entry[1]}
+    return set(), set()
+
+
+class _Segment:
+    """A run of program items: array work that a CUDA graph can hold (`capturable`), or Python
+    (a gradient handed to a leaf, a draw, an optimizer's step) that must run every time."""
+
+    def __init__(self, runs: list[Callable], capturable: bool, array_work: bool = True) -> None:
+        self.runs = runs
+        self.array_work = array_work
+        self.capturable = capturable
+        self.graph: Any = None
+        self.warm = False  # ran once as Python: kernels are compiled, buffers exist
+
+    def run(self, env: list, graphs: Any) -> None:
+        if self.graph is not None:
+            graphs.launch(self.graph)
+            return
+        if graphs is not None and self.capturable and self.warm:
+            try:
+                self.graph = graphs.capture(lambda: self._run_items(env))
+            except Exception:  # something a graph cannot hold: this segment stays Python
+                self.capturable = False
+            else:
+                graphs.launch(self.graph)  # capturing ran nothing: this launch computes
+                return
+        self._run_items(env)
+        self.warm = True
+
+    def _run_items(self, env: list) -> None:
+        for run in self.runs:
+            run(env)
+
+
+def _segments(items: list[tuple], static: list[bool]) -> list[_Segment]:
+    """Group the program into segments: maximal runs of array items, and Python items.
+
+    An array run can become one graph only if every array it reads from outside itself stays
+    the same array from replay to replay (a buffer, not a result held anew each time), and it
+    draws no random numbers (a graph would replay the first draw). Handing gradients to leaves
+    waits until the end of the run it sits in (nothing in the run reads ``.grad``), so the
+    engine's stores between backward ops do not cut the run into pieces."""
+    segments: list[_Segment] = []
+    runs: list[Callable] = []
+    grads: list[Callable] = []
+    reads: set = set()
+    writes: set = set()
+    capturable = True
+    made_by = {id(entry[1]): entry for _, entry, _ in items if entry[0] == "op"}
+
+    def close() -> None:
+        nonlocal runs, grads, reads, writes, capturable
+        if runs:
+            outside = reads - writes
+            segments.append(_Segment(runs, capturable and all(static[s] for s in outside)))
+        if grads:
+            segments.append(_Segment(grads, capturable=False, array_work=False))
+        runs, grads, reads, writes, capturable = [], [], set(), set(), True
+
+    for run, entry, draws in items:
+        kind = entry[0]
+        if kind == "grad":
+            grads.append(run)
+            continue
+        if kind not in ("op", "rule", "store"):
+            close()
+            segments.append(_Segment([run], capturable=False, array_work=False))
+            continue
+        if kind == "store" and grads:
+            close()  # a write after a gradient was handed out: keep their order
+        item_reads, item_writes = _reads_and_writes(entry, made_by)
+        reads |= item_reads - writes
+        writes |= item_writes
+        capturable = capturable and not draws
+        runs.append(run)
+    close()
+    return segments
 
 
 def _encode_outputs(value: Any, recorder: Recorder) -> Any:
@@ -569,10 +687,11 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
 class CompiledStep:
     """What `compile` returns: call it like the step. ``.tapes`` maps signatures to tapes."""
 
-    def __init__(self, step: Callable, max_signatures: int = 8) -> None:
+    def __init__(self, step: Callable, max_signatures: int = 8, cuda_graphs: bool = True) -> None:
         functools.update_wrapper(self, step)
         self.step = step
         self.max_signatures = max_signatures
+        self.cuda_graphs = cuda_graphs
         self.tapes: dict[tuple, Tape] = {}
         self._first: dict[tuple, Recorder] = {}
 
@@ -590,7 +709,8 @@ class CompiledStep:
             check_same(first, recorder)
             if len(self.tapes) >= self.max_signatures:
                 self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
-            self.tapes[key] = Tape(recorder, _encode_outputs(result, recorder), inputs)
+            outputs = _encode_outputs(result, recorder)
+            self.tapes[key] = Tape(recorder, outputs, inputs, graphs=self.cuda_graphs)
             _release_buffers(result, recorder)
         return result
 
@@ -638,16 +758,20 @@ def _tensors_in(value: Any) -> list[Tensor]:
     return []
 
 
-def compile(step: Callable | None = None, *, max_signatures: int = 8) -> Any:  # noqa: A001
+def compile(  # noqa: A001
+    step: Callable | None = None, *, max_signatures: int = 8, cuda_graphs: bool = True
+) -> Any:
     """Record `step` and replay it on later calls with the same input shapes.
 
     ``step = ta.compile(train_step)`` (or ``@ta.compile``): the first two calls for each new
-    signature run eagerly while recording and checking; later calls replay the recording. See
-    docs/performance.md, "How the fast path works".
+    signature run eagerly while recording and checking; later calls replay the recording. On
+    CuPy, with `cuda_graphs`, each run of array work between Python calls (the optimizer's step)
+    is captured once as a CUDA graph and then launched as one. See docs/performance.md, "How the
+    fast path works".
     """
     if step is None:
-        return lambda f: CompiledStep(f, max_signatures)
-    return CompiledStep(step, max_signatures)
+        return lambda f: CompiledStep(f, max_signatures, cuda_graphs)
+    return CompiledStep(step, max_signatures, cuda_graphs)
 
 
 __all__ = ["CompileError", "CompiledStep", "Recorder", "compile"]
