@@ -496,3 +496,89 @@ def test_cuda_graphs_drive_cupy_as_documented():
         assert not graphs.stream.capturing
     assert calls[:2] == ["wait", "enter"] and calls[-2:] == ["exit", "wait"]
     assert ("allocator", "Pool") in calls and "run" in calls
+
+
+# ------------------------------------------------------------ the example and ported programs
+TEXT = "the quick brown fox jumps over the lazy dog, and the small model learns to spell. " * 6
+
+
+def _compare_losses(make, batches):
+    """Train twice from the same seeds, eagerly and compiled; losses and weights must agree."""
+    results = []
+    for compiled in (False, True):
+        model, step = make()
+        ta.manual_seed(7)  # dropout draws the same masks in both runs
+        step = ta.compile(step) if compiled else step
+        losses = [float(step(*batch).numpy()) for batch in batches]
+        results.append((losses, model, step))
+    _assert_same(*results)
+
+
+def test_the_mingpt_program_compiles_exactly(device):
+    """minGPT's shape with dropout, two AdamW groups, clipping and a LambdaLR warm-up."""
+    from programs import load
+
+    program = load("mingpt_style", "tinyattn")
+    dataset = program.CharDataset(TEXT, 16)
+    rng = np.random.default_rng(0)
+    batches = []
+    for _ in range(8):
+        pairs = [dataset[int(i)] for i in rng.integers(0, len(dataset), size=4)]
+        batches.append(tuple(ta.stack([p[k] for p in pairs]).to(device) for k in (0, 1)))
+
+    def make():
+        ta.manual_seed(0)
+        model = program.GPT(dataset.vocab_size, 16, n_layer=2, n_head=2, n_embd=32, dropout=0.1)
+        model = model.to(device)
+        optimizer = model.configure_optimizers(3e-3, 0.1, (0.9, 0.95))
+        scheduler = optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 4))
+        model.train()
+
+        def step(x, y):
+            _, loss = model(x, y)
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            return loss
+
+        return model, step
+
+    _compare_losses(make, batches)
+
+
+def test_the_copy_task_compiles_exactly(device):
+    import importlib.util
+    import sys
+    from dataclasses import replace
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "copy_task.py"
+    spec = importlib.util.spec_from_file_location("copy_task", path)
+    copy_task = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("copy_task", copy_task)
+    spec.loader.exec_module(copy_task)
+    config = replace(copy_task.Config(), device=device, batch=16)
+    rng = np.random.default_rng(0)
+    batches = [
+        copy_task.make_batch(config.batch, config.seq_len, config.vocab, rng, device)
+        for _ in range(8)
+    ]
+
+    def make():
+        ta.manual_seed(0)
+        model = copy_task.build_model(config)
+        optimizer = optim.AdamW(model.parameters(), lr=config.lr)
+
+        def step(inputs, targets):
+            logits = copy_task.copied_half(model, inputs, config.seq_len)  # (B, n, V)
+            loss = copy_task.F.cross_entropy(logits, targets)  # classes last, as the example
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return model, step
+
+    _compare_losses(make, batches)

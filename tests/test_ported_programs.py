@@ -9,37 +9,18 @@ tokens must agree to float32 rounding. Skipped without PyTorch.
 
 from __future__ import annotations
 
-import re
-import types
-from pathlib import Path
-
 import numpy as np
 import pytest
+from programs import load
 
 import tinyattn as ta
 
 torch = pytest.importorskip("torch")
 
-PROGRAMS = Path(__file__).parent / "programs"
 TEXT = (
     "the quick brown fox jumps over the lazy dog. a small model learns to spell the words it "
     "has seen, one character after another, and then writes them back again.\n"
 ) * 4
-
-
-def load(name: str, library: str) -> types.ModuleType:
-    """The program `name` as written (library 'torch') or with its imports swapped to tinyattn."""
-    source = (PROGRAMS / f"{name}.py").read_text()
-    if library == "tinyattn":
-        source = re.sub(r"^import torch$", "import tinyattn as torch", source, flags=re.M)
-        source = re.sub(r"^import torch\.", "import tinyattn.", source, flags=re.M)
-        source = re.sub(r"^from torch([. ])", r"from tinyattn\1", source, flags=re.M)
-        assert "torch." not in "".join(
-            line for line in source.splitlines() if line.startswith(("import", "from"))
-        ).replace("as torch", "")
-    module = types.ModuleType(f"{name}_{library}")
-    exec(compile(source, str(PROGRAMS / f"{name}.py"), "exec"), module.__dict__)
-    return module
 
 
 def same_weights(theirs, ours) -> None:

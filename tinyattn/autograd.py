@@ -666,11 +666,11 @@ def replayed_call(function: Callable) -> Callable:
     return wrapper
 
 
-def note_store(target: Any, source: Any) -> None:
+def note_store(target: Any, source: Any, op: str = "in-place write") -> None:
     """Called by in-place writes (``x[...] = v``, ``x.add_(y)``): a recording notes the write, so
     that a replay writes again, into the same array, at the same point of the step."""
     if _recorder is not None:
-        _recorder.store(target, source)
+        _recorder.store(target, source, op)
 
 
 def check_host_read(what: str) -> None:

@@ -142,10 +142,18 @@ class Recorder:
         for tensor in fn.inputs:
             slot = self.slot_of.get(id(tensor.array))
             refresh.append(slot if slot is not None and self.made[slot] else None)
-        out_slots = [None if g is None else self._new_slot(_data(g), made=True) for g in grads]
+        out_slots = [None if g is None else self._rule_output(_data(g), first_slot) for g in grads]
         grad_slot = self._slot(grad.array)
         self.tape.append(("rule", fn, grad_slot, self._slot(output.array), refresh, out_slots))
         return grads
+
+    def _rule_output(self, array: Any, first_slot: int) -> int:
+        """The slot of a rule's result: the one its dropped ops gave it (so it stays the first
+        slot of its memory, a buffer the replay writes into), or a new one."""
+        slot = self.slot_of.get(id(array))
+        if slot is not None and slot >= first_slot and self.arrays[slot] is array:
+            return slot
+        return self._new_slot(array, made=True)
 
     def set_grad(self, leaf: Tensor, grad: Tensor) -> None:
         """The engine stored `grad` as ``leaf.grad``."""
@@ -180,7 +188,7 @@ class Recorder:
         self.tape.append(("call", function, args, kwargs, slot))
         return result
 
-    def store(self, target: Any, source: Any) -> None:
+    def store(self, target: Any, source: Any, op: str = "in-place write") -> None:
         """An in-place write of `source` into `target` (``x[...] = v``, ``x.add_(y)``)."""
         if self.suspended:
             return
@@ -189,7 +197,7 @@ class Recorder:
                 f"compile: the step writes in place into a tensor of shape {tuple(target.shape)} "
                 "whose array cannot be written (a 0-d NumPy scalar); a replay could not repeat it"
             )
-        self.tape.append(("store", self._slot(target), self._slot(source)))
+        self.tape.append(("store", self._slot(target), self._slot(source), op))
 
     def host_read(self, what: str) -> None:
         if not self.suspended:
@@ -237,6 +245,8 @@ def _entry_name(entry: tuple) -> str:
         return f"{type(entry[1]).__name__} {'forward' if kind == 'op' else 'backward'}"
     if kind == "call":
         return f"call of {getattr(entry[1], '__qualname__', entry[1])}"
+    if kind == "store":
+        return f"the in-place {entry[3]}"
     return kind
 
 
@@ -268,8 +278,10 @@ def check_same(first: Recorder, second: Recorder) -> None:
         if first.made[slot] != second.made[slot]:
             raise CompileError(f"compile: array {slot} is made by the step in one call only")
         if not first.made[slot] and not _same_constant(a, b):
+            made_by = {id(e[1]): e for e in second.tape if e[0] == "op"}
             user = next(
-                (_entry_name(e) for e in second.tape if e[0] == "op" and slot in e[2]), "a call"
+                (_entry_name(e) for e in second.tape if slot in _reads_and_writes(e, made_by)[0]),
+                "a replayed call",
             )
             raise CompileError(
                 f"compile: an input of {user} (shape {tuple(b.shape)}) changes between calls but "
@@ -502,7 +514,7 @@ class Tape:
         return run
 
     def _store(self, entry: tuple) -> Callable:
-        _, target, source = entry
+        _, target, source, _ = entry
 
         def run(env: list) -> None:
             backend.copy_into(env[target], env[source])

@@ -1102,7 +1102,7 @@ class Tensor:
     def _store(self, op: str, array: Any) -> None:
         """Write `array` (this tensor's shape) into the existing storage and bump the version."""
         xp = backend.namespace(self.array)
-        note_store(self.array, array)  # a compiled step's recording notes the write
+        note_store(self.array, array, op)  # a compiled step's recording notes the write
         if array.dtype != self.array.dtype:
             array = xp.astype(array, self.array.dtype)
         if not hasattr(type(self.array), "__setitem__"):
