@@ -1784,7 +1784,12 @@ def _bool_key(tensor: Tensor, key: Any) -> Tensor | None:
 
 
 def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
-    """The values of `tensor` after ``tensor[key] = value``, computed out of place."""
+    """The values of `tensor` after ``tensor[key] = value``, computed out of place.
+
+    A float tensor's new values come from ops (a gather of positions, two scatter-adds and a
+    where), so a compiled step records them and a replay writes the new ones; a place the key
+    names twice gets the mean of its values (PyTorch leaves it undefined). Other dtypes write
+    with array code, the last value winning."""
     value = tensor._operand(value, "setitem")
     mask = _bool_key(tensor, key)
     if mask is not None:
@@ -1797,6 +1802,14 @@ def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
     selected = Tensor._from_op(positions, None)[key]
     if value.shape != selected.shape:
         value = value.broadcast_to(selected.shape)
+    if _dtype_kind(tensor) == 2 and value.dtype == tensor.dtype and selected.numel():
+        flat_key = parse_key(selected.reshape(-1).array, (size,))
+        placed = IndexAdd.apply(value.reshape(-1), shape=(size,), key=flat_key)
+        ones = xp.ones((selected.numel(),), dtype=tensor.array.dtype, device=tensor.array.device)
+        hits = IndexAdd.apply(tensor.constant(ones), shape=(size,), key=flat_key)
+        written = hits > 0
+        mean = placed / where(written, hits, 1.0)
+        return where(written.reshape(tensor.shape), mean.reshape(tensor.shape), tensor)
     targets = xp.reshape(selected.array, (-1,))
     values = xp.astype(xp.reshape(value.array, (-1,)), tensor.dtype)
     flat = xp.reshape(xp.asarray(tensor.array, copy=True), (-1,))
