@@ -331,3 +331,60 @@ def test_multi_head_attention_takes_the_blockwise_path_without_weights(device, m
     calls.clear()
     _, weights = layer(x, need_weights=True)
     assert not calls and weights.shape == (1, 2, 6, 6)
+
+
+# ------------------------------------------------------------------------- host reads (GPU syncs)
+def count_host_reads(monkeypatch) -> list:
+    """Counts every way the forward could read a device value into Python: the backend's
+    to_numpy, bool() in the attention module, and (strict only, where arrays refuse implicit
+    conversion) a strict array's own __bool__, __float__ and __int__."""
+    import array_api_strict
+
+    from tinyattn.ops import attention
+
+    reads = []
+
+    def counted(function):
+        def wrapper(*args, **kwargs):
+            reads.append(function)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(attention, "to_numpy", counted(attention.to_numpy))
+    monkeypatch.setattr(attention, "bool", counted(bool), raising=False)
+    array_type = type(array_api_strict.asarray(0.0))
+    for name in ("__bool__", "__float__", "__int__"):
+        monkeypatch.setattr(array_type, name, counted(getattr(array_type, name)))
+    return reads
+
+
+# (name, q, k scale, keyword arguments, host reads expected): many tiles each time; "one key
+# block" has no later tile to class, "growing keys" moves the shift on slow tiles.
+HOST_READS = [
+    ("plain scores", 1.0, {}, 1),
+    ("causal", 1.0, {"is_causal": True}, 1),
+    ("growing keys", 30.0, {"is_causal": True}, 1),
+    ("one key block", 1.0, {"block_k": 16}, 0),
+]
+
+
+@pytest.mark.parametrize(("size", "kwargs", "expected"), [row[1:] for row in HOST_READS],
+                         ids=[row[0] for row in HOST_READS])  # fmt: skip
+def test_blockwise_forward_reads_the_host_once_per_call(
+    monkeypatch, device, size, kwargs, expected
+):
+    """Whether a tile may keep its shift is decided for all tiles at once: on a GPU one
+    device-to-host sync per forward, not one per tile."""
+    kwargs = dict(kwargs)
+    blocks = (2, kwargs.pop("block_k", 3))
+    growth = np.linspace(0.5, 8.0, 12)[:, None] * size  # keys growing along the sequence
+    q = np.abs(RNG.standard_normal((2, 12, 4))) + 1.0
+    k = (np.abs(RNG.standard_normal((2, 12, 4))) + 1.0) * growth
+    v = RNG.standard_normal((2, 12, 3))
+    reads = count_host_reads(monkeypatch)
+    out, _ = run(monkeypatch, "blockwise", [q, k, v], blocks, "float64", device, **kwargs)
+    assert len(reads) == expected
+    reads.clear()
+    expected_out, _ = run(monkeypatch, "plain", [q, k, v], blocks, "float64", device, **kwargs)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-12, atol=1e-12)

@@ -114,9 +114,9 @@ def power(x: Any, c: float) -> Any:
 # smaller tiles pay more Python per score, larger ones fall out of a core's 2 MB L2 cache.
 ATTENTION_BLOCK_KEYS = 256
 ATTENTION_BLOCK_SCORES = 1 << 19
-# On a GPU the same tile is a few microseconds of work, less than the Python, the kernel launches
-# and the host sync of the shift test around it: tiles there are 64 times larger (2048 keys,
-# 2**25 scores, 128 MB in float32), still a small part of a GPU's memory.
+# On a GPU the same tile is a few microseconds of work, less than the Python and the kernel
+# launches around it: tiles there are 64 times larger (2048 keys, 2**25 scores, 128 MB in
+# float32), still a small part of a GPU's memory.
 GPU_ATTENTION_BLOCK_KEYS = 2048
 GPU_ATTENTION_BLOCK_SCORES = 1 << 25
 # Threads that work on different query blocks at once (NumPy releases the GIL inside its kernels).

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import kernels
 from ..autograd import Function, is_grad_enabled
-from ..backend import namespace
+from ..backend import namespace, to_numpy
 
 # How far a score may exceed its row's shift in BlockwiseAttention's forward: exp(20) ~ 5e8, so
 # sums over a million keys of values up to 1e20 stay finite even in float32 (max ~3e38).
@@ -30,7 +30,7 @@ class BlockwiseAttention(Function):
         acc += exp(S_b - c) [v_b, 1]   with S_b = q k_b^T * scale (disallowed scores -inf).
     The ones column makes the last column of acc the normaliser l = sum_j exp(S_j - c); then
     out = acc[:, :Dv] / l and lse = c + log l (one number per query) is saved. Any shift gives
-    the same out and lse as long as no exp overflows: see _forward_rows for when c moves.
+    the same out and lse as long as no exp overflows: see _fast_tiles for when c moves.
     Backward recomputes the weights tile by tile, P = exp(S - lse), and with D_i = sum_c dO_ic O_ic
         dV_b += P^T dO,   dS = P * (dO v_b^T - D),   dQ += dS k_b * scale,   dK_b += dS^T q * scale.
     Memory is O(T): q, k, v, out, lse and one tile. A query with no allowed key has l = 0: out 0
@@ -62,63 +62,130 @@ class BlockwiseAttention(Function):
             kernels.append_ones(xp, v),  # (..., Tk, Dv + 1): P @ [v, 1] also sums P
         )
         q_norms = xp.sqrt(xp.sum(q_scaled * q_scaled, axis=-1, keepdims=True))  # (..., Tq, 1)
-        out = xp.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
-        lse = xp.empty((*q.shape[:-1], 1), dtype=q.dtype, device=q.device)
         row_blocks = kernels.blocks(q.shape[-2], block_q)
-        results = kernels.parallel_map(
-            lambda rows: self._forward_rows(
-                xp, rows, q_scaled[..., rows, :], q_norms[..., rows, :], keys, allowed
-            ),
+        # Each query block's first tile sets its shift; then one host read says which later tiles
+        # may keep it (see _fast_tiles); then the remaining tiles. No other host read.
+        states = kernels.parallel_map(
+            lambda rows: self._first_tile(xp, rows, q_scaled[..., rows, :], keys, allowed),
             row_blocks,
         )
+        fast = self._fast_tiles(xp, row_blocks, q_norms, keys[2], states)
+        results = kernels.parallel_map(
+            lambda item: self._later_tiles(xp, *item, q_scaled[..., item[0], :], keys, allowed),
+            list(zip(row_blocks, states, fast, strict=True)),
+        )
+        out = xp.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
+        lse = xp.empty((*q.shape[:-1], 1), dtype=q.dtype, device=q.device)
         for rows, (out_rows, lse_rows) in zip(row_blocks, results, strict=True):
             out[..., rows, :], lse[..., rows, :] = out_rows, lse_rows
         self.save_for_backward(lse, allowed)
         return out
 
-    def _forward_rows(
-        self, xp: Any, rows: slice, q_rows: Any, q_norms: Any, keys: tuple, allowed: Any
-    ) -> tuple[Any, Any]:
-        """One query block's online softmax over its key blocks: (out rows, lse rows).
-
-        The shift c starts at the first tile's row max m and moves up to the new m (acc is
-        rescaled by exp(c_old - c)) only when a tile could hold a score above c + SHIFT_SLACK:
-        |S_ij| <= |q_i| max_j |k_j| (Cauchy-Schwarz) rules that out for most tiles, which then
-        skip the max and the subtraction, since S - c comes out of [q, -c] @ [k, 1]^T directly.
-        """
-        k, k_ones, k_norms, v_ones = keys
+    def _first_tile(
+        self, xp: Any, rows: slice, q_rows: Any, keys: tuple, allowed: Any
+    ) -> tuple[Any, Any, Any]:
+        """(acc, m, c) of one query block after its first key block: the shift c is that tile's
+        row max m (0 for a row with no allowed key yet, m = -inf)."""
+        k, _, _, v_ones = keys
         new = {"dtype": q_rows.dtype, "device": q_rows.device}
         running_max = xp.full((*q_rows.shape[:-1], 1), -math.inf, **new)  # m: (..., Bq, 1)
-        shift = xp.zeros_like(running_max)  # c = m, or 0 while a row has seen no allowed key
-        q_shifted = xp.concat([q_rows, -shift], axis=-1)  # [q * scale, -c]: (..., Bq, D + 1)
         acc = xp.zeros((*q_rows.shape[:-1], v_ones.shape[-1]), **new)  # (..., Bq, Dv + 1)
-        for cols in self._key_blocks(k.shape[-2], rows):
-            tile = self._tile_mask(xp, allowed, rows, cols, q_rows.device)
-            largest = q_norms * xp.max(k_norms[..., cols], axis=-1, keepdims=True)  # >= S_ij
-            if bool(xp.all(largest - running_max <= SHIFT_SLACK)):  # false while m is -inf
-                # S - c: (..., Bq, D + 1) @ (..., D + 1, Bk) -> (..., Bq, Bk)
-                scores = q_shifted @ k_ones[..., cols, :].mT
-                if tile is not None:
-                    scores = xp.where(tile, scores, -math.inf)
-                acc = acc + xp.exp(scores) @ v_ones[..., cols, :]  # (.., Bq, Bk) @ (.., Bk, Dv+1)
+        key_blocks = self._key_blocks(k.shape[-2], rows)
+        if not key_blocks:  # no keys at all: every row is empty
+            return acc, running_max, xp.zeros_like(running_max)
+        return self._moving_tile(xp, rows, key_blocks[0], q_rows, keys, allowed, acc, running_max)
+
+    def _fast_tiles(
+        self, xp: Any, row_blocks: list, q_norms: Any, k_norms: Any, states: list
+    ) -> list[list[bool]]:
+        """For each query block, whether each later key block may keep the first tile's shift.
+
+        A tile may when no score in it can exceed m + SLACK, m being the first tile's row max:
+        |S_ij| <= |q_i| max_j |k_j| (Cauchy-Schwarz) is checked for every (query block, key
+        block) pair at once, and the answer comes to the host in one read. Since c only grows
+        from m (the other tiles move it up), a tile that passes against m passes against c.
+        """
+        blocks_of = [self._key_blocks(k_norms.shape[-1], rows)[1:] for rows in row_blocks]
+        if not any(blocks_of):
+            return [[] for _ in row_blocks]
+        all_blocks = kernels.blocks(k_norms.shape[-1], self.block_k)
+        # max_j |k_j| per key block: (..., 1, Tk) -> (..., 1, number of key blocks)
+        block_norms = xp.concat(
+            [xp.max(k_norms[..., cols], axis=-1, keepdims=True) for cols in all_blocks], axis=-1
+        )
+        verdicts = []
+        for rows, (_, running_max, _), later in zip(row_blocks, states, blocks_of, strict=True):
+            if not later:  # a causal block that sees one key block only
                 continue
-            scores = q_rows @ k[..., cols, :].mT  # S: (..., Bq, D) @ (..., D, Bk) -> (..., Bq, Bk)
+            largest = q_norms[..., rows, :] * block_norms[..., 1 : 1 + len(later)]  # >= S_ij
+            fits = largest - running_max <= SHIFT_SLACK  # false while m is -inf
+            verdicts.append(xp.all(xp.reshape(fits, (-1, len(later))), axis=0))  # (blocks,)
+        on_host = to_numpy(xp.concat(verdicts)).tolist()  # the forward's one host read
+        starts = [sum(len(later) for later in blocks_of[:i]) for i in range(len(blocks_of))]
+        return [on_host[start : start + len(b)] for start, b in zip(starts, blocks_of, strict=True)]
+
+    def _later_tiles(
+        self,
+        xp: Any,
+        rows: slice,
+        state: tuple,
+        fast: list[bool],
+        q_rows: Any,
+        keys: tuple,
+        allowed: Any,
+    ) -> tuple[Any, Any]:
+        """One query block's online softmax over its key blocks after the first: (out, lse).
+
+        A fast tile keeps c, so S - c comes straight out of [q, -c] @ [k, 1]^T (no max, no
+        subtraction, no rescaling); any other tile moves c to its new row max (_moving_tile).
+        """
+        k, k_ones, _, v_ones = keys
+        acc, running_max, shift = state
+        q_shifted = xp.concat([q_rows, -shift], axis=-1)  # [q * scale, -c]: (..., Bq, D + 1)
+        later = self._key_blocks(k.shape[-2], rows)[1:]
+        for cols, keeps_shift in zip(later, fast, strict=True):
+            if not keeps_shift:
+                acc, running_max, shift = self._moving_tile(
+                    xp, rows, cols, q_rows, keys, allowed, acc, running_max
+                )
+                q_shifted = xp.concat([q_rows, -shift], axis=-1)
+                continue
+            # S - c: (..., Bq, D + 1) @ (..., D + 1, Bk) -> (..., Bq, Bk)
+            scores = q_shifted @ k_ones[..., cols, :].mT
+            tile = self._tile_mask(xp, allowed, rows, cols, q_rows.device)
             if tile is not None:
                 scores = xp.where(tile, scores, -math.inf)
-            new_max = xp.maximum(running_max, xp.max(scores, axis=-1, keepdims=True))
-            # A row with no allowed key yet keeps c = 0: exp(-inf - 0) = 0, where a shift of
-            # -inf would give -inf - -inf = NaN. exp(m - c) rescales the old sums; it is 0 while
-            # m was -inf, when those sums are 0 anyway.
-            new_shift = xp.where(xp.isfinite(new_max), new_max, 0.0)
-            weighted = xp.exp(scores - new_shift) @ v_ones[..., cols, :]  # (..., Bq, Dv + 1)
-            acc = acc * xp.exp(running_max - new_shift) + weighted
-            running_max, shift = new_max, new_shift
-            q_shifted = xp.concat([q_rows, -shift], axis=-1)
+            acc = acc + xp.exp(scores) @ v_ones[..., cols, :]  # (.., Bq, Bk) @ (.., Bk, Dv + 1)
         total = acc[..., -1:]  # l_i = sum_j exp(S_ij - c_i), the ones column's row
         found = total > 0.0  # False for a query that may attend to nothing
         total = xp.where(found, total, 1.0)
         # lse of an empty row is -inf; 0 keeps it finite (backward masks that whole row anyway).
         return acc[..., :-1] / total, xp.where(found, shift + xp.log(total), 0.0)
+
+    def _moving_tile(
+        self,
+        xp: Any,
+        rows: slice,
+        cols: slice,
+        q_rows: Any,
+        keys: tuple,
+        allowed: Any,
+        acc: Any,
+        running_max: Any,
+    ) -> tuple[Any, Any, Any]:
+        """One tile that moves the shift c to the new row max m: returns (acc, m, c)."""
+        k, _, _, v_ones = keys
+        scores = q_rows @ k[..., cols, :].mT  # S: (..., Bq, D) @ (..., D, Bk) -> (..., Bq, Bk)
+        tile = self._tile_mask(xp, allowed, rows, cols, q_rows.device)
+        if tile is not None:
+            scores = xp.where(tile, scores, -math.inf)
+        new_max = xp.maximum(running_max, xp.max(scores, axis=-1, keepdims=True))
+        # A row with no allowed key yet keeps c = 0: exp(-inf - 0) = 0, where a shift of -inf
+        # would give -inf - -inf = NaN. exp(m - c) rescales the old sums; it is 0 while m was
+        # -inf, when those sums are 0 anyway.
+        new_shift = xp.where(xp.isfinite(new_max), new_max, 0.0)
+        weighted = xp.exp(scores - new_shift) @ v_ones[..., cols, :]  # (..., Bq, Dv + 1)
+        return acc * xp.exp(running_max - new_shift) + weighted, new_max, new_shift
 
     def _key_blocks(self, tk: int, rows: slice) -> list[slice]:
         """Key blocks a query block sees: under is_causal query i sees keys j <= i only, so the

@@ -1,0 +1,91 @@
+"""erf in float32: the one-rational path against math.erf (float64), in ulps and relative error,
+on dense grids, tiny and special values; exact GELU in float32 against PyTorch. The float64
+path (Cody's) has its own tests in tests/test_functional.py and tests/test_torch_parity.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+import tinyattn.functional as F
+
+TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
+
+
+def float32_grid() -> np.ndarray:
+    """Dense float32 points in [-6, 6]: an even grid, every 2053rd float32 (all binades, tiny
+    values and denormals included), both signs."""
+    even = np.linspace(0.0, 6.0, 120_001, dtype=np.float32)
+    every_binade = np.arange(0, 0x40C00001, 2053, dtype=np.uint32).view(np.float32)
+    positive = np.concatenate([even, every_binade])
+    return np.concatenate([positive, -positive])
+
+
+def erf32(values: np.ndarray, device: str) -> np.ndarray:
+    out = F.erf(ta.tensor(values, dtype="float32", device=device)).numpy()
+    assert out.dtype == np.float32
+    return out
+
+
+def reference(values: np.ndarray) -> np.ndarray:
+    return np.array([math.erf(v) for v in values.astype(np.float64)])
+
+
+def ulps(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """|got - expected| in units of the float32 spacing at the correctly rounded result."""
+    spacing = np.spacing(np.abs(expected.astype(np.float32))).astype(np.float64)
+    return np.abs(got.astype(np.float64) - expected) / spacing
+
+
+# (name, points, bound in ulps, bound on relative error or None)
+ACCURACY = [
+    ("dense grid", float32_grid, 2.0, None),
+    ("normal values", lambda: float32_grid()[np.abs(float32_grid()) >= TINY], 2.0, 1.3e-7),
+    ("tiny", lambda: np.array([1e-30, -1e-30, 1e-20, 3e-38, TINY], np.float32), 2.0, 1.3e-7),
+    ("denormals", lambda: np.array([1e-45, -1e-45, 1e-40, 5e-39], np.float32), 1.0, None),
+    ("where erf rounds to 1", lambda: np.linspace(3.8, 6.0, 2001, dtype=np.float32), 2.0, 1.3e-7),
+]
+
+
+@pytest.mark.parametrize(("points", "max_ulps", "max_relative"), [row[1:] for row in ACCURACY],
+                         ids=[row[0] for row in ACCURACY])  # fmt: skip
+def test_float32_erf_accuracy(device, points, max_ulps, max_relative):
+    values = points()
+    got, expected = erf32(values, device), reference(values)
+    assert ulps(got, expected).max() <= max_ulps
+    if max_relative is not None:
+        assert (np.abs(got - expected) / np.abs(expected)).max() <= max_relative
+
+
+def test_float32_erf_special_values(device):
+    values = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 4.0, -4.0, 1e30], np.float32)
+    got = erf32(values, device)
+    np.testing.assert_array_equal(got, [0.0, -0.0, 1.0, -1.0, np.nan, 1.0, -1.0, 1.0])
+    assert np.signbit(got[1]) and not np.signbit(got[0])  # erf(-0.0) = -0.0, as in math.erf
+
+
+def test_float32_erf_is_odd(device):
+    values = float32_grid()
+    np.testing.assert_array_equal(erf32(values, device), -erf32(-values, device))
+
+
+def test_float32_exact_gelu_matches_torch(device):
+    torch = pytest.importorskip("torch")
+    values = np.concatenate([np.linspace(-8, 8, 16_001, dtype=np.float32), [1e-30, -1e-30]])
+    ours = F.gelu(ta.tensor(values, dtype="float32", device=device)).numpy()
+    theirs = torch.nn.functional.gelu(torch.from_numpy(values)).numpy()
+    # Both round erf to float32 (torch within 1 ulp, tinyattn within 2): the two GELUs differ by
+    # about 0.5 |x| times 3 ulp of 1 at most, 7e-7 at |x| = 8.
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+
+
+def test_float32_erf_gradient(device):
+    """The backward is shared with float64: float32 gradients equal 2/sqrt(pi) exp(-x^2) g."""
+    values = np.linspace(-3, 3, 13, dtype=np.float32)
+    x = ta.tensor(values, dtype="float32", device=device, requires_grad=True)
+    F.erf(x).sum().backward()
+    expected = 2.0 / math.sqrt(math.pi) * np.exp(-(values.astype(np.float64) ** 2))
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-6, atol=1e-7)
