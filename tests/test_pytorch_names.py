@@ -388,3 +388,12 @@ def test_star_import_leaves_python_builtins_alone():
         assert name not in namespace, name
     assert {"exp", "cat", "long", "einsum", "tril"} <= set(namespace)
     assert ta.max is not max and ta.float == "float32"  # still reachable as attributes
+
+
+def test_type_as_takes_the_other_tensors_device_too():
+    """PyTorch's type names the device (torch.cuda.FloatTensor): type_as moves as well as casts."""
+    pytest.importorskip("array_api_strict")
+    mask = ta.tensor([[True, False]], device="strict")
+    ones = ta.ones(1, 2, dtype=ta.int64).type_as(mask)
+    assert ones.device == mask.device and ones.dtype == mask.dtype
+    assert (ones & mask).tolist() == [[True, False]]

@@ -1058,8 +1058,9 @@ class Tensor:
         return self._cast(dtype)
 
     def type_as(self, other: Tensor) -> Tensor:
-        """A copy with `other`'s dtype."""
-        return self._cast(other.dtype)
+        """This tensor with `other`'s dtype and device (PyTorch's type names a device too)."""
+        moved = self if self.device == other.device else self.to(other.device)
+        return moved._cast(backend.dtype_name(other.dtype))
 
     def long(self) -> Tensor:
         return self._cast("int64")
@@ -1270,6 +1271,31 @@ def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
                 f"{op}: index {low if low < 0 else high} is out of range for dim {axis} of "
                 f"size {tensor.shape[axis]}"
             )
+
+
+def _scattered_by_ops(tensor: Tensor, axis: int, index: Tensor, values: Tensor) -> Tensor:
+    """`_scattered` for a float tensor, with ops only (a compiled step replays them): the flat
+    positions from the index, scatter-adds of the values and of ones, the mean where hit."""
+    xp = backend.namespace(tensor.array)
+    size, total = tensor.shape[axis], tensor.numel()
+    index = index._cast("int64")
+    strides = [math.prod(tensor.shape[d + 1 :]) for d in range(tensor.ndim)]
+    positions = where(index < 0, index + size, index)  # row-major: sum of coordinate * stride
+    if strides[axis] != 1:
+        positions = positions * strides[axis]
+    for d in range(tensor.ndim):
+        if d != axis:
+            along = [1] * index.ndim
+            along[d] = index.shape[d]
+            steps = xp.reshape(xp.arange(index.shape[d], device=tensor.array.device), tuple(along))
+            positions = positions + tensor.constant(steps * strides[d])
+    key = parse_key(positions.broadcast_to(index.shape).reshape(-1).array, (total,))
+    placed = IndexAdd.apply(values.reshape(-1), shape=(total,), key=key)
+    ones = xp.ones((index.numel(),), dtype=tensor.array.dtype, device=tensor.array.device)
+    hits = IndexAdd.apply(tensor.constant(ones), shape=(total,), key=key)
+    written = hits > 0
+    mean = placed / where(written, hits, 1.0)
+    return where(written.reshape(tensor.shape), mean.reshape(tensor.shape), tensor)
 
 
 def _flat_positions(shape: tuple, axis: int, index: Any) -> Any:
@@ -1751,9 +1777,13 @@ def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
             raise RuntimeError(
                 f"scatter_: src of shape {src.shape} is smaller than index of shape {index.shape}"
             )
+        if _dtype_kind(tensor) == 2:
+            return _scattered_by_ops(tensor, axis, index, src[region].to(tensor.dtype))
         values = xp.astype(src.array[region], tensor.dtype)
     else:
         values = xp.full(index.shape, src, dtype=tensor.dtype, device=tensor.array.device)
+        if _dtype_kind(tensor) == 2:
+            return _scattered_by_ops(tensor, axis, index, tensor.constant(values))
     # One-hot along a new last axis: match[..., i, ..., j] says index[..., i, ...] == j.
     match = idx[..., None] == xp.arange(size, device=idx.device)
     zero = xp.zeros((), dtype=values.dtype, device=values.device)
