@@ -388,6 +388,17 @@ def _lowered_linear(u: Any, out: Any, arrays: list) -> Callable | None:
     return linear
 
 
+def _kernel_run(kernel: Callable, buffer: Any, in_slots: list[int]) -> Callable[[list], None]:
+    """A program item that runs an out= kernel into `buffer` on the current input arrays."""
+    if len(in_slots) == 1:
+        (a,) = in_slots
+        return lambda env: kernel(buffer, env[a])
+    if len(in_slots) == 2:
+        a, b = in_slots
+        return lambda env: kernel(buffer, env[a], env[b])
+    return lambda env: kernel(buffer, *[env[i] for i in in_slots])
+
+
 class Tape:
     """A checked recording, replayed on new input arrays.
 
@@ -411,6 +422,7 @@ class Tape:
         for slot, root in enumerate(self._roots):
             first_slot_of_root.setdefault(root, slot)
         self._first_of_root = first_slot_of_root
+        self.graphs = backend.graph_runner(self.env[0]) if self.env and graphs else None
         self.static = [True] * len(self.env)
         self.program: list[Callable[[list], None]] = []
         self.dropped = 0  # entries replaced by the views they recorded
@@ -430,7 +442,6 @@ class Tape:
                 )
                 items.append((run, entry, position in recorder.drawing))
         self.segments = _segments(items, self.static)
-        self.graphs = backend.graph_runner(self.env[0]) if self.env and graphs else None
 
     # ------------------------------------------------------------------------ planning
     def _fresh(self, slot: int) -> bool:
@@ -440,7 +451,8 @@ class Tape:
         )
 
     def _writer(self, slot: int) -> Callable[[Any], None]:
-        """How a new result for `slot` is kept: copied into its buffer, or (no buffer) held."""
+        """How a new result for `slot` is kept: copied into its buffer (so the views of it and
+        the graphs captured with it stay valid), or, where it has none, held as it is."""
         env = self.env
         if self._fresh(slot):
             buffer = env[slot]
@@ -455,19 +467,16 @@ class Tape:
     def _op(self, entry: tuple) -> Callable | None:
         _, fn, in_slots, kwargs, dynamic, out, saved_slots = entry
         env, static = self.env, self.static
-        inputs_static = all(static[i] for i in in_slots) and not dynamic
         in_roots = {self._roots[i] for i in in_slots}
         if self._roots[out] in in_roots and not saved_slots:
-            if inputs_static:  # a view of arrays that stay where they are: it stays valid
-                self.dropped += 1
+            if all(static[i] for i in in_slots) and not dynamic:
+                self.dropped += 1  # a view of arrays that stay where they are: it stays valid
                 return None
-        elif self._fresh(out) and inputs_static and not saved_slots:
+        elif self._fresh(out) and not dynamic and not saved_slots:
             kernel = _lowered(fn, [env[i] for i in in_slots], env[out], kwargs)
             if kernel is not None:
                 self.lowered += 1
-                arrays = tuple(env[i] for i in in_slots)
-                buffer = env[out]
-                return lambda env: kernel(buffer, *arrays)
+                return _kernel_run(kernel, env[out], in_slots)
         write = self._writer(out)
         saved_writes = [(position, self._writer(slot)) for position, slot in saved_slots]
         forward = fn.forward
