@@ -55,10 +55,15 @@ def _ratio(z: Any, num: tuple, den: tuple) -> Any:
 
 
 def _horner(z: Any, coefficients: tuple) -> Any:
-    """c[0] z^n + c[1] z^(n-1) + ... + c[n], one product and one sum per coefficient."""
-    result = coefficients[0] * z + coefficients[1]
+    """c[0] z^n + c[1] z^(n-1) + ... + c[n], one product and one sum per coefficient.
+
+    In place on the one array it makes: a new array per step would cost an allocation and a
+    trip through memory each, on arrays as large as the activations."""
+    result = coefficients[0] * z
+    result += coefficients[1]
     for coefficient in coefficients[2:]:
-        result = result * z + coefficient
+        result *= z
+        result += coefficient
     return result
 
 
@@ -70,8 +75,10 @@ def _erf_array_float32(xp: Any, x: Any) -> Any:
     """
     clipped = xp.astype(xp.clip(x, -_ERF32_CLIP, _ERF32_CLIP), xp.float64)
     square = clipped * clipped
-    ratio = _horner(square, _ERF32_P) / _horner(square, _ERF32_Q)
-    return xp.astype(clipped * ratio, x.dtype)
+    ratio = _horner(square, _ERF32_P)
+    ratio /= _horner(square, _ERF32_Q)
+    ratio *= clipped
+    return xp.astype(ratio, x.dtype)
 
 
 def _erf_array(xp: Any, x: Any) -> Any:
