@@ -709,15 +709,23 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, eps: floa
     """Scale all gradients by min(1, max_norm / (total + eps)), total = sqrt(sum of |g|^2) over
     every parameter (PyTorch's rule); returns the total norm before clipping as a float.
 
-    Each gradient is replaced by a new Tensor, never scaled in place (gradients may share arrays).
+    Gradients that share an array type, dtype and device are laid end to end and summed in one
+    call, so the total reaches Python in one host read (one device synchronisation on a GPU),
+    not one per parameter. Each gradient is replaced by a new Tensor, never scaled in place
+    (gradients may share arrays).
     """
     _check_number("clip_grad_norm", "max_norm", max_norm, 0.0)
     params = [params] if isinstance(params, Tensor) else list(params)
     grads = [p for p in params if p.grad is not None]
-    squares = 0.0
-    for p in grads:
-        xp = backend.namespace(p.grad.array)
-        squares += float(xp.sum(p.grad.array * p.grad.array))
+    arrays = [p.grad.array for p in grads]
+    if arrays and _same_kind(arrays[0], arrays):
+        xp = backend.namespace(arrays[0])
+        flat = xp.concat([xp.reshape(array, (-1,)) for array in arrays])
+        squares = float(xp.sum(flat * flat))
+    else:  # mixed dtypes or devices: one partial sum (and host read) per gradient
+        squares = 0.0
+        for array in arrays:
+            squares += float(backend.namespace(array).sum(array * array))
     total = math.sqrt(squares)
     scale = min(1.0, max_norm / (total + eps))
     for p in grads:
