@@ -284,6 +284,35 @@ def test_clip_grad_norm_reads_one_total(device):
     assert optim.clip_grad_norm(mixed, max_norm=1.0) == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.parametrize("name", ["adamw", "sgd-nesterov"])
+def test_a_compiled_step_with_the_flat_path_equals_the_eager_loop(device, name):
+    """ta.compile replays optimizer.step() as Python: the flat path runs on every replay."""
+    rng = np.random.default_rng(8)
+    batches = [
+        ta.tensor(rng.standard_normal((4, 3)), dtype="float64", device=device) for _ in range(6)
+    ]
+    results = []
+    for foreach, compiled in ((False, False), (None, True)):
+        ta.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2)).to(device).double()
+        opt = make_optimizer(name, list(model.parameters()), foreach)
+
+        def step(x, model=model, opt=opt):
+            opt.zero_grad()
+            loss = (model(x) ** 2.0).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        step = ta.compile(step) if compiled else step
+        losses = [float(step(x).numpy()) for x in batches]
+        results.append((losses, [p.numpy() for p in model.parameters()]))
+    (eager_losses, eager_values), (compiled_losses, compiled_values) = results
+    assert compiled_losses == eager_losses
+    for a, b in zip(eager_values, compiled_values, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 # ------------------------------------------------------------------------------------ PyTorch
 
 
