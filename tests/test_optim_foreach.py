@@ -336,3 +336,18 @@ def test_flat_path_matches_torch_foreach(name, dtype):
     rtol, atol = (1e-6, 1e-7) if dtype == "float32" else (1e-12, 1e-14)
     for p, tp in zip(params, torch_params, strict=True):
         np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=rtol, atol=atol)
+
+
+def test_two_parameters_holding_one_array_run_the_loop(device):
+    """The loop updates a shared array twice, the second time from the first's result."""
+    results = []
+    for foreach in (False, None):
+        a, b = make_params(device, shapes=[(3,), (3,)])
+        b.array = a.array
+        opt = optim.SGD([a, b], lr=0.1, momentum=0.5, foreach=foreach)
+        for _ in range(3):
+            a.grad = ta.ones(3, dtype="float64", device=device)
+            b.grad = ta.full((3,), 2.0, dtype="float64", device=device)
+            opt.step()
+        results.append(a.numpy())
+    np.testing.assert_array_equal(*results)

@@ -139,7 +139,7 @@ class _FlatGroup:
         self.arrays = [p.array for p in params]  # the objects the layout was built for
         self.shapes = [array.shape for array in self.arrays]
         first = self.arrays[0]
-        self.xp, self.host = backend.namespace(first), backend.is_host_array(first)
+        self.xp = backend.namespace(first)
         self.bounds, size = [], 0
         for array in self.arrays:
             self.bounds.append((size, size + math.prod(array.shape)))
@@ -164,9 +164,11 @@ class _FlatGroup:
     def build(cls, params: list[Tensor], states: list[dict], keys: tuple[str, ...]) -> Any:
         """A layout holding the parameters' current state arrays for `keys` (a key none of them
         has yet gets no buffer), or None where the per-tensor loop must run instead: the
-        parameters mix array types, dtypes or devices, a key is held by only some of them, or a
-        state array does not match its parameter."""
-        if not _same_kind(params[0].array, [p.array for p in params]):
+        parameters mix array types, dtypes or devices, two of them hold one array (the loop
+        updates it twice, the second time from the first's result), a key is held by only some
+        of them, or a state array does not match its parameter."""
+        arrays = [p.array for p in params]
+        if not _same_kind(arrays[0], arrays) or len({id(a) for a in arrays}) < len(arrays):
             return None
         flat = cls(params)
         for key in keys:
