@@ -4,14 +4,19 @@ Imports `backend`, `autograd` and `tensor`. Invariants: updates run on raw array
 ever recorded) and are written into each parameter in place, as in PyTorch: views of a parameter
 and ``state_dict()`` tensors (which share its array) see the new values, and the parameter's
 version goes up, so backward through a graph kept from before the step raises instead of using
-the new weights. Optimizer state arrays are replaced, never updated in place. The arithmetic
-follows PyTorch's single-tensor implementations step for step, so float64 runs agree with torch
-to ~1e-15.
+the new weights. Two paths compute the same update: the per-tensor loop (``foreach=False``),
+which replaces each state array by a new one, and the multi-tensor path (the default), which
+keeps each state key of a group in one flat buffer updated in place, each parameter's state entry
+a view of its slice (as PyTorch updates its state tensors in place). ``state_dict()`` copies the
+state, so a snapshot never changes with later steps. Both paths follow PyTorch's single-tensor
+arithmetic step for step, so they agree bit for bit, and float64 runs agree with torch to ~1e-15.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -44,8 +49,9 @@ def _param_list(op: str, params: Any) -> list[dict]:
 
 
 # PyTorch's implementation hints: accepted (programs pass fused=True on CUDA) and ignored, since
-# they choose a kernel, not a result. Flags that change the result are refused unless off.
-_HINTS = ("foreach", "fused", "capturable", "differentiable")
+# they choose a kernel, not a result (`foreach`, a real option here, picks the path; see
+# Optimizer.step). Flags that change the result are refused unless off.
+_HINTS = ("fused", "capturable", "differentiable")
 _REFUSED_WHEN_ON = ("amsgrad", "maximize", "decoupled_weight_decay")
 
 
@@ -60,6 +66,11 @@ def _check_flags(op: str, flags: dict[str, Any]) -> None:
         raise TypeError(f"{op}: unexpected keyword argument {name!r}")
 
 
+def _check_foreach(op: str, value: Any) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{op}: invalid foreach {value!r} (must be None, True or False)")
+
+
 # Keys a parameter group holds besides the optimizer's options (a scheduler adds initial_lr).
 _GROUP_KEYS = {"params", "initial_lr"}
 
@@ -71,20 +82,173 @@ def _write(param: Tensor, array: Any, name: str) -> None:
     param._store(f"{name}.step", array)
 
 
+# ------------------------------------------------------------------------------ flat buffers
+
+
+@functools.cache
+def _takes_out(xp: Any) -> bool:
+    """Whether the namespace's elementwise functions take ``out=`` (NumPy and CuPy do; the array
+    API standard, and so the strict stand-in, has no ``out=``)."""
+    probe = xp.zeros((1,), dtype=xp.float32)
+    try:
+        xp.add(probe, probe, out=probe)
+    except TypeError:
+        return False
+    return True
+
+
+_OPERATORS = {
+    "add": operator.add,
+    "subtract": operator.sub,
+    "multiply": operator.mul,
+    "divide": operator.truediv,
+}
+
+
+def _into(out: Any, name: str, *operands: Any) -> Any:
+    """The elementwise `name` (add, subtract, multiply, divide or sqrt) of `operands`, written
+    into `out` and returned: with ``out=`` where the namespace has it (no new array), else
+    computed with the same operator and copied in. The operator is the one the per-tensor path
+    uses, so both give the same bits."""
+    xp = backend.namespace(out)
+    if _takes_out(xp):
+        return getattr(xp, name)(*operands, out=out)
+    out[...] = xp.sqrt(*operands) if name == "sqrt" else _OPERATORS[name](*operands)
+    return out
+
+
+def _same_kind(first: Any, arrays: list[Any]) -> bool:
+    """Whether the arrays share the array type, dtype and device of `first`."""
+    kind, dtype = type(first), first.dtype
+    if not all(type(array) is kind and array.dtype == dtype for array in arrays):
+        return False
+    return backend.is_host_array(first) or all(array.device == first.device for array in arrays)
+
+
+class _FlatGroup:
+    """A group's parameters laid end to end in one flat layout: the gathered gradients and
+    parameter values in two reused buffers, and each optimizer state key in one buffer whose
+    slices, shaped like the parameters, are the entries of ``optimizer.state[p]``.
+
+    The layout is only valid while the parameters are the same objects with the same arrays, and
+    their state entries are still its views; `fits` checks that on every step, and the optimizer
+    rebuilds the layout (copying the state values) when it fails."""
+
+    def __init__(self, params: list[Tensor]) -> None:
+        self.params = params
+        self.arrays = [p.array for p in params]  # the objects the layout was built for
+        self.shapes = [array.shape for array in self.arrays]
+        first = self.arrays[0]
+        self.xp = backend.namespace(first)
+        self.bounds, size = [], 0
+        for array in self.arrays:
+            self.bounds.append((size, size + math.prod(array.shape)))
+            size = self.bounds[-1][1]
+        self.size, self.dtype, self.device = size, first.dtype, first.device
+        self.grads, self.values = self._buffer(), self._buffer()
+        self.grad_views, self.value_views = self._views(self.grads), self._views(self.values)
+        self.scratch, self.spare = self._buffer(), self._buffer()  # temporaries of the update
+        self.state: dict[str, Any] = {}  # state key -> flat buffer
+        self.views: dict[str, list[Any]] = {}  # state key -> the per-parameter views of it
+
+    def _buffer(self) -> Any:
+        return self.xp.zeros((self.size,), dtype=self.dtype, device=self.device)
+
+    def _views(self, buffer: Any) -> list[Any]:
+        return [
+            self.xp.reshape(buffer[start:stop], shape)
+            for (start, stop), shape in zip(self.bounds, self.shapes, strict=True)
+        ]
+
+    @classmethod
+    def build(cls, params: list[Tensor], states: list[dict], keys: tuple[str, ...]) -> Any:
+        """A layout holding the parameters' current state arrays for `keys` (a key none of them
+        has yet gets no buffer), or None where the per-tensor loop must run instead: the
+        parameters mix array types, dtypes or devices, two of them hold one array (the loop
+        updates it twice, the second time from the first's result), a key is held by only some
+        of them, or a state array does not match its parameter."""
+        arrays = [p.array for p in params]
+        if not _same_kind(arrays[0], arrays) or len({id(a) for a in arrays}) < len(arrays):
+            return None
+        flat = cls(params)
+        for key in keys:
+            entries = [state.get(key) for state in states]
+            if all(entry is None for entry in entries):
+                continue
+            for entry, array in zip(entries, flat.arrays, strict=True):
+                if entry is None or type(entry) is not type(array):
+                    return None
+                if entry.shape != array.shape or entry.dtype != array.dtype:
+                    return None
+            parts = [flat.xp.reshape(entry, (-1,)) for entry in entries]
+            flat.adopt(key, flat.xp.concat(parts), states)
+        return flat
+
+    def adopt(self, key: str, buffer: Any, states: list[dict]) -> None:
+        """Make `buffer` (owned by the layout from now on) the flat state of `key`."""
+        self.state[key] = buffer
+        self.views[key] = self._views(buffer)
+        for state, view in zip(states, self.views[key], strict=True):
+            state[key] = view
+
+    def fits(self, params: list[Tensor], states: list[dict], keys: tuple[str, ...]) -> bool:
+        """Whether the layout still describes these parameters and their state: the same
+        Parameter objects holding the same array objects of the same shapes (a ``module.to()``
+        or a rebinding load changes them), and state entries that are still this layout's views
+        (``load_state_dict``, a per-tensor step or an assignment by hand replaces them)."""
+        same = operator.is_
+        if len(params) != len(self.params) or not all(map(same, params, self.params)):
+            return False
+        arrays = [p.array for p in params]
+        if not all(map(same, arrays, self.arrays)) or [a.shape for a in arrays] != self.shapes:
+            return False
+        for key in keys:
+            entries = [state.get(key) for state in states]
+            views = self.views.get(key)
+            if views is None:
+                if any(entry is not None for entry in entries):
+                    return False
+            elif not all(map(same, entries, views)):
+                return False
+        return True
+
+    def accepts(self, grads: list[Any]) -> bool:
+        """Whether the gradients can be laid out here: each of its parameter's shape, all of the
+        parameters' array type, dtype and device. (Where not, the per-tensor loop runs, which
+        reports a mismatched gradient.)"""
+        return [grad.shape for grad in grads] == self.shapes and _same_kind(self.arrays[0], grads)
+
+    def gather(self, grads: list[Any]) -> None:
+        """Copy the gradients and the parameters' current values into the flat buffers."""
+        for view, grad in zip(self.grad_views, grads, strict=True):
+            view[...] = grad
+        for view, array in zip(self.value_views, self.arrays, strict=True):
+            view[...] = array
+
+    def scatter(self, name: str) -> None:
+        """Write the new values back into each parameter, in place (see `_write`)."""
+        for p, view in zip(self.params, self.value_views, strict=True):
+            _write(p, view, name)
+
+
 # --------------------------------------------------------------------------------- Optimizer
 
 
 class Optimizer:
     """Base class: parameter groups with hyper-parameters, per-parameter state, zero_grad and
-    state_dict. Subclasses define `defaults`, `_validate(group)`, `state_keys` and
-    `_update(param, grad, group, state) -> new parameter array`."""
+    state_dict. Subclasses define `defaults`, `_validate(group)`, `state_keys`,
+    `_update(param, grad, group, state) -> new parameter array` (the per-tensor rule) and, for
+    the multi-tensor path, `_flat_ready(params, states, group)` and
+    `_update_flat(flat, states, group)` (the same rule on a group's flat buffers)."""
 
     state_keys: tuple[str, ...] = ()
+    array_keys: tuple[str, ...] = ()  # the state keys that hold arrays (not the step count)
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         self.defaults = defaults
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Any]] = {}  # keyed by the Parameter itself
+        self._flats: dict[int, _FlatGroup] = {}  # group number -> its flat layout
         for group in _param_list(self.name, params):
             self.add_param_group(group)
 
@@ -139,23 +303,69 @@ class Optimizer:
 
         With a closure (PyTorch's form), it is called first, with grad mode on, to recompute
         the loss and gradients; its result is returned.
+
+        A group with ``foreach=False`` runs the per-tensor loop: about a dozen array calls per
+        parameter. With ``foreach=None`` (the default) or True, a group runs the multi-tensor
+        path where it can: its gradients and parameters are copied into one flat buffer each and
+        the rule runs as a handful of whole-buffer array calls on them and on the flat state,
+        whatever the number of parameters. It gives the same bits as the loop, so the default
+        takes it whenever it applies; the loop runs instead for a group whose parameters mix
+        dtypes or devices, whose gradients do not match their parameters, or whose parameters'
+        states are out of step (some have taken more steps than others).
         """
         loss = None
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        position = -1
-        for group in self.param_groups:
-            for p in group["params"]:
-                position += 1
-                if p.grad is None:
-                    continue
-                self._check_grad(position, p)
-                state = self.state.setdefault(p, {})
-                _write(p, self._update(p.array, p.grad.array, group, state), self.name)
+        start = 0
+        for number, group in enumerate(self.param_groups):
+            if group.get("foreach") is False or not self._step_flat(number, group):
+                self._step_each(group, start)
+            start += len(group["params"])
         return loss
 
+    def _step_each(self, group: dict[str, Any], start: int) -> None:
+        """The per-tensor loop: one `_update` per parameter that has a gradient."""
+        for position, p in enumerate(group["params"], start):
+            if p.grad is None:
+                continue
+            self._check_grad(position, p)
+            state = self.state.setdefault(p, {})
+            _write(p, self._update(p.array, p.grad.array, group, state), self.name)
+
+    def _step_flat(self, number: int, group: dict[str, Any]) -> bool:
+        """The multi-tensor path for one group (its parameters that have a gradient); False
+        where it does not apply, having changed no values (it may have created fresh state
+        entries, as the loop would, or moved state values into a flat buffer)."""
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return True
+        states = [self.state.setdefault(p, {}) for p in params]
+        if not self._flat_ready(params, states, group):
+            return False
+        flat = self._flats.get(number)
+        if flat is None or not flat.fits(params, states, self.array_keys):
+            flat = _FlatGroup.build(params, states, self.array_keys)
+            if flat is None:
+                return False
+            self._flats[number] = flat
+        grads = [p.grad.array for p in params]
+        if not flat.accepts(grads):
+            return False
+        flat.gather(grads)
+        self._update_flat(flat, states, group)
+        flat.scatter(self.name)
+        return True
+
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
+        raise NotImplementedError
+
+    def _flat_ready(self, params: list[Tensor], states: list[dict], group: dict) -> bool:
+        """Whether one flat update can stand for the per-tensor ones (states in step); an
+        optimizer without a flat rule always runs the loop."""
+        return False
+
+    def _update_flat(self, flat: _FlatGroup, states: list[dict], group: dict) -> None:
         raise NotImplementedError
 
     def _check_grad(self, position: int, p: Tensor) -> None:
@@ -177,12 +387,15 @@ class Optimizer:
 
     def state_dict(self) -> dict[str, Any]:
         """{"state": {index: {name: Tensor or number}}, "param_groups": [{options, "params":
-        [indices]}]}, PyTorch's layout; indices count parameters across groups in order."""
+        [indices]}]}, PyTorch's layout; indices count parameters across groups in order.
+
+        The state arrays are copies: the multi-tensor path updates its buffers in place, and a
+        snapshot must not change with later steps."""
         state = {}
         for index, p in enumerate(self._all_params()):
             if p in self.state:
                 state[index] = {
-                    key: Tensor._from_op(v, None) if hasattr(v, "shape") else v
+                    key: _snapshot(v) if hasattr(v, "shape") else v
                     for key, v in self.state[p].items()
                 }
         groups, start = [], 0
@@ -227,6 +440,7 @@ class Optimizer:
             new_groups.append(new_group)
         new_state = self._converted_state(op, state_dict["state"])
         self.param_groups, self.state = new_groups, new_state
+        self._flats.clear()  # the layouts would hold the old state: rebuilt on the next step
 
     def _converted_state(self, op: str, saved: dict) -> dict[Tensor, dict[str, Any]]:
         params = self._all_params()
@@ -262,6 +476,10 @@ class Optimizer:
         return new_state
 
 
+def _snapshot(array: Any) -> Tensor:
+    return Tensor._from_op(backend.namespace(array).asarray(array, copy=True), None)
+
+
 def _plain(value: Any) -> Any:
     """Tensors (as ta.load returns numbers) back to Python numbers or tuples."""
     if isinstance(value, Tensor):
@@ -279,6 +497,7 @@ class SGD(Optimizer):
     """
 
     state_keys = ("momentum_buffer",)
+    array_keys = ("momentum_buffer",)
 
     def __init__(
         self,
@@ -288,6 +507,7 @@ class SGD(Optimizer):
         dampening: float = 0.0,
         nesterov: bool = False,
         weight_decay: float = 0.0,
+        foreach: bool | None = None,
         **flags: Any,
     ) -> None:
         _check_flags(type(self).__name__, flags)
@@ -297,12 +517,14 @@ class SGD(Optimizer):
             dampening=dampening,
             nesterov=nesterov,
             weight_decay=weight_decay,
+            foreach=foreach,
         )
         super().__init__(params, defaults)
 
     def _validate(self, group: dict[str, Any]) -> None:
         for name in ("lr", "momentum", "dampening", "weight_decay"):
             _check_number(self.name, name, group[name], 0.0)
+        _check_foreach(self.name, group["foreach"])
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
@@ -319,6 +541,30 @@ class SGD(Optimizer):
             state["momentum_buffer"] = buffer
             grad = grad + momentum * buffer if group["nesterov"] else buffer
         return param - group["lr"] * grad
+
+    def _flat_ready(self, params: list[Tensor], states: list[dict], group: dict) -> bool:
+        # Every parameter has a momentum buffer, or none has one yet.
+        return len({"momentum_buffer" in state for state in states}) == 1
+
+    def _update_flat(self, flat: _FlatGroup, states: list[dict], group: dict) -> None:
+        """`_update` on the flat buffers, operation for operation (each product in the order
+        of its operands swapped, which IEEE multiplication allows)."""
+        momentum, param, grad, scratch = group["momentum"], flat.values, flat.grads, flat.scratch
+        if group["weight_decay"]:
+            grad += _into(scratch, "multiply", param, group["weight_decay"])
+        if momentum:
+            buffer = flat.state.get("momentum_buffer")
+            if buffer is None:  # the first step: the buffer starts as the gradient
+                flat.adopt("momentum_buffer", flat.xp.asarray(grad, copy=True), states)
+                buffer = flat.state["momentum_buffer"]
+            else:
+                buffer *= momentum
+                buffer += _into(scratch, "multiply", grad, 1.0 - group["dampening"])
+            if group["nesterov"]:
+                grad += _into(scratch, "multiply", buffer, momentum)
+            else:
+                grad = buffer
+        param -= _into(scratch, "multiply", grad, group["lr"])
 
 
 # -------------------------------------------------------------------------------------- Adam
@@ -338,6 +584,7 @@ class Adam(Optimizer):
     """
 
     state_keys = ("step", "exp_avg", "exp_avg_sq")
+    array_keys = ("exp_avg", "exp_avg_sq")
     decoupled = False  # AdamW: decay the weights directly instead of through the gradient
 
     def __init__(
@@ -347,16 +594,19 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        foreach: bool | None = None,
         **flags: Any,
     ) -> None:
         _check_flags(type(self).__name__, flags)
-        super().__init__(
-            params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        defaults = dict(
+            lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, foreach=foreach
         )
+        super().__init__(params, defaults)
 
     def _validate(self, group: dict[str, Any]) -> None:
         for name in ("lr", "eps", "weight_decay"):
             _check_number(self.name, name, group[name], 0.0)
+        _check_foreach(self.name, group["foreach"])
         betas = group["betas"]
         if not isinstance(betas, tuple | list) or len(betas) != 2:
             raise ValueError(f"{self.name}: betas must be a pair (beta1, beta2), got {betas!r}")
@@ -364,14 +614,19 @@ class Adam(Optimizer):
             _check_number(self.name, f"beta at index {index}", beta, 0.0, 1.0)
         group["betas"] = tuple(betas)
 
+    @staticmethod
+    def _init_state(state: dict, param: Any) -> None:
+        xp = backend.namespace(param)
+        state["step"] = 0
+        state["exp_avg"] = xp.zeros_like(param)
+        state["exp_avg_sq"] = xp.zeros_like(param)
+
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         xp = backend.namespace(param)
         lr, eps, decay = group["lr"], group["eps"], group["weight_decay"]
         beta1, beta2 = group["betas"]
         if not state:
-            state["step"] = 0
-            state["exp_avg"] = xp.zeros_like(param)
-            state["exp_avg_sq"] = xp.zeros_like(param)
+            self._init_state(state, param)
         if self.decoupled:
             param = param * (1.0 - lr * decay)
         elif decay:
@@ -383,6 +638,50 @@ class Adam(Optimizer):
         step_size = lr / (1.0 - beta1**step)
         denominator = xp.sqrt(state["exp_avg_sq"]) / math.sqrt(1.0 - beta2**step) + eps
         return param + (-step_size) * (state["exp_avg"] / denominator)
+
+    def _flat_ready(self, params: list[Tensor], states: list[dict], group: dict) -> bool:
+        # One step count t serves the whole buffer: every parameter must have taken as many steps.
+        for p, state in zip(params, states, strict=True):
+            if not state:
+                self._init_state(state, p.array)
+        return len({state.get("step") for state in states}) == 1
+
+    def _update_flat(self, flat: _FlatGroup, states: list[dict], group: dict) -> None:
+        """`_update` on the flat buffers, operation for operation (each product in the order
+        of its operands swapped, which IEEE multiplication allows):
+        m = lerp(m, g, 1 - beta1);  v = v beta2 + (1 - beta2) g^2;
+        p = p + (-lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)."""
+        lr, eps, decay = group["lr"], group["eps"], group["weight_decay"]
+        beta1, beta2 = group["betas"]
+        param, grad, scratch, spare = flat.values, flat.grads, flat.scratch, flat.spare
+        exp_avg, exp_avg_sq = flat.state["exp_avg"], flat.state["exp_avg_sq"]
+        if self.decoupled:
+            param *= 1.0 - lr * decay
+        elif decay:
+            grad += _into(scratch, "multiply", param, decay)
+        for state in states:
+            state["step"] += 1
+        step = states[0]["step"]
+        # exp_avg = _lerp(exp_avg, grad, weight), in the same branch
+        weight = 1.0 - beta1
+        difference = _into(scratch, "subtract", grad, exp_avg)
+        if weight < 0.5:
+            difference *= weight
+            exp_avg += difference
+        else:
+            difference *= 1.0 - weight
+            _into(exp_avg, "subtract", grad, difference)
+        exp_avg_sq *= beta2
+        square = _into(scratch, "multiply", grad, grad)
+        square *= 1.0 - beta2
+        exp_avg_sq += square
+        step_size = lr / (1.0 - beta1**step)
+        denominator = _into(spare, "sqrt", exp_avg_sq)
+        denominator /= math.sqrt(1.0 - beta2**step)
+        denominator += eps
+        update = _into(spare, "divide", exp_avg, denominator)
+        update *= -step_size
+        param += update
 
 
 class AdamW(Adam):
@@ -412,15 +711,23 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, eps: floa
     """Scale all gradients by min(1, max_norm / (total + eps)), total = sqrt(sum of |g|^2) over
     every parameter (PyTorch's rule); returns the total norm before clipping as a float.
 
-    Each gradient is replaced by a new Tensor, never scaled in place (gradients may share arrays).
+    Gradients that share an array type, dtype and device are laid end to end and summed in one
+    call, so the total reaches Python in one host read (one device synchronisation on a GPU),
+    not one per parameter. Each gradient is replaced by a new Tensor, never scaled in place
+    (gradients may share arrays).
     """
     _check_number("clip_grad_norm", "max_norm", max_norm, 0.0)
     params = [params] if isinstance(params, Tensor) else list(params)
     grads = [p for p in params if p.grad is not None]
-    squares = 0.0
-    for p in grads:
-        xp = backend.namespace(p.grad.array)
-        squares += float(xp.sum(p.grad.array * p.grad.array))
+    arrays = [p.grad.array for p in grads]
+    if arrays and _same_kind(arrays[0], arrays):
+        xp = backend.namespace(arrays[0])
+        flat = xp.concat([xp.reshape(array, (-1,)) for array in arrays])
+        squares = float(xp.sum(flat * flat))
+    else:  # mixed dtypes or devices: one partial sum (and host read) per gradient
+        squares = 0.0
+        for array in arrays:
+            squares += float(backend.namespace(array).sum(array * array))
     total = math.sqrt(squares)
     scale = min(1.0, max_norm / (total + eps))
     for p in grads:
