@@ -14,15 +14,14 @@ arithmetic step for step, so they agree bit for bit, and float64 runs agree with
 
 from __future__ import annotations
 
-import functools
 import math
-import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import backend
 from ..autograd import enable_grad, replayed_call
 from ..tensor import Tensor
+from .flat import FlatGroup, into, same_kind, write_param
 
 # ------------------------------------------------------------------------------------ checks
 
@@ -75,162 +74,6 @@ def _check_foreach(op: str, value: Any) -> None:
 _GROUP_KEYS = {"params", "initial_lr"}
 
 
-def _write(param: Tensor, array: Any, name: str) -> None:
-    """Give `param` its new values in place, as PyTorch does: the Parameter object and its array
-    stay the same (models, optimizers and state-dict snapshots keep seeing it), and its version
-    goes up, so a graph that saved the old values refuses to backward through them."""
-    param._store(f"{name}.step", array)
-
-
-# ------------------------------------------------------------------------------ flat buffers
-
-
-@functools.cache
-def _takes_out(xp: Any) -> bool:
-    """Whether the namespace's elementwise functions take ``out=`` (NumPy and CuPy do; the array
-    API standard, and so the strict stand-in, has no ``out=``)."""
-    probe = xp.zeros((1,), dtype=xp.float32)
-    try:
-        xp.add(probe, probe, out=probe)
-    except TypeError:
-        return False
-    return True
-
-
-_OPERATORS = {
-    "add": operator.add,
-    "subtract": operator.sub,
-    "multiply": operator.mul,
-    "divide": operator.truediv,
-}
-
-
-def _into(out: Any, name: str, *operands: Any) -> Any:
-    """The elementwise `name` (add, subtract, multiply, divide or sqrt) of `operands`, written
-    into `out` and returned: with ``out=`` where the namespace has it (no new array), else
-    computed with the same operator and copied in. The operator is the one the per-tensor path
-    uses, so both give the same bits."""
-    xp = backend.namespace(out)
-    if _takes_out(xp):
-        return getattr(xp, name)(*operands, out=out)
-    out[...] = xp.sqrt(*operands) if name == "sqrt" else _OPERATORS[name](*operands)
-    return out
-
-
-def _same_kind(first: Any, arrays: list[Any]) -> bool:
-    """Whether the arrays share the array type, dtype and device of `first`."""
-    kind, dtype = type(first), first.dtype
-    if not all(type(array) is kind and array.dtype == dtype for array in arrays):
-        return False
-    return backend.is_host_array(first) or all(array.device == first.device for array in arrays)
-
-
-class _FlatGroup:
-    """A group's parameters laid end to end in one flat layout: the gathered gradients and
-    parameter values in two reused buffers, and each optimizer state key in one buffer whose
-    slices, shaped like the parameters, are the entries of ``optimizer.state[p]``.
-
-    The layout is only valid while the parameters are the same objects with the same arrays, and
-    their state entries are still its views; `fits` checks that on every step, and the optimizer
-    rebuilds the layout (copying the state values) when it fails."""
-
-    def __init__(self, params: list[Tensor]) -> None:
-        self.params = params
-        self.arrays = [p.array for p in params]  # the objects the layout was built for
-        self.shapes = [array.shape for array in self.arrays]
-        first = self.arrays[0]
-        self.xp = backend.namespace(first)
-        self.bounds, size = [], 0
-        for array in self.arrays:
-            self.bounds.append((size, size + math.prod(array.shape)))
-            size = self.bounds[-1][1]
-        self.size, self.dtype, self.device = size, first.dtype, first.device
-        self.grads, self.values = self._buffer(), self._buffer()
-        self.grad_views, self.value_views = self._views(self.grads), self._views(self.values)
-        self.scratch, self.spare = self._buffer(), self._buffer()  # temporaries of the update
-        self.state: dict[str, Any] = {}  # state key -> flat buffer
-        self.views: dict[str, list[Any]] = {}  # state key -> the per-parameter views of it
-
-    def _buffer(self) -> Any:
-        return self.xp.zeros((self.size,), dtype=self.dtype, device=self.device)
-
-    def _views(self, buffer: Any) -> list[Any]:
-        return [
-            self.xp.reshape(buffer[start:stop], shape)
-            for (start, stop), shape in zip(self.bounds, self.shapes, strict=True)
-        ]
-
-    @classmethod
-    def build(cls, params: list[Tensor], states: list[dict], keys: tuple[str, ...]) -> Any:
-        """A layout holding the parameters' current state arrays for `keys` (a key none of them
-        has yet gets no buffer), or None where the per-tensor loop must run instead: the
-        parameters mix array types, dtypes or devices, two of them hold one array (the loop
-        updates it twice, the second time from the first's result), a key is held by only some
-        of them, or a state array does not match its parameter."""
-        arrays = [p.array for p in params]
-        if not _same_kind(arrays[0], arrays) or len({id(a) for a in arrays}) < len(arrays):
-            return None
-        flat = cls(params)
-        for key in keys:
-            entries = [state.get(key) for state in states]
-            if all(entry is None for entry in entries):
-                continue
-            for entry, array in zip(entries, flat.arrays, strict=True):
-                if entry is None or type(entry) is not type(array):
-                    return None
-                if entry.shape != array.shape or entry.dtype != array.dtype:
-                    return None
-            parts = [flat.xp.reshape(entry, (-1,)) for entry in entries]
-            flat.adopt(key, flat.xp.concat(parts), states)
-        return flat
-
-    def adopt(self, key: str, buffer: Any, states: list[dict]) -> None:
-        """Make `buffer` (owned by the layout from now on) the flat state of `key`."""
-        self.state[key] = buffer
-        self.views[key] = self._views(buffer)
-        for state, view in zip(states, self.views[key], strict=True):
-            state[key] = view
-
-    def fits(self, params: list[Tensor], states: list[dict], keys: tuple[str, ...]) -> bool:
-        """Whether the layout still describes these parameters and their state: the same
-        Parameter objects holding the same array objects of the same shapes (a ``module.to()``
-        or a rebinding load changes them), and state entries that are still this layout's views
-        (``load_state_dict``, a per-tensor step or an assignment by hand replaces them)."""
-        same = operator.is_
-        if len(params) != len(self.params) or not all(map(same, params, self.params)):
-            return False
-        arrays = [p.array for p in params]
-        if not all(map(same, arrays, self.arrays)) or [a.shape for a in arrays] != self.shapes:
-            return False
-        for key in keys:
-            entries = [state.get(key) for state in states]
-            views = self.views.get(key)
-            if views is None:
-                if any(entry is not None for entry in entries):
-                    return False
-            elif not all(map(same, entries, views)):
-                return False
-        return True
-
-    def accepts(self, grads: list[Any]) -> bool:
-        """Whether the gradients can be laid out here: each of its parameter's shape, all of the
-        parameters' array type, dtype and device. (Where not, the per-tensor loop runs, which
-        reports a mismatched gradient.)"""
-        return [grad.shape for grad in grads] == self.shapes and _same_kind(self.arrays[0], grads)
-
-    def gather(self, grads: list[Any]) -> None:
-        """Copy the gradients and the parameters' current values into the flat buffers."""
-        for view, grad in zip(self.grad_views, grads, strict=True):
-            view[...] = grad
-        for view, array in zip(self.value_views, self.arrays, strict=True):
-            view[...] = array
-
-    def scatter(self, name: str) -> None:
-        """Write the new values back into each parameter, in place (see `_write`)."""
-        for p, view in zip(self.params, self.value_views, strict=True):
-            _write(p, view, name)
-
-
 # --------------------------------------------------------------------------------- Optimizer
 
 
@@ -248,7 +91,7 @@ class Optimizer:
         self.defaults = defaults
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Any]] = {}  # keyed by the Parameter itself
-        self._flats: dict[int, _FlatGroup] = {}  # group number -> its flat layout
+        self._flats: dict[int, FlatGroup] = {}  # group number -> its flat layout
         for group in _param_list(self.name, params):
             self.add_param_group(group)
 
@@ -331,7 +174,7 @@ class Optimizer:
                 continue
             self._check_grad(position, p)
             state = self.state.setdefault(p, {})
-            _write(p, self._update(p.array, p.grad.array, group, state), self.name)
+            write_param(p, self._update(p.array, p.grad.array, group, state), self.name)
 
     def _step_flat(self, number: int, group: dict[str, Any]) -> bool:
         """The multi-tensor path for one group (its parameters that have a gradient); False
@@ -345,7 +188,7 @@ class Optimizer:
             return False
         flat = self._flats.get(number)
         if flat is None or not flat.fits(params, states, self.array_keys):
-            flat = _FlatGroup.build(params, states, self.array_keys)
+            flat = FlatGroup.build(params, states, self.array_keys)
             if flat is None:
                 return False
             self._flats[number] = flat
@@ -365,7 +208,7 @@ class Optimizer:
         optimizer without a flat rule always runs the loop."""
         return False
 
-    def _update_flat(self, flat: _FlatGroup, states: list[dict], group: dict) -> None:
+    def _update_flat(self, flat: FlatGroup, states: list[dict], group: dict) -> None:
         raise NotImplementedError
 
     def _check_grad(self, position: int, p: Tensor) -> None:
@@ -546,12 +389,12 @@ class SGD(Optimizer):
         # Every parameter has a momentum buffer, or none has one yet.
         return len({"momentum_buffer" in state for state in states}) == 1
 
-    def _update_flat(self, flat: _FlatGroup, states: list[dict], group: dict) -> None:
+    def _update_flat(self, flat: FlatGroup, states: list[dict], group: dict) -> None:
         """`_update` on the flat buffers, operation for operation (each product in the order
         of its operands swapped, which IEEE multiplication allows)."""
         momentum, param, grad, scratch = group["momentum"], flat.values, flat.grads, flat.scratch
         if group["weight_decay"]:
-            grad += _into(scratch, "multiply", param, group["weight_decay"])
+            grad += into(scratch, "multiply", param, group["weight_decay"])
         if momentum:
             buffer = flat.state.get("momentum_buffer")
             if buffer is None:  # the first step: the buffer starts as the gradient
@@ -559,12 +402,12 @@ class SGD(Optimizer):
                 buffer = flat.state["momentum_buffer"]
             else:
                 buffer *= momentum
-                buffer += _into(scratch, "multiply", grad, 1.0 - group["dampening"])
+                buffer += into(scratch, "multiply", grad, 1.0 - group["dampening"])
             if group["nesterov"]:
-                grad += _into(scratch, "multiply", buffer, momentum)
+                grad += into(scratch, "multiply", buffer, momentum)
             else:
                 grad = buffer
-        param -= _into(scratch, "multiply", grad, group["lr"])
+        param -= into(scratch, "multiply", grad, group["lr"])
 
 
 # -------------------------------------------------------------------------------------- Adam
@@ -646,7 +489,7 @@ class Adam(Optimizer):
                 self._init_state(state, p.array)
         return len({state.get("step") for state in states}) == 1
 
-    def _update_flat(self, flat: _FlatGroup, states: list[dict], group: dict) -> None:
+    def _update_flat(self, flat: FlatGroup, states: list[dict], group: dict) -> None:
         """`_update` on the flat buffers, operation for operation (each product in the order
         of its operands swapped, which IEEE multiplication allows):
         m = lerp(m, g, 1 - beta1);  v = v beta2 + (1 - beta2) g^2;
@@ -658,28 +501,28 @@ class Adam(Optimizer):
         if self.decoupled:
             param *= 1.0 - lr * decay
         elif decay:
-            grad += _into(scratch, "multiply", param, decay)
+            grad += into(scratch, "multiply", param, decay)
         for state in states:
             state["step"] += 1
         step = states[0]["step"]
         # exp_avg = _lerp(exp_avg, grad, weight), in the same branch
         weight = 1.0 - beta1
-        difference = _into(scratch, "subtract", grad, exp_avg)
+        difference = into(scratch, "subtract", grad, exp_avg)
         if weight < 0.5:
             difference *= weight
             exp_avg += difference
         else:
             difference *= 1.0 - weight
-            _into(exp_avg, "subtract", grad, difference)
+            into(exp_avg, "subtract", grad, difference)
         exp_avg_sq *= beta2
-        square = _into(scratch, "multiply", grad, grad)
+        square = into(scratch, "multiply", grad, grad)
         square *= 1.0 - beta2
         exp_avg_sq += square
         step_size = lr / (1.0 - beta1**step)
-        denominator = _into(spare, "sqrt", exp_avg_sq)
+        denominator = into(spare, "sqrt", exp_avg_sq)
         denominator /= math.sqrt(1.0 - beta2**step)
         denominator += eps
-        update = _into(spare, "divide", exp_avg, denominator)
+        update = into(spare, "divide", exp_avg, denominator)
         update *= -step_size
         param += update
 
@@ -720,7 +563,7 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, eps: floa
     params = [params] if isinstance(params, Tensor) else list(params)
     grads = [p for p in params if p.grad is not None]
     arrays = [p.grad.array for p in grads]
-    if arrays and _same_kind(arrays[0], arrays):
+    if arrays and same_kind(arrays[0], arrays):
         xp = backend.namespace(arrays[0])
         flat = xp.concat([xp.reshape(array, (-1,)) for array in arrays])
         squares = float(xp.sum(flat * flat))
