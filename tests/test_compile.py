@@ -629,3 +629,19 @@ def test_the_annotated_transformer_compiles_exactly(device):
     with pytest.raises(ta.CompileError, match="changes between calls"):
         for batch in batches:
             step(*batch)
+
+
+def test_gradients_accumulated_across_calls_are_refused_with_the_cause(device):
+    model, optimizer, _ = _mlp(device)
+
+    def step(x, y):  # no zero_grad: the first call's .grad is None, the second adds to it
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    compiled = ta.compile(step)
+    batches = _batches(device, 2)
+    compiled(*batches[0])
+    with pytest.raises(ta.CompileError, match="zero them inside the step"):
+        compiled(*batches[1])

@@ -250,13 +250,19 @@ def _entry_name(entry: tuple) -> str:
     return kind
 
 
+_GRAD_HINT = (
+    " (a common cause: gradients that start as None on the first call and are added to on the "
+    "next; zero them inside the step, as optimizer.zero_grad() does)"
+)
+
+
 def check_same(first: Recorder, second: Recorder) -> None:
     """Raise CompileError unless two recordings of one signature can share one tape."""
     if len(first.tape) != len(second.tape):
         raise CompileError(
             f"compile: two calls with the same input shapes ran different operations "
             f"({len(first.tape)} and {len(second.tape)} recorded steps): the step branches on "
-            "values or Python state, so no single recording can replay it"
+            "values or Python state, so no single recording can replay it" + _GRAD_HINT
         )
     for position, (a, b) in enumerate(zip(first.tape, second.tape)):
         same = a[0] == b[0] and (type(a[1]) is type(b[1]) if a[0] in ("op", "rule") else True)
@@ -270,7 +276,7 @@ def check_same(first: Recorder, second: Recorder) -> None:
             raise CompileError(
                 f"compile: operation {position} differs between two calls with the same input "
                 f"shapes ({_entry_name(a)} vs {_entry_name(b)}): the step depends on values or "
-                "Python state the tape cannot see"
+                "Python state the tape cannot see" + _GRAD_HINT
             )
     if len(first.arrays) != len(second.arrays):
         raise CompileError("compile: the two recordings use different numbers of arrays")
