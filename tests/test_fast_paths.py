@@ -144,6 +144,21 @@ def test_contiguous_keeps_the_values_of_a_view(device, axes):
         assert got.flags.c_contiguous
 
 
+@pytest.mark.parametrize(("rows", "count"), [(80, 256), (5, 1), (3, 0), (4, 40)])
+def test_index_add_rows_matches_scatter_into_zeros(device, monkeypatch, rows, count):
+    """Repeated indices add up; with the one-hot limit lowered, the plain scatter runs."""
+    rng = np.random.default_rng(rows)
+    indices = _array(rng.integers(0, rows, count), device)
+    values = _array(rng.standard_normal((count, 6)), device)
+    xp = backend.namespace(values)
+    plain = backend.scatter_add(xp.zeros((rows, 6), dtype=values.dtype), indices, values)
+    for limit in (backend.ONE_HOT_LIMIT, 1):
+        monkeypatch.setattr(kernels, "ONE_HOT_LIMIT", limit)
+        got = kernels.index_add_rows(indices, values, rows)
+        assert got.dtype == values.dtype and tuple(got.shape) == (rows, 6)
+        np.testing.assert_allclose(backend.to_numpy(got), backend.to_numpy(plain), atol=1e-12)
+
+
 @pytest.mark.parametrize("width", [1, 5, 16, 100])
 def test_row_shift_matches_its_plain_code(device, width):
     """row_shift = the max, with a max of -inf (a fully masked row) replaced by 0; NaN and +inf
