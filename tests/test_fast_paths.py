@@ -151,7 +151,8 @@ def test_index_add_rows_matches_scatter_into_zeros(device, monkeypatch, rows, co
     indices = _array(rng.integers(0, rows, count), device)
     values = _array(rng.standard_normal((count, 6)), device)
     xp = backend.namespace(values)
-    plain = backend.scatter_add(xp.zeros((rows, 6), dtype=values.dtype), indices, values)
+    zeros = xp.zeros((rows, 6), dtype=values.dtype, device=values.device)
+    plain = backend.scatter_add(zeros, indices, values)
     for limit in (backend.ONE_HOT_LIMIT, 1):
         monkeypatch.setattr(kernels, "ONE_HOT_LIMIT", limit)
         got = kernels.index_add_rows(indices, values, rows)
