@@ -1,9 +1,9 @@
 """The array-level fast paths against the plain array API call they replace, on every backend:
-each kernel of `tinyattn.kernels` (sums through BLAS, the short-axis row max by halving, the
-softmax shift, the column of ones, the tiles and the thread map), the in-place bias and
-normalisation of the fused ops, the GPU tile sizes of block-wise attention, and the opt-in
-allocator setting. Values must agree to rounding; non-finite values and empty arrays
-must come out exactly as the plain call gives them."""
+each kernel of `tinyattn.kernels` (sums through BLAS and their cached ones, the short-axis row
+max over a transposed copy, the softmax shift, the column of ones, the tiles and the thread map),
+the in-place bias and normalisation of the fused ops, the GPU tile sizes of block-wise attention,
+and the opt-in allocator setting. Values must agree to rounding; non-finite values and empty
+arrays must come out exactly as the plain call gives them."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_full_reductions_hold_a_0d_array_not_a_scalar(device, reduction):
 
 
 @pytest.mark.parametrize("width", [1, 2, 3, 5, 16, 17, 33, 64, 65, 200])
-def test_row_max_by_halving_matches_max(device, width):
+def test_row_max_over_a_transposed_copy_matches_max(device, width):
     rng = np.random.default_rng(width)
     host = rng.standard_normal((3, 4, width)).astype(np.float32)
     host[0, 0] = -np.inf  # a fully masked row
@@ -105,11 +105,59 @@ def test_row_max_by_halving_matches_max(device, width):
     np.testing.assert_array_equal(got, host.max(axis=1, keepdims=True))
 
 
-def test_row_max_by_halving_propagates_nan():
+def test_row_max_over_a_transposed_copy_propagates_nan():
     host = np.zeros((2, 5), dtype=np.float32)
     host[0, 3] = np.nan
     got = kernels.max_along(np, host, 1)
     assert np.isnan(got[0, 0]) and got[1, 0] == 0.0
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 16), (5, 64), (2, 2, 2, 7)])
+def test_row_max_of_a_strided_view_matches_max(device, shape):
+    """Head-split scores are permuted views: the copy must follow the view, not the buffer."""
+    host = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    x = backend.namespace(_array(host, device))
+    view = x.permute_dims(_array(host, device), (*range(len(shape) - 2), len(shape) - 1, -2))
+    got = backend.to_numpy(kernels.max_along(x, view, -1))
+    np.testing.assert_array_equal(got, host.swapaxes(-1, -2).max(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_ones_vector_equals_ones_and_is_made_once(device, dtype):
+    x = _array(np.zeros(3, dtype=dtype), device)
+    xp = backend.namespace(x)
+    got = kernels.ones_vector(xp, 7, x.dtype, x.device)
+    assert got is kernels.ones_vector(xp, 7, x.dtype, x.device)
+    assert got.dtype == x.dtype and backend.device_of(got) == backend.device_of(x)
+    np.testing.assert_array_equal(backend.to_numpy(got), np.ones(7, dtype=dtype))
+
+
+@pytest.mark.parametrize("axes", [(1, 0), (0, 1)])
+def test_contiguous_keeps_the_values_of_a_view(device, axes):
+    """backend.contiguous is the identity on values (row-major on NumPy, any layout elsewhere)."""
+    host = np.arange(12.0).reshape(3, 4)
+    x = _array(host, device)
+    view = backend.namespace(x).permute_dims(x, axes)
+    got = backend.contiguous(view)
+    np.testing.assert_array_equal(backend.to_numpy(got), host.transpose(axes))
+    if device == "numpy":
+        assert got.flags.c_contiguous
+
+
+@pytest.mark.parametrize(("rows", "count"), [(80, 256), (5, 1), (3, 0), (4, 40)])
+def test_index_add_rows_matches_scatter_into_zeros(device, monkeypatch, rows, count):
+    """Repeated indices add up; with the one-hot limit lowered, the plain scatter runs."""
+    rng = np.random.default_rng(rows)
+    indices = _array(rng.integers(0, rows, count), device)
+    values = _array(rng.standard_normal((count, 6)), device)
+    xp = backend.namespace(values)
+    zeros = xp.zeros((rows, 6), dtype=values.dtype, device=values.device)
+    plain = backend.scatter_add(zeros, indices, values)
+    for limit in (backend.ONE_HOT_LIMIT, 1):
+        monkeypatch.setattr(kernels, "ONE_HOT_LIMIT", limit)
+        got = kernels.index_add_rows(indices, values, rows)
+        assert got.dtype == values.dtype and tuple(got.shape) == (rows, 6)
+        np.testing.assert_allclose(backend.to_numpy(got), backend.to_numpy(plain), atol=1e-12)
 
 
 @pytest.mark.parametrize("width", [1, 5, 16, 100])

@@ -517,6 +517,22 @@ def bernoulli_mask(shape: tuple, keep: float, like: Any) -> Any:
     return result
 
 
+# -------------------------------------------------------------------------------------- layout
+def contiguous(array: Any) -> Any:
+    """The same values laid out row-major (C order): a copy unless they already are.
+
+    The array API has no memory layout; NumPy and CuPy do, and reductions and matrix products
+    run several times faster on some layouts than others. Other namespaces get `array` back.
+    """
+    if isinstance(array, np.ndarray):
+        return np.ascontiguousarray(array)
+    if _is_cupy_array(array):
+        import cupy  # noqa: PLC0415  (only reached with a CuPy array, so CuPy is importable)
+
+        return cupy.ascontiguousarray(array)
+    return array
+
+
 # ----------------------------------------------------------------------------------- scatter-add
 # Above this many one-hot entries (n indices x N rows), scatter with add.at instead.
 ONE_HOT_LIMIT = 1 << 20

@@ -8,8 +8,10 @@ each other's backward, so indexing is differentiable to any order.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
+from .. import kernels
 from ..autograd import Function
 from ..backend import dtype_name, namespace, scatter_add
 
@@ -80,6 +82,10 @@ def _checked_index(index: Any, size: int, axis: int) -> Any:
     return flat
 
 
+def _is_full_slice(k: Any) -> bool:
+    return isinstance(k, slice) and k == slice(None)
+
+
 def _move_axis(xp: Any, array: Any, source: int, count: int, destination: int) -> Any:
     """Move `count` consecutive axes starting at `source` to start at `destination`."""
     order = [i for i in range(array.ndim) if not source <= i < source + count]
@@ -123,6 +129,12 @@ class IndexAdd(Function):
     def forward(self, grad: Any, shape: tuple = (), key: ParsedKey | None = None) -> Any:
         self.key = key
         xp = namespace(grad)
+        if key.index is not None and all(_is_full_slice(k) for k in key.full[1:]):
+            # x[index] (an embedding lookup): its adjoint is one index-add of rows.
+            flat = _checked_index(key.index, shape[0], 0)
+            rest = math.prod(shape[1:])
+            values = xp.reshape(grad, (flat.shape[0], rest))  # (*index.shape, *rest) -> (n, rest)
+            return xp.reshape(kernels.index_add_rows(flat, values, shape[0]), shape)
         out = xp.zeros(shape, dtype=grad.dtype, device=grad.device)
         target_shape = out[key.basic_no_new].shape
         if key.index is not None:
