@@ -768,3 +768,25 @@ def test_dtype_promotion(device, name, call, expected, dtype):
     out = call(device)
     assert dtype_name(out.dtype) == dtype
     np.testing.assert_array_equal(out.numpy(), np.array(expected, dtype=dtype))
+
+
+def test_computed_results_are_ops_without_a_gradient(device):
+    """Comparisons, ~, argmax and the like run as `Computed` ops on detached inputs: no graph,
+    no gradient, the same values as the array code."""
+    from tinyattn.ops import Computed
+
+    x = ta.tensor(np.array([[0.5, -1.0, 2.0], [3.0, 0.0, -2.0]]), device=device)
+    x.requires_grad_(True)
+    for result, expected in (
+        (x > 0, np.array([[True, False, True], [True, False, False]])),
+        (~(x > 0), np.array([[False, True, False], [False, True, True]])),
+        (x.argmax(-1), np.array([2, 0])),
+        ((x > 0).any(-1), np.array([True, True])),
+    ):
+        assert result.grad_fn is None and not result.requires_grad
+        np.testing.assert_array_equal(result.numpy(), expected)
+    made = Computed.apply(x.detach(), function=lambda xp, a: a > 0)
+    assert isinstance(made, ta.Tensor) and made.grad_fn is None
+    fn = Computed.__new__(Computed)
+    fn.inputs = (x.detach(),)
+    assert fn.backward(ta.ones(2, 3, device=device)) == (None,)

@@ -423,7 +423,7 @@ def _attention_mask(mask: Any, is_causal: bool, scores: Tensor) -> Tensor | None
     if is_causal:
         tq, tk = scores.shape[-2:]
         causal = causal_mask(tq, tk, device=scores.device)
-        allowed = causal if allowed is None else allowed.constant(allowed.array & causal.array)
+        allowed = causal if allowed is None else allowed & causal
     return allowed
 
 

@@ -56,6 +56,7 @@ from .ops import (
     matmul_shape,
     normalize_axes,
 )
+from .ops.computed import computed
 from .ops.indexing import parse_key
 from .ops.reductions import reduction_axes
 from .ops.table import BINARY, LOGICAL, UNARY, Binary, Logical, Unary
@@ -476,7 +477,7 @@ class Tensor:
             a, b = _promote(a.detach(), b.detach(), op)
         if integral:
             _check_integral(op, a)
-        return Tensor._from_op(getattr(backend.namespace(a.array), name)(a.array, b.array), None)
+        return computed(_array_call, a, b, name=name)
 
     # Tensors are compared elementwise by ==, but hashed by identity: a tensor stays usable as a
     # dict key or set member (the engine keys its gradient table by tensor).
@@ -485,7 +486,7 @@ class Tensor:
     def __invert__(self) -> Tensor:
         """``~x``: logical not of a bool tensor, bitwise not of an integer one (no gradient)."""
         _check_integral("bitwise_not", self)
-        return Tensor._from_op(backend.namespace(self.array).bitwise_invert(self.array), None)
+        return computed(_array_call, self, name="bitwise_invert")
 
     bitwise_not = __invert__
 
@@ -641,9 +642,7 @@ class Tensor:
     def _logical_reduce(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
         axis, keepdims = _dims(op, axis, keepdims, dim, keepdim)
         axes = None if axis is None else reduction_axes(op, axis, self.ndim)
-        xp = backend.namespace(self.array)
-        nonzero = self.array if backend.dtype_name(self.dtype) == "bool" else self.array != 0
-        return Tensor._from_op(getattr(xp, op)(nonzero, axis=axes, keepdims=keepdims), None)
+        return computed(_any_or_all, self, name=op, axes=axes, keepdims=keepdims)
 
     def argmax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
@@ -661,17 +660,14 @@ class Tensor:
         axis, keepdims = _dims(op, axis, keepdims, dim, keepdim)
         if self.numel() == 0:
             raise ValueError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
-        xp = backend.namespace(self.array)
-        data = self.array
-        if axis is None or self.ndim == 0:
+        flat = axis is None or self.ndim == 0
+        if flat:
             if axis is not None:  # a 0-d tensor takes dim 0 or -1, as in PyTorch
                 reduction_axes(op, axis, 0)
-            data, axis = xp.reshape(data, (-1,)), 0
-            keepdims = keepdims and self.ndim == 0  # PyTorch: a flat index, 0-d
+            axis, keepdims = 0, keepdims and self.ndim == 0  # PyTorch: a flat index, 0-d
         else:
             axis = normalize_axes(op, axis, self.ndim)[0]
-        found = getattr(xp, op)(data, axis=axis, keepdims=keepdims)
-        return Tensor._from_op(xp.astype(xp.asarray(found), xp.int64), None)
+        return computed(_arg_extreme_of, self, name=op, axis=axis, keepdims=keepdims, flat=flat)
 
     def var(
         self,
@@ -954,13 +950,12 @@ class Tensor:
         shape = ()
         for part in key[first : last + 1]:
             shape = broadcast_shapes("getitem", shape, part.shape)
-        flat = xp.zeros(shape, dtype=xp.int64, device=self.array.device)
         for axis in range(first, last + 1):
-            size = self.shape[axis]
-            index = _wrapped_index(xp, key[axis], size, axis)
-            flat = flat * size + xp.broadcast_to(index, shape)
+            _wrapped_index(xp, key[axis], self.shape[axis], axis)  # dtype and range checks
+        parts = [Tensor._from_op(part, None) for part in key[first : last + 1]]
+        flat = computed(_merged_index, *parts, sizes=self.shape[first : last + 1], shape=shape)
         merged = self.reshape(self.shape[:first] + (-1,) + self.shape[last + 1 :])
-        return merged[key[:first] + (Tensor._from_op(flat, None),) + key[last + 1 :]]
+        return merged[key[:first] + (flat,) + key[last + 1 :]]
 
     def _masked_select(self, mask: Tensor) -> Tensor:
         """``x[mask]``: the elements where the bool mask (over the leading dims) is True."""
@@ -970,6 +965,7 @@ class Tensor:
                 f"getitem: a bool mask of shape {mask.shape} does not match the leading "
                 f"dimensions of shape {self.shape}"
             )
+        check_host_read("x[mask] with a bool mask (its length depends on the values)")
         (flat,) = backend.nonzero(backend.namespace(mask.array).reshape(mask.array, (-1,)))
         rows = self.reshape((-1,) + self.shape[mask.ndim :])
         return rows[Tensor._from_op(flat, None)]
@@ -981,9 +977,8 @@ class Tensor:
         index = self._operand(index, "gather")
         axis = normalize_axes("gather", dim, self.ndim)[0]
         _check_index("gather", self, axis, index)
-        positions = _flat_positions(self.shape, axis, index.array)
-        flat = self.reshape(-1)[Tensor._from_op(positions, None)]
-        return flat.reshape(index.shape)
+        positions = computed(_flat_positions, index, shape=self.shape, axis=axis)
+        return self.reshape(-1)[positions].reshape(index.shape)
 
     def scatter(self, dim: int, index: Tensor, src: Any) -> Tensor:
         """Out of place: a copy with ``out[index[i][j]][j] = src[i][j]`` (dim 0; and so on).
@@ -994,7 +989,7 @@ class Tensor:
         index = self._operand(index, "scatter")
         axis = normalize_axes("scatter", dim, self.ndim)[0]
         _check_index("scatter", self, axis, index)
-        positions = _flat_positions(self.shape, axis, index.array)
+        positions = computed(_flat_positions, index, shape=self.shape, axis=axis).array
         _check_unique("scatter", positions)
         if isinstance(src, Tensor):
             src = self._operand(src, "scatter")
@@ -1019,16 +1014,12 @@ class Tensor:
         length = self.shape[axis] if self.ndim else 1
         if not 0 <= k <= length:
             raise ValueError(f"topk: k={k} is out of range for dim {dim} of shape {self.shape}")
-        xp = backend.namespace(self.array)
-        keys = self.array if _is_float(self.array) else xp.astype(self.array, xp.float64)
-        # A stable sort of -x puts the largest first and keeps ties in index order.
-        order = xp.argsort(-keys if largest else keys, axis=axis, stable=True)
-        order = xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
-        indices = Tensor._from_op(order, None)
+        indices = computed(_top_order, self, axis=axis, k=k, largest=largest)
         return ValuesIndices(self.gather(axis, indices) if self.ndim else self, indices)
 
     def nonzero(self, as_tuple: bool = False) -> Any:
         """The indices of the non-zero elements: an (n, ndim) int64 tensor, or one per dim."""
+        check_host_read("nonzero() (its shape depends on the values)")
         found = tuple(Tensor._from_op(i, None) for i in backend.nonzero(self.array))
         return found if as_tuple else stack(found, axis=1)
 
@@ -1273,34 +1264,93 @@ def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
             )
 
 
-def _scattered_by_ops(tensor: Tensor, axis: int, index: Tensor, values: Tensor) -> Tensor:
-    """`_scattered` for a float tensor, with ops only (a compiled step replays them): the flat
-    positions from the index, scatter-adds of the values and of ones, the mean where hit."""
-    xp = backend.namespace(tensor.array)
-    size, total = tensor.shape[axis], tensor.numel()
-    index = index._cast("int64")
-    strides = [math.prod(tensor.shape[d + 1 :]) for d in range(tensor.ndim)]
-    positions = where(index < 0, index + size, index)  # row-major: sum of coordinate * stride
-    if strides[axis] != 1:
-        positions = positions * strides[axis]
-    for d in range(tensor.ndim):
-        if d != axis:
-            along = [1] * index.ndim
-            along[d] = index.shape[d]
-            steps = xp.reshape(xp.arange(index.shape[d], device=tensor.array.device), tuple(along))
-            positions = positions + tensor.constant(steps * strides[d])
-    key = parse_key(positions.broadcast_to(index.shape).reshape(-1).array, (total,))
-    placed = IndexAdd.apply(values.reshape(-1), shape=(total,), key=key)
-    ones = xp.ones((index.numel(),), dtype=tensor.array.dtype, device=tensor.array.device)
-    hits = IndexAdd.apply(tensor.constant(ones), shape=(total,), key=key)
-    written = hits > 0
-    mean = placed / where(written, hits, 1.0)
-    return where(written.reshape(tensor.shape), mean.reshape(tensor.shape), tensor)
+# ------------------------------------------------------------------ array code of `computed` ops
+# Each runs as one `Computed` op (ops/computed.py), so a compiled step computes it again from
+# the new values on every replay.
 
 
-def _flat_positions(shape: tuple, axis: int, index: Any) -> Any:
+def _array_call(xp: Any, *arrays: Any, name: str) -> Any:
+    """``xp.<name>(*arrays)``: a comparison, a bitwise or a logical function."""
+    return getattr(xp, name)(*arrays)
+
+
+def _any_or_all(xp: Any, x: Any, name: str, axes: Any, keepdims: bool) -> Any:
+    nonzero = x if backend.dtype_name(x.dtype) == "bool" else x != 0
+    return getattr(xp, name)(nonzero, axis=axes, keepdims=keepdims)
+
+
+def _arg_extreme_of(xp: Any, x: Any, name: str, axis: int, keepdims: bool, flat: bool) -> Any:
+    found = getattr(xp, name)(xp.reshape(x, (-1,)) if flat else x, axis=axis, keepdims=keepdims)
+    return xp.astype(xp.asarray(found), xp.int64)
+
+
+def _merged_index(xp: Any, *parts: Any, sizes: tuple, shape: tuple) -> Any:
+    """Adjacent index arrays as one row-major index into their dims merged into one."""
+    flat = xp.zeros(shape, dtype=xp.int64, device=parts[0].device)
+    for part, size in zip(parts, sizes, strict=True):
+        index = xp.astype(part, xp.int64)
+        flat = flat * size + xp.broadcast_to(xp.where(index < 0, index + size, index), shape)
+    return flat
+
+
+def _top_order(xp: Any, x: Any, axis: int, k: int, largest: bool) -> Any:
+    """The positions of the k largest (or smallest) along `axis`, ties in index order."""
+    keys = x if backend.is_float_array(x) else xp.astype(x, xp.float64)
+    # A stable sort of -x puts the largest first and keeps ties in index order.
+    order = xp.argsort(-keys if largest else keys, axis=axis, stable=True)
+    return xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
+
+
+def _slices_hit(xp: Any, index: Any, size: int, shape: tuple) -> Any:
+    """A bool array of `shape`, True on the positions (along its one long axis) index names."""
+    flat = xp.reshape(xp.astype(index, xp.int64), (-1,))
+    flat = xp.where(flat < 0, flat + size, flat)
+    hit = xp.any(xp.arange(size, device=flat.device)[:, None] == flat[None, :], axis=1)
+    return xp.reshape(hit, shape)
+
+
+def _put(xp: Any, x: Any, values: Any, positions: Any) -> Any:
+    """x with x.flat[positions] = values (the last one wins where a position repeats)."""
+    targets = xp.reshape(positions, (-1,))
+    values = xp.astype(xp.reshape(values, (-1,)), x.dtype)
+    flat = xp.reshape(xp.asarray(x, copy=True), (-1,))
+    try:
+        flat[targets] = values
+    except IndexError:  # array_api_strict has no integer-array assignment: match one-hot
+        match = xp.arange(flat.shape[0], device=targets.device)[:, None] == targets[None, :]
+        first = xp.argmax(xp.astype(match, xp.int8), axis=1)
+        flat = xp.where(xp.any(match, axis=1), xp.take(values, first), flat)
+    return xp.reshape(flat, x.shape)
+
+
+def _scatter_mean(xp: Any, x: Any, index: Any, values: Any, axis: int, integral: bool) -> Any:
+    """x after scatter_ along `axis`: each written place gets the mean of the values sent there
+    (their sum for an integer or bool tensor, where a mean would not fit)."""
+    size = x.shape[axis]
+    idx = xp.astype(index, xp.int64)
+    idx = xp.where(idx < 0, idx + size, idx)
+    values = xp.astype(values, x.dtype)
+    # One-hot along a new last axis: match[..., i, ..., j] says index[..., i, ...] == j.
+    match = idx[..., None] == xp.arange(size, device=idx.device)
+    zero = xp.zeros((), dtype=values.dtype, device=values.device)
+    count = xp.sum(xp.astype(match, values.dtype), axis=axis)
+    total = xp.sum(xp.where(match, values[..., None], zero), axis=axis)
+    order = [*range(axis), total.ndim - 1, *range(axis, total.ndim - 1)]  # j back to `axis`
+    count, total = xp.permute_dims(count, tuple(order)), xp.permute_dims(total, tuple(order))
+    hit = count > 0
+    one = xp.ones((), dtype=values.dtype, device=values.device)
+    mean = total if integral else total / xp.where(hit, count, one)
+    region = tuple(slice(0, n) for n in index.shape)
+    written = region[:axis] + (slice(None),) + region[axis + 1 :]
+    full_hit = xp.zeros(x.shape, dtype=xp.bool, device=hit.device)
+    full_hit[written] = hit
+    full_values = xp.zeros(x.shape, dtype=x.dtype, device=hit.device)
+    full_values[written] = xp.astype(mean, x.dtype)
+    return xp.where(full_hit, full_values, x)
+
+
+def _flat_positions(xp: Any, index: Any, shape: tuple, axis: int) -> Any:
     """Row-major positions in a flattened `shape` of the elements gather/scatter address."""
-    xp = backend.namespace(index)
     positions = xp.zeros(index.shape, dtype=xp.int64, device=index.device)
     stride = 1
     for d in reversed(range(len(shape))):
@@ -1745,18 +1795,17 @@ def _int_index(op: str, tensor: Tensor, index: Any, size: int, axis: int) -> Any
 
 def _positions_hit(op: str, tensor: Tensor, axis: int, index: Any) -> Tensor:
     """A bool Tensor, True on the slices of dimension `axis` that `index` names."""
-    xp = backend.namespace(tensor.array)
     size = tensor.shape[axis] if tensor.ndim else 1
-    flat = _int_index(op, tensor, index, size, axis)
-    hit = xp.any(xp.arange(size, device=flat.device)[:, None] == flat[None, :], axis=1)
+    _int_index(op, tensor, index, size, axis)  # dtype and range checks
     shape = [1] * tensor.ndim
     if tensor.ndim:
         shape[axis] = size
-    return Tensor._from_op(xp.reshape(hit, tuple(shape)), None)
+    return computed(_slices_hit, tensor._operand(index, op), size=size, shape=tuple(shape))
 
 
 def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
-    """The values of `tensor` after ``scatter_(dim, index, src)``, computed out of place."""
+    """The values of `tensor` after ``scatter_(dim, index, src)``, computed out of place (as one
+    op, so a compiled step writes the new values on every replay)."""
     xp = backend.namespace(tensor.array)
     axis = normalize_axes("scatter_", dim, tensor.ndim)[0]
     index = tensor._operand(index, "scatter_")
@@ -1767,39 +1816,21 @@ def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
             f"scatter_: index of shape {index.shape} does not fit a tensor of shape "
             f"{tensor.shape} (same number of dimensions, no larger outside dimension {axis})"
         )
-    size = tensor.shape[axis]
-    flat = _int_index("scatter_", tensor, index, size, axis)
-    idx = xp.reshape(flat, index.shape)
-    region = tuple(slice(0, n) for n in index.shape)
+    _int_index("scatter_", tensor, index, tensor.shape[axis], axis)  # dtype and range checks
     if isinstance(src, Tensor):
         tensor._operand(src, "scatter_")
         if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
             raise RuntimeError(
                 f"scatter_: src of shape {src.shape} is smaller than index of shape {index.shape}"
             )
-        if _dtype_kind(tensor) == 2:
-            return _scattered_by_ops(tensor, axis, index, src[region].to(tensor.dtype))
-        values = xp.astype(src.array[region], tensor.dtype)
+        values = src[tuple(slice(0, n) for n in index.shape)]
     else:
-        values = xp.full(index.shape, src, dtype=tensor.dtype, device=tensor.array.device)
-        if _dtype_kind(tensor) == 2:
-            return _scattered_by_ops(tensor, axis, index, tensor.constant(values))
-    # One-hot along a new last axis: match[..., i, ..., j] says index[..., i, ...] == j.
-    match = idx[..., None] == xp.arange(size, device=idx.device)
-    zero = xp.zeros((), dtype=values.dtype, device=values.device)
-    count = xp.sum(xp.astype(match, values.dtype), axis=axis)
-    total = xp.sum(xp.where(match, values[..., None], zero), axis=axis)
-    order = [*range(axis), total.ndim - 1, *range(axis, total.ndim - 1)]  # j back to `axis`
-    count, total = xp.permute_dims(count, tuple(order)), xp.permute_dims(total, tuple(order))
-    hit = count > 0
-    one = xp.ones((), dtype=values.dtype, device=values.device)
-    mean = total / xp.where(hit, count, one) if _dtype_kind(tensor) == 2 else total
-    written = region[:axis] + (slice(None),) + region[axis + 1 :]
-    full_hit = xp.zeros(tensor.shape, dtype=xp.bool, device=hit.device)
-    full_hit[written] = hit
-    full_values = xp.zeros(tensor.shape, dtype=tensor.dtype, device=hit.device)
-    full_values[written] = xp.astype(mean, tensor.dtype)
-    return Tensor._from_op(xp.where(full_hit, full_values, tensor.array), None)
+        values = tensor.constant(
+            xp.full(index.shape, src, dtype=tensor.dtype, device=tensor.array.device)
+        )
+    return computed(
+        _scatter_mean, tensor, index, values, axis=axis, integral=_dtype_kind(tensor) < 2
+    )
 
 
 def _bool_key(tensor: Tensor, key: Any) -> Tensor | None:
@@ -1814,12 +1845,8 @@ def _bool_key(tensor: Tensor, key: Any) -> Tensor | None:
 
 
 def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
-    """The values of `tensor` after ``tensor[key] = value``, computed out of place.
-
-    A float tensor's new values come from ops (a gather of positions, two scatter-adds and a
-    where), so a compiled step records them and a replay writes the new ones; a place the key
-    names twice gets the mean of its values (PyTorch leaves it undefined). Other dtypes write
-    with array code, the last value winning."""
+    """The values of `tensor` after ``tensor[key] = value``, computed out of place (as one op,
+    so a compiled step writes the new values on every replay)."""
     value = tensor._operand(value, "setitem")
     mask = _bool_key(tensor, key)
     if mask is not None:
@@ -1832,25 +1859,9 @@ def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
     selected = Tensor._from_op(positions, None)[key]
     if value.shape != selected.shape:
         value = value.broadcast_to(selected.shape)
-    if _dtype_kind(tensor) == 2 and value.dtype == tensor.dtype and selected.numel():
-        flat_key = parse_key(selected.reshape(-1).array, (size,))
-        placed = IndexAdd.apply(value.reshape(-1), shape=(size,), key=flat_key)
-        ones = xp.ones((selected.numel(),), dtype=tensor.array.dtype, device=tensor.array.device)
-        hits = IndexAdd.apply(tensor.constant(ones), shape=(size,), key=flat_key)
-        written = hits > 0
-        mean = placed / where(written, hits, 1.0)
-        return where(written.reshape(tensor.shape), mean.reshape(tensor.shape), tensor)
-    targets = xp.reshape(selected.array, (-1,))
-    values = xp.astype(xp.reshape(value.array, (-1,)), tensor.dtype)
-    flat = xp.reshape(xp.asarray(tensor.array, copy=True), (-1,))
-    if targets.shape[0]:
-        try:
-            flat[targets] = values
-        except IndexError:  # array_api_strict has no integer-array assignment: match one-hot
-            match = xp.arange(size, device=targets.device)[:, None] == targets[None, :]
-            first = xp.argmax(xp.astype(match, xp.int8), axis=1)
-            flat = xp.where(xp.any(match, axis=1), xp.take(values, first), flat)
-    return Tensor._from_op(xp.reshape(flat, tensor.shape), None)
+    if not selected.numel():
+        return tensor.detach()
+    return computed(_put, tensor, value, selected)
 
 
 def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
@@ -1862,9 +1873,10 @@ def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
             "of the tensor (it must equal its leading dimensions)"
         )
     rest = tensor.shape[mask.ndim :]
-    cond = xp.reshape(mask.array, mask.shape + (1,) * len(rest))
     if value.ndim <= len(rest):  # the same value for every selected row
-        return where(Tensor._from_op(cond, None), value, tensor)
+        return where(mask.reshape(mask.shape + (1,) * len(rest)), value, tensor)
+    check_host_read("x[mask] = rows (how many rows it takes depends on the values)")
+    cond = xp.reshape(mask.array, mask.shape + (1,) * len(rest))
     flags = xp.reshape(mask.array, (-1,))
     count = int(xp.sum(xp.astype(flags, xp.int64)))
     if value.shape != (count, *rest):

@@ -119,7 +119,7 @@ class MultiHeadAttention(Module):
             )
 
     def _padding_allowed(self, key_padding_mask: Any, batch: int, length_k: int, device: str):
-        """key_padding_mask (B, Tk), True = ignore, as the (B, 1, 1, Tk) may-attend array."""
+        """key_padding_mask (B, Tk), True = ignore, as the (B, 1, 1, Tk) may-attend tensor."""
         op = "MultiHeadAttention"
         if not isinstance(key_padding_mask, Tensor):
             key_padding_mask = Tensor(key_padding_mask, device=device)
@@ -138,8 +138,7 @@ class MultiHeadAttention(Module):
                 f"{op}: key_padding_mask is on '{key_padding_mask.device}' but the inputs are "
                 f"on '{device}'"
             )
-        xp = backend.namespace(key_padding_mask.array)
-        return xp.reshape(~key_padding_mask.array, (batch, 1, 1, length_k))
+        return (~key_padding_mask).reshape(batch, 1, 1, length_k)
 
     def _split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
@@ -179,7 +178,7 @@ class MultiHeadAttention(Module):
             allowed = self._padding_allowed(
                 key_padding_mask, query.shape[0], key.shape[1], query.device
             )  # (B, 1, 1, Tk): True = may attend
-            mask = Tensor._from_op(allowed if mask is None else mask.array & allowed, None)
+            mask = allowed if mask is None else mask & allowed
         batch, length_q, width = query.shape
         q = self._split_heads(self.q_proj(query))  # (B, Tq, C) -> (B, H, Tq, D)
         k = self._split_heads(self.k_proj(key))  # (B, Tk, C) -> (B, H, Tk, D)

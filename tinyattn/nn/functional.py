@@ -22,6 +22,7 @@ from .. import backend
 from .. import functional as _core
 from ..functional import *  # noqa: F403  (the re-export is the point of this module)
 from ..functional import __all__ as _core_all
+from ..ops.computed import computed
 from ..tensor import Tensor, concat, full, where
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -252,9 +253,19 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
         num_classes = int(xp.max(data)) + 1
     elif not empty and bool(xp.any(data >= num_classes)):
         raise ValueError(f"one_hot: class values must be smaller than num_classes={num_classes}")
-    classes = xp.arange(num_classes, dtype=data.dtype, device=data.device)
-    hits = data[..., None] == classes
-    return Tensor._from_op(xp.astype(hits, backend.dtype_of_name(xp, "int64")), None)
+    return computed(_one_hot_of, tensor, num_classes=num_classes, dtype="int64")
+
+
+def _picked(xp: Any, target: Any, classes: int, ignore: int, dtype: str) -> Any:
+    """(..., C) with 1 at each target's class (0 on an ignored target), in the loss's dtype."""
+    picks = target[..., None] == xp.arange(classes, dtype=target.dtype, device=target.device)
+    return xp.astype(picks & (target != ignore)[..., None], backend.dtype_of_name(xp, dtype))
+
+
+def _one_hot_of(xp: Any, data: Any, num_classes: int, dtype: str) -> Any:
+    """(..., C) with 1 where data == c: array code run as one op (a compiled step replays it)."""
+    hits = data[..., None] == xp.arange(num_classes, dtype=data.dtype, device=data.device)
+    return xp.astype(hits, backend.dtype_of_name(xp, dtype))
 
 
 # ---------------------------------------------------------------------------------------- losses
@@ -342,17 +353,16 @@ def nll_loss(
         raise ValueError(f"{op}: input must be a Tensor with a class axis")
     target = _integer_targets(op, target, input, ignore_index)
     logp = _classes_last(input)
-    xp = backend.namespace(logp.array)
-    kept = target.array != ignore_index
-    classes = xp.arange(logp.shape[-1], dtype=target.array.dtype, device=target.array.device)
-    picks = (target.array[..., None] == classes) & kept[..., None]
-    loss = -(logp * logp.constant(xp.astype(picks, logp.dtype))).sum(axis=-1)
+    dtype = backend.dtype_name(logp.dtype)
+    picks = computed(_picked, target, classes=logp.shape[-1], ignore=ignore_index, dtype=dtype)
+    loss = -(logp * picks).sum(axis=-1)
     if reduction == "none":
         return loss
     if reduction == "sum":
         return loss.sum()
-    count = int(xp.sum(xp.astype(kept, backend.dtype_of_name(xp, "int64"))))
-    return loss.sum() * (1.0 / max(count, 1))
+    # The count of kept targets as a tensor (not a Python number): a compiled step counts anew.
+    count = (target != ignore_index).sum().clip(1, None)._cast(dtype)
+    return loss.sum() / count
 
 
 def mse_loss(

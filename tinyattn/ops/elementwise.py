@@ -242,8 +242,10 @@ class Relu(Function):
         return namespace(x).maximum(x, 0.0)  # maximum, not where: ~10x faster, keeps NaN
 
     def backward(self, grad: Any) -> Any:
-        x = self.inputs[0].array
-        return grad * grad.constant(namespace(x).astype(x > 0, grad.dtype))
+        # The mask as a Tensor op (a bool tensor multiplies as 0 or 1): a compiled step records
+        # it and replays the product as one call, where a mask built from the raw array would
+        # make the replay call this rule instead.
+        return grad * (self.inputs[0] > 0)
 
 
 class Abs(Function):

@@ -1,0 +1,43 @@
+"""Results without a gradient, computed by array code: comparisons, masks, indices from values.
+
+`x > 0`, `~mask`, `argmax`, the flat positions `gather` reads: their results are boolean or
+integer, so no gradient flows through them, and they are written as plain array code. Made
+through this one op instead of wrapped directly, they become ops like any other, which is what
+lets ``ta.compile`` record them and compute them again from the new values on every replay
+(array code wrapped directly would be replayed with its first result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..autograd import Function
+from ..backend import namespace
+
+
+class Computed(Function):
+    """y = function(xp, *arrays, **options), array code with no gradient;  dL/dx = none.
+
+    Its inputs are detached (the caller's `computed` does it), so it never joins a graph.
+    Shapes: whatever `function` makes.
+    """
+
+    __slots__ = ()
+    backward_reads = ()
+
+    def forward(self, *arrays: Any, function: Callable | None = None, options: tuple = ()) -> Any:
+        return function(namespace(arrays[0]), *arrays, **dict(options))
+
+    def backward(self, grad: Any) -> tuple:
+        return (None,) * len(self.inputs)
+
+
+def computed(function: Callable, *tensors: Any, **options: Any) -> Any:
+    """``function(xp, *arrays, **options)`` on the tensors' arrays, as a `Computed` op.
+
+    `function` must be a module-level function (a compiled step compares it between calls by
+    identity) and `options` plain Python values.
+    """
+    inputs = [t.detach() if t.requires_grad else t for t in tensors]
+    return Computed.apply(*inputs, function=function, options=tuple(options.items()))
