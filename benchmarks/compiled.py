@@ -49,8 +49,11 @@ MODE_NAMES = {
     "floor": "NumPy GEMM floor",
 }
 SMALL = {"vocab": 80, "T": 16, "C": 32, "H": 2, "d_ff": 128, "blocks": 2, "batch": 16}
+GPT = {"vocab": 96, "T": 32, "C": 64, "H": 4, "d_ff": 256, "blocks": 2, "batch": 32}
+MODELS = ("small", "gpt", "bench")
 MODEL_NAMES = {
     "small": "minGPT-sized LM (vocab 80, T 16, width 32, 2 heads, 2 blocks, batch 16, AdamW)",
+    "gpt": "examples/gpt.py's model and step (vocab 96, T 32, width 64, 4 heads, batch 32)",
     "bench": "bench.py step model (vocab 16, T 16, width 64, 4 heads, MLP 256, batch 64, Adam)",
 }
 REMOVED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -80,6 +83,8 @@ def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
     from tinyattn import nn, optim
 
     rng = np.random.default_rng(seed)
+    if model_name == "gpt":
+        return _gpt_step(_gpt_example("tinyattn"), seed, batches)
     if model_name == "bench":
         bench = _bench(allow_torch=False)
         cfg = bench.STEP
@@ -133,10 +138,59 @@ def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
     return step, args
 
 
+def _gpt_example(library: str):
+    """examples/gpt.py as a module, as written (tinyattn) or with its imports swapped to torch."""
+    import types
+
+    path = ROOT / "examples" / "gpt.py"
+    source = path.read_text()
+    if library == "torch":
+        source = source.replace("import tinyattn as torch\n", "import torch\n")
+        source = source.replace("import tinyattn.nn as nn\n", "import torch.nn as nn\n")
+        source = source.replace(
+            "from tinyattn.nn import functional", "from torch.nn import functional"
+        )
+    module = types.ModuleType(f"gpt_example_{library}")
+    module.__file__ = str(path)
+    exec(compile(source, str(path), "exec"), module.__dict__)
+    return module
+
+
+def _gpt_step(example, seed: int = 0, batches: int = 8):
+    """The example's training step (AdamW in two groups, clipping, a LambdaLR schedule) on
+    random characters; `example` is the module under either library."""
+    torch, cfg = example.torch, GPT
+    torch.manual_seed(0)
+    model = example.GPT(
+        cfg["vocab"], cfg["T"], n_layer=cfg["blocks"], n_head=cfg["H"], n_embd=cfg["C"]
+    )
+    optimizer = example.optimizer_for(model, 3e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    model.train()
+    rng = np.random.default_rng(seed)
+    args = []
+    for _ in range(batches):
+        chunk = rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"] + 1))
+        args.append((torch.tensor(chunk[:, :-1]), torch.tensor(chunk[:, 1:])))
+
+    def step(x, y):
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        example.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        return loss
+
+    return step, args
+
+
 # ------------------------------------------------------------------------------ PyTorch models
 def _torch_step(model_name: str):
     import torch
 
+    if model_name == "gpt":
+        return _gpt_step(_gpt_example("torch"))
     if model_name == "bench":
         import tinyattn as ta
 
@@ -218,7 +272,7 @@ def _floor_products(model_name: str) -> list[tuple]:
     in both frameworks), their input gradients dY @ W and weight gradients dY.T @ X; attention's
     Q K^T and P V per head, and their four backward products. Embedding lookups, elementwise
     work and the optimizer are left out: this is the limit the products alone set."""
-    cfg = _bench(allow_torch=False).STEP if model_name == "bench" else SMALL
+    cfg = {"bench": _bench(allow_torch=False).STEP, "gpt": GPT}.get(model_name, SMALL)
     B, T, C, H, Fh, V = cfg["batch"], cfg["T"], cfg["C"], cfg["H"], cfg["d_ff"], cfg["vocab"]
     N, D = B * T, C // H
     rng = np.random.default_rng(0)
@@ -235,8 +289,12 @@ def _floor_products(model_name: str) -> list[tuple]:
         products.append((dy.T, x, np.empty((n_out, n_in), np.float32)))  # dW
 
     for _ in range(cfg["blocks"]):
-        for _ in range(4):  # q, k, v and out projections
+        if model_name == "gpt":  # one fused q, k, v projection, then the output projection
+            linear(C, 3 * C)
             linear(C, C)
+        else:
+            for _ in range(4):  # q, k, v and out projections
+                linear(C, C)
         q, k, v, p = arr(B, H, T, D), arr(B, H, T, D), arr(B, H, T, D), arr(B, H, T, T)
         dout, ds = arr(B, H, T, D), arr(B, H, T, T)
         products.append((q, k.transpose(0, 1, 3, 2), np.empty((B, H, T, T), np.float32)))
@@ -370,7 +428,7 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    models = [m for m in ("small", "bench") if (m, "eager", 1) in results]
+    models = [m for m in MODELS if (m, "eager", 1) in results]
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6))
     axes = np.atleast_1d(axes)
     colors = {"eager": "#9e9e9e", "compiled": "#1f77b4", "torch": "#ff7f0e", "floor": "#2ca02c"}
@@ -424,7 +482,7 @@ def main() -> None:
         print(f"note: this shell sets {', '.join(present)}; the children run without them")
 
     print("\ncompiled vs eager losses, 12 steps on different batches:")
-    for model_name in ("small", "bench"):
+    for model_name in MODELS:
         try:
             worst, exact = check_losses(model_name)
         except ta.CompileError as error:
@@ -434,7 +492,8 @@ def main() -> None:
         print(f"  {model_name}: max relative difference {worst:.3g} ({same})")
 
     rounds = args.rounds or (2 if args.quick else 4)
-    repeats = {"small": 60 if args.quick else 300, "bench": 20 if args.quick else 100}
+    repeats = {"small": 60 if args.quick else 300, "gpt": 30 if args.quick else 150}
+    repeats["bench"] = 20 if args.quick else 100
     modes = [m for m in MODES if m != "torch" or has_torch]
     if not has_torch:
         print("PyTorch is not installed: its column is left out")
@@ -444,7 +503,7 @@ def main() -> None:
     for r in range(rounds):
         order = modes[r % len(modes) :] + modes[: r % len(modes)]  # rotate who runs first
         for threads in (1, 2):
-            for model_name in ("small", "bench"):
+            for model_name in MODELS:
                 for mode in order:
                     key = (model_name, mode, threads)
                     if key in errors:
@@ -465,7 +524,7 @@ def main() -> None:
     else:
         print("BLAS kernel: threadpoolctl is not installed, so it cannot be printed")
 
-    for model_name in ("small", "bench"):
+    for model_name in MODELS:
         print(f"\n### {MODEL_NAMES[model_name]}: ms per step, median over {rounds} rounds\n")
         header = ["threads"] + [MODE_NAMES[m] for m in modes]
         header += ["eager/PyTorch", "compiled/PyTorch", "compiled/floor"]

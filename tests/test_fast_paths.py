@@ -345,3 +345,19 @@ def test_allocator_tuning_is_opt_in_by_call_or_environment():
     env = {k: v for k, v in os.environ.items() if k != "TINYATTN_KEEP_FREED_MEMORY"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+@pytest.mark.parametrize("shape", [(5,), (4, 7), (3, 5, 6), ()])
+@pytest.mark.parametrize("elements", [1, 7, 16, 1000])
+def test_in_pieces_matches_the_whole_call(device, shape, elements):
+    """Pieces of any size, a last piece shorter than the others, one piece, a 0-d array."""
+    xp, native = ta.backend.resolve_device(device)
+    host = np.random.default_rng(0).standard_normal(shape)
+    x = xp.asarray(host, device=native) if xp is not np else host
+
+    def function(a):
+        return xp.exp(-a * a) * a + 1.0
+
+    got = kernels.in_pieces(function, x, elements=elements)
+    np.testing.assert_array_equal(ta.backend.to_numpy(got), ta.backend.to_numpy(function(x)))
+    assert got.shape == x.shape and got.dtype == x.dtype

