@@ -103,6 +103,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(n_embd)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.apply(self._init_weights)
+        self._decoders = {}  # (B, L, dtype, compiled) -> the generation steps and their caches
 
     @staticmethod
     def _init_weights(module) -> None:
@@ -154,15 +155,7 @@ class GPT(nn.Module):
     def _decoder(self, B: int, T: int, max_new_tokens: int, compiled: bool):
         """next_logits(idx) that runs only the positions the caches do not hold yet."""
         L = min(self.block_size, T + max_new_tokens)  # the longest sequence the caches see
-        n_head, C = self.h[0].attn.n_head, self.wte.weight.size(1)
-        dtype = self.wte.weight.dtype
-        caches = [KVCache(B, n_head, L, C // n_head, dtype) for _ in self.h]
-
-        def step(idx, pos):  # idx (B, t) at positions pos (t,) -> logits (B, V)
-            logits, _ = self(idx, caches=caches, pos=pos)
-            return logits[:, -1, :]
-
-        per_token = torch.compile(step) if compiled else step
+        step, per_token = self._steps(B, L, compiled)
 
         def next_logits(idx):
             n = idx.size(1)
@@ -173,6 +166,22 @@ class GPT(nn.Module):
             return per_token(idx[:, -1:], torch.tensor([n - 1]))  # the newest character
 
         return next_logits
+
+    def _steps(self, B: int, L: int, compiled: bool):
+        """The (prompt, per-token) steps over caches of L positions, kept for later calls with
+        the same sizes: a compiled step records once. Stale rows need no clearing, as a
+        position never attends to keys after it."""
+        key = (B, L, self.wte.weight.dtype, compiled)
+        if key not in self._decoders:
+            n_head, C = self.h[0].attn.n_head, self.wte.weight.size(1)
+            caches = [KVCache(B, n_head, L, C // n_head, key[2]) for _ in self.h]
+
+            def step(idx, pos):  # idx (B, t) at positions pos (t,) -> logits (B, V)
+                logits, _ = self(idx, caches=caches, pos=pos)
+                return logits[:, -1, :]
+
+            self._decoders[key] = step, torch.compile(step) if compiled else step
+        return self._decoders[key]
 
 
 def optimizer_for(model: GPT, lr: float) -> torch.optim.AdamW:

@@ -79,6 +79,10 @@ def test_generation_with_the_kv_cache_gives_the_full_prefix_tokens(library, bloc
     assert model.generate(prompt, 14).tolist() == full
     if library == "tinyattn":  # the per-token step recorded once, then replayed
         assert model.generate(prompt, 14, compiled=True).tolist() == full
+        with gpt.torch.no_grad():  # weights changed in place (as training does): no stale replay
+            model.lm_head.weight.mul_(-1.0)
+        full = model.generate(prompt, 14, kv_cache=False).tolist()
+        assert model.generate(prompt, 14, compiled=True).tolist() == full
 
 
 def test_cached_logits_equal_the_full_forward():
