@@ -31,10 +31,10 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 class KVCache:
     """One layer's keys and values of the positions seen so far, for generation.
 
-    The buffers have a fixed size (B, H, L, D) and are written in place: position p is written
-    by selecting row p, and attends to keys 0..p through a mask row looked up in a table. So the
-    per-token step does the same work with the same shapes for every token, which is what lets
-    ta.compile record it once and replay it (concatenating would grow the shapes every token).
+    The buffers have a fixed size (B, H, L, D) and are written in place. A new position p is
+    written by selecting row p, and attends to keys 0..p through a mask row looked up in a table:
+    the per-token step does the same work with the same shapes for every token, which is what
+    lets ta.compile record it once and replay it (concatenating would grow the shapes).
     """
 
     def __init__(self, B: int, n_head: int, max_len: int, head_dim: int, dtype) -> None:
@@ -44,17 +44,19 @@ class KVCache:
         self.row_at = keys.view(-1, 1) == keys  # (L, L): row p is True at key p only
         self.keys_upto = keys.view(-1, 1) >= keys  # (L, L): row p is True at keys 0..p
 
+    def prefill(self, k, v):
+        """Write the prompt's k, v (B, H, T, D) at positions 0..T-1; return its (T, L) mask."""
+        T = k.size(2)
+        self.k[:, :, :T] = k
+        self.v[:, :, :T] = v
+        return self.keys_upto[:T]
+
     def update(self, k, v, pos):
-        """Write k, v (B, H, T, D) at positions pos (T,); return the (T, L) may-attend mask."""
-        L = self.k.size(2)
-        new_k, new_v = self.k, self.v
-        for i in range(k.size(2)):
-            at = self.row_at[pos[i : i + 1]].view(1, 1, L, 1)  # True at row pos[i]
-            new_k = torch.where(at, k[:, :, i : i + 1], new_k)  # (B, H, L, D)
-            new_v = torch.where(at, v[:, :, i : i + 1], new_v)
-        self.k.copy_(new_k)
-        self.v.copy_(new_v)
-        return self.keys_upto[pos]  # (T, L)
+        """Write one position's k, v (B, H, 1, D) at pos (1,); return its (1, L) mask."""
+        at = self.row_at[pos].view(1, 1, -1, 1)  # (1, 1, L, 1): True at row pos only
+        self.k.copy_(torch.where(at, k, self.k))  # (B, H, L, D)
+        self.v.copy_(torch.where(at, v, self.v))
+        return self.keys_upto[pos]  # (1, L)
 
 
 class CausalSelfAttention(nn.Module):
@@ -73,7 +75,7 @@ class CausalSelfAttention(nn.Module):
         if cache is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
         else:  # the new positions attend to the cached ones and to themselves
-            allowed = cache.update(k, v, pos)  # (T, L)
+            allowed = cache.prefill(k, v) if pos is None else cache.update(k, v, pos)  # (T, L)
             y = F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=allowed)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
 
@@ -113,11 +115,11 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, idx, targets=None, caches=None, pos=None):
-        """caches (one KVCache per block) and pos (T,), the positions of idx, when generating."""
+        """When generating: caches, one KVCache per block, and pos (1,), the position of a
+        single new token in idx (B, 1); without pos, idx is a prompt at positions 0..T-1."""
         B, T = idx.size()
-        if pos is None:
-            pos = torch.arange(0, T, dtype=torch.long)  # (T,)
-        x = self.wte(idx) + self.wpe(pos.unsqueeze(0))  # (B, T, C)
+        positions = torch.arange(0, T, dtype=torch.long) if pos is None else pos  # (T,)
+        x = self.wte(idx) + self.wpe(positions.unsqueeze(0))  # (B, T, C)
         for i, block in enumerate(self.h):
             x = block(x, None if caches is None else caches[i], pos)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
@@ -162,7 +164,7 @@ class GPT(nn.Module):
             if n > L:  # past the block, the window slides and every position moves
                 return self._full_prefix(idx)
             if n == T:  # the prompt, all at once
-                return step(idx, torch.arange(n))
+                return step(idx)
             return per_token(idx[:, -1:], torch.tensor([n - 1]))  # the newest character
 
         return next_logits
@@ -176,7 +178,7 @@ class GPT(nn.Module):
             n_head, C = self.h[0].attn.n_head, self.wte.weight.size(1)
             caches = [KVCache(B, n_head, L, C // n_head, key[2]) for _ in self.h]
 
-            def step(idx, pos):  # idx (B, t) at positions pos (t,) -> logits (B, V)
+            def step(idx, pos=None):  # a prompt (B, T), or one token (B, 1) at pos -> (B, V)
                 logits, _ = self(idx, caches=caches, pos=pos)
                 return logits[:, -1, :]
 

@@ -94,7 +94,7 @@ def test_cached_logits_equal_the_full_forward():
     with ta.no_grad():
         full, _ = model(idx)
         caches = [gpt.KVCache(2, 2, 10, 8, "float64") for _ in model.h]
-        prompt, _ = model(idx[:, :4], caches=caches, pos=ta.arange(4))
+        prompt, _ = model(idx[:, :4], caches=caches)
         rows = [prompt] + [
             model(idx[:, t : t + 1], caches=caches, pos=ta.tensor([t]))[0] for t in range(4, 10)
         ]
