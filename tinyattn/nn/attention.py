@@ -65,7 +65,7 @@ class KVCache:
 
     def __len__(self) -> int:
         """The number of positions written (reads the position tensor: not inside a step)."""
-        return int(self.position.item())
+        return int(self.position)
 
     def reset(self) -> KVCache:
         """Forget every position (in place, so a compiled step keeps using these buffers)."""
