@@ -116,6 +116,9 @@ class MultiHeadAttention(Module):
     (no B when unbatched). Pass a PyTorch-style padding mask as key_padding_mask, never as
     mask: a 2-D mask is (Tq, Tk) whatever B is, and one with a query row that may attend no
     key is refused (it is a padding mask or PyTorch's inverted attn_mask polarity).
+    Decoding: with ``cache=attn.new_cache(B, max_len)`` and is_causal=True (under no_grad), the
+    query's positions are appended to the cache and attend to every cached position and to
+    themselves; weights are then (B, H, Tq, max_len). See KVCache.
     """
 
     def __init__(
