@@ -3,7 +3,8 @@
 The model is what minGPT builds: token and position embeddings, pre-LayerNorm Transformer blocks
 with causal self-attention and a GELU MLP, a final LayerNorm and a linear head over the
 characters. It trains with AdamW (no weight decay on biases, LayerNorms and embeddings), gradient
-clipping and a warm-up schedule, then writes text greedily and by top-k sampling:
+clipping and a warm-up schedule, then writes text greedily and by top-k sampling, keeping each
+layer's keys and values (a KV cache) so that every new character runs through the model alone:
 
     python examples/gpt.py                  # 500 steps, under a minute on 2 CPU cores
     python examples/gpt.py --steps 3000     # longer: the samples start to look like the docs
@@ -27,6 +28,37 @@ from tinyattn.nn import functional as F
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
+class KVCache:
+    """One layer's keys and values of the positions seen so far, for generation.
+
+    The buffers have a fixed size (B, H, L, D) and are written in place. A new position p is
+    written by selecting row p, and attends to keys 0..p through a mask row looked up in a table:
+    the per-token step does the same work with the same shapes for every token, which is what
+    lets ta.compile record it once and replay it (concatenating would grow the shapes).
+    """
+
+    def __init__(self, B: int, n_head: int, max_len: int, head_dim: int, dtype) -> None:
+        self.k = torch.zeros(B, n_head, max_len, head_dim, dtype=dtype)
+        self.v = torch.zeros(B, n_head, max_len, head_dim, dtype=dtype)
+        keys = torch.arange(max_len)
+        self.row_at = keys.view(-1, 1) == keys  # (L, L): row p is True at key p only
+        self.keys_upto = keys.view(-1, 1) >= keys  # (L, L): row p is True at keys 0..p
+
+    def prefill(self, k, v):
+        """Write the prompt's k, v (B, H, T, D) at positions 0..T-1; return its (T, L) mask."""
+        T = k.size(2)
+        self.k[:, :, :T] = k
+        self.v[:, :, :T] = v
+        return self.keys_upto[:T]
+
+    def update(self, k, v, pos):
+        """Write one position's k, v (B, H, 1, D) at pos (1,); return its (1, L) mask."""
+        at = self.row_at[pos].view(1, 1, -1, 1)  # (1, 1, L, 1): True at row pos only
+        self.k.copy_(torch.where(at, k, self.k))  # (B, H, L, D)
+        self.v.copy_(torch.where(at, v, self.v))
+        return self.keys_upto[pos]  # (1, L)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head attention where position t sees positions <= t (one fused q, k, v projection)."""
 
@@ -36,11 +68,15 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(n_embd, n_embd)
         self.n_head = n_head
 
-    def forward(self, x):
+    def forward(self, x, cache=None, pos=None):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        if cache is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        else:  # the new positions attend to the cached ones and to themselves
+            allowed = cache.prefill(k, v) if pos is None else cache.update(k, v, pos)  # (T, L)
+            y = F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=allowed)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
 
 
@@ -54,8 +90,8 @@ class Block(nn.Module):
             nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd)
         )
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, cache=None, pos=None):
+        x = x + self.attn(self.ln_1(x), cache, pos)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -69,6 +105,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(n_embd)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.apply(self._init_weights)
+        self._decoders = {}  # (B, L, dtype, compiled) -> the generation steps and their caches
 
     @staticmethod
     def _init_weights(module) -> None:
@@ -77,23 +114,33 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, caches=None, pos=None):
+        """When generating: caches, one KVCache per block, and pos (1,), the position of a
+        single new token in idx (B, 1); without pos, idx is a prompt at positions 0..T-1."""
         B, T = idx.size()
-        pos = torch.arange(0, T, dtype=torch.long).unsqueeze(0)  # (1, T)
-        x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
-        for block in self.h:
-            x = block(x)
+        positions = torch.arange(0, T, dtype=torch.long) if pos is None else pos  # (T,)
+        x = self.wte(idx) + self.wpe(positions.unsqueeze(0))  # (B, T, C)
+        for i, block in enumerate(self.h):
+            x = block(x, None if caches is None else caches[i], pos)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens: int, top_k: int | None = None):
-        """Greedy when top_k is None, else sample among the k most likely characters."""
+    def generate(self, idx, max_new_tokens: int, top_k=None, kv_cache=True, compiled=False):
+        """Greedy when top_k is None, else sample among the k most likely characters.
+
+        With kv_cache, each new character runs through the model alone, attending to the keys
+        and values kept from the earlier positions; without, the whole sequence runs again for
+        every character (minGPT's way). compiled records the per-token step once and replays it
+        (ta.compile). Sampling stays outside the step: the step returns logits.
+        """
+        next_logits = self._full_prefix
+        if kv_cache:
+            next_logits = self._decoder(idx.size(0), idx.size(1), max_new_tokens, compiled)
         for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.block_size :])
-            logits = logits[:, -1, :]  # (B, V): the next character
+            logits = next_logits(idx)  # (B, V): the next character
             if top_k is None:
                 idx_next = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -102,6 +149,41 @@ class GPT(nn.Module):
                 idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
+
+    def _full_prefix(self, idx):
+        logits, _ = self(idx[:, -self.block_size :])
+        return logits[:, -1, :]
+
+    def _decoder(self, B: int, T: int, max_new_tokens: int, compiled: bool):
+        """next_logits(idx) that runs only the positions the caches do not hold yet."""
+        L = min(self.block_size, T + max_new_tokens)  # the longest sequence the caches see
+        step, per_token = self._steps(B, L, compiled)
+
+        def next_logits(idx):
+            n = idx.size(1)
+            if n > L:  # past the block, the window slides and every position moves
+                return self._full_prefix(idx)
+            if n == T:  # the prompt, all at once
+                return step(idx)
+            return per_token(idx[:, -1:], torch.tensor([n - 1]))  # the newest character
+
+        return next_logits
+
+    def _steps(self, B: int, L: int, compiled: bool):
+        """The (prompt, per-token) steps over caches of L positions, kept for later calls with
+        the same sizes: a compiled step records once. Stale rows need no clearing, as a
+        position never attends to keys after it."""
+        key = (B, L, self.wte.weight.dtype, compiled)
+        if key not in self._decoders:
+            n_head, C = self.h[0].attn.n_head, self.wte.weight.size(1)
+            caches = [KVCache(B, n_head, L, C // n_head, key[2]) for _ in self.h]
+
+            def step(idx, pos=None):  # a prompt (B, T), or one token (B, 1) at pos -> (B, V)
+                logits, _ = self(idx, caches=caches, pos=pos)
+                return logits[:, -1, :]
+
+            self._decoders[key] = step, torch.compile(step) if compiled else step
+        return self._decoders[key]
 
 
 def optimizer_for(model: GPT, lr: float) -> torch.optim.AdamW:
@@ -176,7 +258,7 @@ def main() -> None:
     )
 
     model.eval()
-    print("greedy:", repr(decode(model.generate(prompt, 80)[0].tolist())))
+    print("greedy:", repr(decode(model.generate(prompt, 80, compiled=not args.eager)[0].tolist())))
     print("top-5: ", repr(decode(model.generate(prompt, 80, top_k=5)[0].tolist())))
     _plot(losses, Path(args.out))
 

@@ -9,7 +9,7 @@ PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` 
 """
 
 from . import functional, init, utils
-from .attention import MultiHeadAttention, MultiheadAttention
+from .attention import KVCache, MultiHeadAttention, MultiheadAttention
 from .layers import (
     GELU,
     Dropout,
@@ -60,6 +60,7 @@ __all__ = [
     "Identity",
     "IncompatibleKeys",
     "KLDivLoss",
+    "KVCache",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "Linear",

@@ -7,7 +7,8 @@ projection then a split equals H small per-head projections; inputs are batch-fi
 unbatched (T, C); `mask` is bool, True = may attend (tinyattn's one polarity, the same as PyTorch's
 F.scaled_dot_product_attention), while `key_padding_mask` keeps PyTorch's meaning, True = padding
 to ignore. MultiheadAttention (lower-case h) is PyTorch's module, layout and masks included, so its
-state_dict loads into torch.nn.MultiheadAttention and back.
+state_dict loads into torch.nn.MultiheadAttention and back. A KVCache keeps fixed-size buffers and
+a position tensor, never Python numbers, so a per-token step that uses it can be `ta.compile`d.
 """
 
 from __future__ import annotations
@@ -15,11 +16,91 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import backend
+from .. import autograd, backend
 from .. import functional as F
-from ..tensor import Tensor, where, zeros
+from ..tensor import Tensor, arange, where, zeros
 from .layers import Linear, uniform
 from .module import Module, Parameter
+
+
+class KVCache:
+    """The keys and values of the positions a self-attention layer has seen, for decoding.
+
+    Made by ``attn.new_cache(batch, max_len)``; ``attn(x, is_causal=True, cache=cache)`` writes
+    the new positions' keys and values after the cached ones and lets each new position attend
+    to the cached ones and itself, so a decoder that feeds one new token per call does one row
+    of projections per layer instead of the whole prefix again.
+
+    Everything is fixed-size tensors, so a per-token step that uses the cache records and
+    replays under ``ta.compile``: the buffers hold ``max_len`` rows from the start (unwritten
+    rows are masked out), the number of positions written is the tensor ``position`` (updated
+    in place, never read into Python by the attention), and the rows to write and the keys to
+    attend are looked up in two constant tables with it. Growing buffers (concatenation) would
+    change shapes on every token, and a Python position would change the recorded ops.
+    Shapes: keys and values (B, H, max_len, D); position (1,) int64.
+    """
+
+    def __init__(
+        self, batch: int, num_heads: int, max_len: int, head_dim: int, dtype: Any, device: Any
+    ) -> None:
+        for name, size in (("batch", batch), ("max_len", max_len)):
+            if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+                raise ValueError(f"KVCache: {name} must be a positive int, got {size!r}")
+        self.keys = zeros(batch, num_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.values = zeros(batch, num_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.position = zeros(1, dtype="int64", device=device)
+        rows = arange(max_len, device=device).reshape(max_len, 1)  # (L, 1)
+        columns = arange(max_len, device=device)  # (L,)
+        self._row_at = rows == columns  # (L, L): row p is True at key p only (where to write)
+        self._keys_upto = rows >= columns  # (L, L): row p is True at keys 0..p (what p sees)
+        self.max_len = max_len
+
+    @property
+    def batch(self) -> int:
+        return self.keys.shape[0]
+
+    @property
+    def device(self) -> str:
+        return self.keys.device
+
+    def __len__(self) -> int:
+        """The number of positions written (reads the position tensor: not inside a step)."""
+        return int(self.position)
+
+    def reset(self) -> KVCache:
+        """Forget every position (in place, so a compiled step keeps using these buffers)."""
+        with autograd.no_grad():
+            self.position.zero_()
+            self.keys.zero_()
+            self.values.zero_()
+        return self
+
+    def append(self, keys: Tensor, values: Tensor) -> Tensor:
+        """Write keys and values (B, H, T, D) at the next T positions; return the bool mask
+        (T, max_len) of the keys each new position may attend (the cached ones and itself)."""
+        length = keys.shape[2]
+        self._check_room(length)
+        positions = self.position + arange(length, device=self.device)  # (T,)
+        stored_keys, stored_values = self.keys, self.values
+        for i in range(length):  # row i goes to position p + i: a select, so no shape changes
+            at = self._row_at[positions[i : i + 1]].reshape(1, 1, self.max_len, 1)  # (1,1,L,1)
+            stored_keys = where(at, keys[:, :, i : i + 1], stored_keys)  # (B, H, L, D)
+            stored_values = where(at, values[:, :, i : i + 1], stored_values)
+        self.keys.copy_(stored_keys)
+        self.values.copy_(stored_values)
+        self.position.add_(length)
+        return self._keys_upto[positions]  # (T, L)
+
+    def _check_room(self, length: int) -> None:
+        """Refuse an append past max_len. The position is read straight from its array, which
+        a compiled step's recording allows (a check, no branch); a replay does not run this,
+        and the table lookup there refuses the out-of-range position with an IndexError."""
+        written = int(backend.to_numpy(self.position.array)[0])
+        if written + length > self.max_len:
+            raise ValueError(
+                f"KVCache: cannot append {length} position(s) to a cache holding {written} of "
+                f"max_len={self.max_len}; make a longer cache or reset() it"
+            )
 
 
 class MultiHeadAttention(Module):
@@ -35,6 +116,9 @@ class MultiHeadAttention(Module):
     (no B when unbatched). Pass a PyTorch-style padding mask as key_padding_mask, never as
     mask: a 2-D mask is (Tq, Tk) whatever B is, and one with a query row that may attend no
     key is refused (it is a padding mask or PyTorch's inverted attn_mask polarity).
+    Decoding: with ``cache=attn.new_cache(B, max_len)`` and is_causal=True (under no_grad), the
+    query's positions are appended to the cache and attend to every cached position and to
+    themselves; weights are then (B, H, Tq, max_len). See KVCache.
     """
 
     def __init__(
@@ -154,7 +238,11 @@ class MultiHeadAttention(Module):
         is_causal: bool = False,
         need_weights: bool = False,
         key_padding_mask: Any = None,
+        cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
+        if cache is not None:
+            extra = {"key": key, "value": value, "mask": mask, "key_padding_mask": key_padding_mask}
+            return self._cached(query, cache, is_causal, need_weights, extra)
         key = query if key is None else key
         value = key if value is None else value
         self._check(query, key, value)
@@ -201,6 +289,77 @@ class MultiHeadAttention(Module):
             out = out.squeeze(0)  # (1, Tq, C) -> (Tq, C): drop the B = 1 axis again
             weights = weights.squeeze(0) if need_weights else None
         return (out, weights) if need_weights else out
+
+    def new_cache(self, batch: int, max_len: int, dtype: Any = None, device: Any = None) -> KVCache:
+        """An empty KVCache for decoding `batch` sequences of up to `max_len` positions, in
+        the dtype and on the device of the projections unless given."""
+        weight = self.k_proj.weight
+        dtype = backend.dtype_name(weight.dtype) if dtype is None else dtype
+        device = weight.device if device is None else device
+        return KVCache(batch, self.num_heads, max_len, self.head_dim, dtype, device)
+
+    def _cached(
+        self, query: Tensor, cache: KVCache, is_causal: bool, need_weights: bool, extra: dict
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Self-attention of the new positions `query` over the cache and themselves."""
+        self._check_cache(query, cache, is_causal, extra)
+        unbatched = query.ndim == 2
+        if unbatched:
+            query = query.expand_dims(0)  # (T, C) -> (1, T, C)
+        batch, length, width = query.shape
+        q = self._split_heads(self.q_proj(query))  # (B, T, C) -> (B, H, T, D)
+        k = self._split_heads(self.k_proj(query))
+        v = self._split_heads(self.v_proj(query))
+        allowed = cache.append(k, v).reshape(1, 1, length, cache.max_len)  # (1, 1, T, L)
+        result = F.scaled_dot_product_attention(
+            q,
+            cache.keys,
+            cache.values,
+            mask=allowed,
+            dropout_p=self.dropout if self.training else 0.0,
+            return_weights=need_weights,
+        )  # out (B, H, T, D), and with need_weights the weights (B, H, T, L)
+        out, weights = result if need_weights else (result, None)
+        out = out.permute(0, 2, 1, 3).reshape(batch, length, width)  # (B, H, T, D) -> (B, T, C)
+        out = self.out_proj(out)
+        if unbatched:
+            out = out.squeeze(0)  # (1, T, C) -> (T, C)
+            weights = weights.squeeze(0) if need_weights else None
+        return (out, weights) if need_weights else out
+
+    def _check_cache(self, query: Tensor, cache: Any, is_causal: bool, extra: dict) -> None:
+        op = "MultiHeadAttention"
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"{op}: cache must be a KVCache (attn.new_cache), got {type(cache)}")
+        given = [name for name, value in extra.items() if value is not None]
+        if given or not is_causal:
+            raise ValueError(
+                f"{op}: a KV cache serves causal self-attention only (each new position sees "
+                "the cached ones and itself): pass is_causal=True and no "
+                + ("key, value, mask or key_padding_mask" if not given else ", ".join(given))
+            )
+        if autograd.is_grad_enabled() and (
+            query.requires_grad or any(p.requires_grad for p in self.parameters())
+        ):
+            raise RuntimeError(
+                f"{op}: a KV cache is written in place and keeps no graph; decode under "
+                "ta.no_grad() (train with the full sequence and is_causal=True)"
+            )
+        self._check(query, query, query)
+        batch = query.shape[0] if query.ndim == 3 else 1
+        expected = (batch, self.num_heads, cache.max_len, self.head_dim)
+        if cache.keys.shape != expected:
+            raise ValueError(
+                f"{op}: a cache of keys {cache.keys.shape} does not fit query of shape "
+                f"{query.shape} with {self.num_heads} heads of {self.head_dim} (expected "
+                f"(B, H, max_len, D) = {expected})"
+            )
+        if cache.device != query.device or cache.keys.dtype != query.dtype:
+            raise RuntimeError(
+                f"{op}: the cache is {backend.dtype_name(cache.keys.dtype)} on "
+                f"'{cache.device}' but query is {backend.dtype_name(query.dtype)} on "
+                f"'{query.device}'"
+            )
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, num_heads={self.num_heads}, dropout={self.dropout}"
@@ -381,4 +540,4 @@ class MultiheadAttention(Module):
         )
 
 
-__all__ = ["MultiHeadAttention", "MultiheadAttention"]
+__all__ = ["KVCache", "MultiHeadAttention", "MultiheadAttention"]

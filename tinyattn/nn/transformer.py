@@ -13,7 +13,7 @@ from typing import Any
 from .. import backend
 from .. import functional as F
 from ..tensor import Tensor, arange, randn
-from .attention import MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention
 from .layers import Dropout, LayerNorm, Linear
 from .module import Module, Parameter
 
@@ -128,9 +128,13 @@ class TransformerBlock(Module):
         mask: Any = None,
         is_causal: bool = False,
         key_padding_mask: Any = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
-        """mask: bool, True = may attend; key_padding_mask (B, T): bool, True = padding."""
+        """mask: bool, True = may attend; key_padding_mask (B, T): bool, True = padding;
+        cache: the attention's KVCache when decoding position by position (is_causal=True)."""
         masks = {"mask": mask, "is_causal": is_causal, "key_padding_mask": key_padding_mask}
+        if cache is not None:
+            masks["cache"] = cache
         if self.norm_first:
             x = x + self.dropout(self.attn(self.norm1(x), **masks))
             return x + self.dropout(self._mlp(self.norm2(x)))

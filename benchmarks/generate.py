@@ -1,0 +1,243 @@
+"""Benchmark: greedy generation with examples/gpt.py's model, with and without a KV cache.
+
+Run by hand, never as a test:
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py [--quick]
+
+The model is examples/gpt.py's GPT with its defaults (2 blocks, 4 heads, width 64), vocabulary
+100 and block size 64, so that a 10-token prompt and 30 new tokens (batch 1, greedy) fit in one
+block and the cache serves every token. Five modes time one ``generate(prompt, 30)`` call:
+
+- tinyattn full prefix: the whole sequence through the model for every token (minGPT's way);
+- tinyattn KV cache: the prompt once, then one position per token, attending to the cache;
+- tinyattn KV cache compiled: the same, with the per-token step recorded once and replayed
+  (``ta.compile``; the step and its caches are kept between calls, so the timed calls replay);
+- PyTorch full prefix and PyTorch KV cache: the very same file run under PyTorch, its three
+  import lines swapped (what the example promises), on the same weights.
+
+Every (mode, threads) measurement runs in its own process, with OpenBLAS's native kernel for this
+CPU (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the children's environment), the
+thread count set through OPENBLAS_NUM_THREADS / OMP_NUM_THREADS and threadpoolctl (PyTorch:
+``torch.set_num_threads``). The set of processes runs for several rounds in a rotated order; the
+table gives the median over rounds of each process's median time per call, with the range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+EXAMPLE = ROOT / "examples" / "gpt.py"
+sys.path.insert(0, str(ROOT))
+CONFIG = {"vocab": 100, "block": 64, "prompt": 10, "new": 30}
+MODES = {
+    "full": "tinyattn full prefix",
+    "cache": "tinyattn KV cache",
+    "compiled": "tinyattn KV cache compiled",
+    "torch-full": "PyTorch full prefix",
+    "torch-cache": "PyTorch KV cache",
+}
+REMOVED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+PORT = {
+    "import tinyattn as torch": "import torch",
+    "import tinyattn.nn as nn": "import torch.nn as nn",
+    "from tinyattn.nn import functional as F": "from torch.nn import functional as F",
+}
+
+
+def example(library: str) -> types.ModuleType:
+    """examples/gpt.py as a module; with `library` "torch", its import lines are PyTorch's."""
+    source = EXAMPLE.read_text()
+    if library == "torch":
+        for ours, theirs in PORT.items():
+            source = source.replace(ours, theirs)
+    module = types.ModuleType(f"gpt_{library}")
+    module.__file__ = str(EXAMPLE)
+    exec(compile(source, str(EXAMPLE), "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+def write_weights(path: Path) -> None:
+    """The tinyattn model's initial weights, scaled up so that the greedy tokens are far from
+    ties (every mode must write the same tokens; that is checked too)."""
+    gpt = example("tinyattn")
+    gpt.torch.manual_seed(0)
+    model = gpt.GPT(CONFIG["vocab"], CONFIG["block"])
+    np.savez(path, **{k: v.numpy() * 30.0 for k, v in model.state_dict().items()})
+
+
+def _blas_info() -> list[dict]:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    keep = ("internal_api", "version", "architecture", "num_threads")
+    return [{k: i.get(k) for k in keep} for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
+    """One measurement, in this process: median seconds per generate call after a warm-up."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
+    limit = threadpool_limits(threads) if threadpool_limits else None
+    library = "torch" if mode.startswith("torch") else "tinyattn"
+    gpt = example(library)
+    torch = gpt.torch
+    if library == "torch":
+        torch.set_num_threads(threads)
+    model = gpt.GPT(CONFIG["vocab"], CONFIG["block"]).eval()
+    state = np.load(weights)
+    model.load_state_dict({k: torch.tensor(state[k]) for k in state.files})
+    prompt = torch.tensor(np.arange(CONFIG["prompt"])[None, :] % CONFIG["vocab"])
+    options = {"kv_cache": mode != "full" and mode != "torch-full", "compiled": mode == "compiled"}
+
+    def run() -> list[int]:
+        return model.generate(prompt, CONFIG["new"], **options)[0].tolist()
+
+    tokens = run()
+    for _ in range(3):  # warm-up; a compiled step records its first two per-token calls
+        run()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+    info = _blas_info()
+    if limit is not None:
+        limit.unregister()
+    return {"median": statistics.median(samples), "tokens": tokens, "blas": info}
+
+
+def child_env(threads: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in REMOVED}
+    env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    env.update(MKL_NUM_THREADS=str(threads))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def spawn(mode: str, threads: int, repeats: int, weights: Path) -> dict:
+    command = [sys.executable, __file__, "--worker", mode, str(threads), str(repeats), str(weights)]
+    done = subprocess.run(command, env=child_env(threads), capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or ["(no message)"]
+        return {"error": lines[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ratio(results: dict, threads: int, a: str, b: str) -> str:
+    """The ratio of two modes' medians over rounds, with its range over rounds."""
+    x, y = results.get((a, threads)), results.get((b, threads))
+    if not x or not y:
+        return "-"
+    per_round = [p / q for p, q in zip(x, y)]
+    middle = statistics.median(x) / statistics.median(y)
+    return f"{middle:.2f}x ({min(per_round):.2f} - {max(per_round):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
+    parser.add_argument("--rounds", type=int, help="rounds of the whole set (default 3, quick 1)")
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        mode, threads, repeats, weights = args.worker
+        print(json.dumps(worker(mode, int(threads), int(repeats), weights)))
+        return
+
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, NumPy {np.__version__}, "
+        f"PyTorch {torch_version or 'not installed'}"
+    )
+    print(
+        "run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py "
+        "(every measurement process starts without those two variables, whatever this shell has)"
+    )
+    print(
+        f"model: examples/gpt.py GPT (2 blocks, 4 heads, width 64), vocab {CONFIG['vocab']}, "
+        f"block {CONFIG['block']}; greedy, batch 1, {CONFIG['prompt']}-token prompt, "
+        f"{CONFIG['new']} new tokens per call"
+    )
+    modes = [m for m in MODES if torch_version or not m.startswith("torch")]
+    rounds = args.rounds or (1 if args.quick else 3)
+    repeats = 10 if args.quick else 40
+    results: dict[tuple, list[float]] = {}
+    tokens: dict[str, list[int]] = {}
+    errors: dict[tuple, str] = {}
+    kernel = None
+    with tempfile.TemporaryDirectory() as folder:
+        weights = Path(folder) / "weights.npz"
+        write_weights(weights)
+        for r in range(rounds):
+            order = modes[r % len(modes) :] + modes[: r % len(modes)]  # rotate who runs first
+            for threads in (1, 2):
+                for mode in order:
+                    if (mode, threads) in errors:
+                        continue
+                    got = spawn(mode, threads, repeats, weights)
+                    if "error" in got:
+                        errors[mode, threads] = got["error"]
+                        continue
+                    results.setdefault((mode, threads), []).append(got["median"])
+                    tokens.setdefault(mode, got["tokens"])
+                    kernel = kernel or got["blas"]
+            print(f"round {r + 1}/{rounds} done", flush=True)
+    if kernel:
+        described = "; ".join(
+            f"{k['internal_api']} {k['version']} {k['architecture']} kernel" for k in kernel
+        )
+        print(f"BLAS in the children (threadpoolctl): {described}")
+    same = {mode: tokens[mode] == tokens.get("full") for mode in tokens}
+    print("same tokens as tinyattn full prefix: " + ", ".join(f"{m} {s}" for m, s in same.items()))
+
+    print(f"\nms per generate call ({CONFIG['new']} tokens), median over {rounds} rounds\n")
+    header = ["threads"] + [MODES[m] for m in modes]
+    header += ["cache/full", "compiled/PyTorch full", "compiled/PyTorch cache"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for threads in (1, 2):
+        cells = [str(threads)]
+        for mode in modes:
+            times = results.get((mode, threads))
+            if not times:
+                cells.append("failed")
+                continue
+            middle = statistics.median(times)
+            cells.append(f"{middle * 1e3:.1f} ({min(times) * 1e3:.1f} - {max(times) * 1e3:.1f})")
+        cells += [
+            ratio(results, threads, "cache", "full"),
+            ratio(results, threads, "compiled", "torch-full"),
+            ratio(results, threads, "compiled", "torch-cache"),
+        ]
+        print("| " + " | ".join(cells) + " |")
+    for (mode, threads), message in errors.items():
+        print(f"\n{mode} at {threads} thread(s) failed: {message}")
+    print("\n(ranges: lowest - highest over rounds; ratio ranges are per round)")
+
+
+if __name__ == "__main__":
+    main()
