@@ -712,3 +712,30 @@ def test_a_padding_mask_that_first_changes_after_the_recordings(device):
         tokens = ta.tensor(tokens, device=device)
         with ta.no_grad():
             assert float(compiled(tokens).numpy()) == float(step(tokens).numpy())
+
+
+def test_ops_that_read_values_back_stay_out_of_graphs(device, monkeypatch):
+    """An embedding lookup checks its indices' range on the host, which on a GPU waits for the
+    device: such an op runs between graphs, and the rest of the pass is still one graph."""
+    _with_fake_graphs(monkeypatch)
+    vocab = 11
+    ta.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab)).to(device)
+    optimizer = optim.Adam(model.parameters(), lr=1e-2)
+
+    def step(tokens, targets):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    step = ta.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        tokens = ta.tensor(rng.integers(0, vocab, (4, 5)), device=device)
+        step(tokens, tokens)
+    segments = next(iter(step.tapes.values())).segments
+    lookups = [s for s in segments if "GetItem forward" in s.names]
+    assert lookups and all(not s.array_work and len(s.runs) == 1 for s in lookups)
+    assert [s.capturable for s in segments].count(True) == 1

@@ -250,6 +250,12 @@ class Function:
     shares_storage: bool = False
     _reads_inputs = _reads_output = True  # backward_reads as two flags, set per subclass
 
+    def reads_host(self) -> bool:
+        """Whether the last forward read values back to the host (an index range check): on a
+        GPU that waits for the device, which a CUDA graph cannot hold (ta.compile keeps such an
+        op out of its graphs)."""
+        return False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__init__" in vars(cls):

@@ -598,8 +598,11 @@ class _Segment:
     """A run of program items: array work that a CUDA graph can hold (`capturable`), or Python
     (a gradient handed to a leaf, a draw, an optimizer's step) that must run every time."""
 
-    def __init__(self, runs: list[Callable], capturable: bool, array_work: bool = True) -> None:
+    def __init__(
+        self, runs: list[Callable], capturable: bool, array_work: bool = True, names: tuple = ()
+    ) -> None:
         self.runs = runs
+        self.names = names  # what each run replays (`_entry_name`), for reading and tests
         self.array_work = array_work
         self.capturable = capturable
         self.graph: Any = None
@@ -630,11 +633,13 @@ def _segments(items: list[tuple], static: list[bool]) -> list[_Segment]:
 
     An array run can become one graph only if every array it reads from outside itself stays
     the same array from replay to replay (a buffer, not a result held anew each time), and it
-    draws no random numbers (a graph would replay the first draw). Handing gradients to leaves
+    draws no random numbers (a graph would replay the first draw); an op that reads values back
+    to the host (`Function.reads_host`) runs between graphs. Handing gradients to leaves
     waits until the end of the run it sits in (nothing in the run reads ``.grad``), so the
     engine's stores between backward ops do not cut the run into pieces."""
     segments: list[_Segment] = []
     runs: list[Callable] = []
+    names: list[str] = []
     grads: list[Callable] = []
     reads: set = set()
     writes: set = set()
@@ -642,22 +647,24 @@ def _segments(items: list[tuple], static: list[bool]) -> list[_Segment]:
     made_by = {id(entry[1]): entry for _, entry, _ in items if entry[0] == "op"}
 
     def close() -> None:
-        nonlocal runs, grads, reads, writes, capturable
+        nonlocal runs, names, grads, reads, writes, capturable
         if runs:
             outside = reads - writes
-            segments.append(_Segment(runs, capturable and all(static[s] for s in outside)))
+            capturable = capturable and all(static[s] for s in outside)
+            segments.append(_Segment(runs, capturable, names=tuple(names)))
         if grads:
-            segments.append(_Segment(grads, capturable=False, array_work=False))
-        runs, grads, reads, writes, capturable = [], [], set(), set(), True
+            segments.append(_Segment(grads, False, array_work=False, names=("grad",) * len(grads)))
+        runs, names, grads, reads, writes, capturable = [], [], [], set(), set(), True
 
     for run, entry, draws in items:
         kind = entry[0]
         if kind == "grad":
             grads.append(run)
             continue
-        if kind not in ("op", "rule", "store"):
-            close()
-            segments.append(_Segment([run], capturable=False, array_work=False))
+        if kind not in ("op", "rule", "store") or (kind == "op" and entry[1].reads_host()):
+            close()  # Python, or an op that reads values back (an index range check)
+            name = (_entry_name(entry),)
+            segments.append(_Segment([run], capturable=False, array_work=False, names=name))
             continue
         if kind == "store" and grads:
             close()  # a write after a gradient was handed out: keep their order
@@ -666,6 +673,7 @@ def _segments(items: list[tuple], static: list[bool]) -> list[_Segment]:
         writes |= item_writes
         capturable = capturable and not draws
         runs.append(run)
+        names.append(_entry_name(entry))
     close()
     return segments
 

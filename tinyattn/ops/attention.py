@@ -41,6 +41,9 @@ class BlockwiseAttention(Function):
 
     __slots__ = ("is_causal", "scale", "block_q", "block_k")
 
+    def reads_host(self) -> bool:
+        return True  # which tiles may keep their shift: one read per forward
+
     def forward(
         self,
         q: Any,

@@ -100,6 +100,9 @@ class GetItem(Function):
     backward_reads = ()
     shares_storage = True
 
+    def reads_host(self) -> bool:
+        return self.key.index is not None  # the range check of an index array
+
     def forward(self, x: Any, key: Any = None) -> Any:
         self.key = parse_key(key, x.shape)
         xp = namespace(x)
@@ -125,6 +128,9 @@ class IndexAdd(Function):
 
     __slots__ = ("key",)
     backward_reads = ()
+
+    def reads_host(self) -> bool:
+        return self.key.index is not None  # the range check of an index array
 
     def forward(self, grad: Any, shape: tuple = (), key: ParsedKey | None = None) -> Any:
         self.key = key
