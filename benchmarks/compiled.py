@@ -4,10 +4,13 @@ Run by hand, never as a test:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/compiled.py [--quick] [--plot]
 
-Two models: "small", a minGPT-sized causal language model written with tinyattn's own API (vocab
-80, T 16, width 32, 2 heads, 2 pre-LN GELU blocks, MLP 128, final LayerNorm, batch 16, AdamW), and
-"bench", the model of bench.py's "step" section (vocab 16, T 16, width 64, 4 heads, 2 post-LN
-ReLU blocks, MLP 256, batch 64, Adam). For each, four modes: tinyattn eager, tinyattn compiled,
+Three models: "small", a minGPT-sized causal language model written with tinyattn's own API
+(vocab 80, T 16, width 32, 2 heads, 2 pre-LN GELU blocks, MLP 128, final LayerNorm, batch 16,
+AdamW); "gpt", examples/gpt.py's model and training step (vocab 96, T 32, width 64, 4 heads, 2
+blocks, batch 32, AdamW in two groups, clipping, a schedule), run under PyTorch by swapping its
+import lines; and "bench", the model of bench.py's "step" section (vocab 16, T 16, width 64, 4
+heads, 2 post-LN ReLU blocks, MLP 256, batch 64, Adam). For each, four modes: tinyattn eager,
+tinyattn compiled,
 PyTorch eager (the same architecture; left out when PyTorch is not installed), and the NumPy floor:
 every matrix product of the step (forward and backward) on preallocated arrays with ``out=``,
 nothing else.
