@@ -187,8 +187,9 @@ class Tape:
         )
 
     def _writer(self, slot: int) -> Callable[[Any], None]:
-        """How a new result for `slot` is kept: copied into its buffer (so the views of it and
-        the graphs captured with it stay valid), or, where it has none, held as it is."""
+        """How a new result for `slot` is kept: copied into its buffer when something needs that
+        buffer's address (a recorded view of it, a CUDA graph), else held as it is (no copy;
+        the views of a held slot are made again, and no graph reads it from outside)."""
         env = self.env
         if self._fresh(slot) and (self.graphs is not None or self._shared[slot]):
             buffer = env[slot]
