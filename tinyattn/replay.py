@@ -120,6 +120,37 @@ def _lowered_linear(u: Any, out: Any, arrays: list) -> Callable | None:
     return linear
 
 
+def _lowered_take(fn: Any, kwargs: dict, x: Any, out: Any, x_slot: int) -> Callable | None:
+    """``x[index]`` along one axis, every other part of the key a full slice (an embedding
+    lookup, a table row), as ``take(x, index, axis, out=)``: the forward's own gather, without
+    parsing the key again or checking the index's range on the host (a replay runs no checks;
+    an index out of range still raises, from the array library)."""
+    parsed = getattr(fn, "key", None)
+    if type(fn).__name__ != "GetItem" or parsed is None or parsed.index is None:
+        return None
+    if parsed.to_front or not backend.has_out(out) or not backend.has_out(x):
+        return None
+    template = kwargs.get("key")
+    parts = template if isinstance(template, tuple) else (template,)
+    slots = [part for part in parts if isinstance(part, Slot)]
+    rest = [part for part in parsed.full if not hasattr(part, "shape")]
+    if len(slots) != 1 or any(part != slice(None) for part in rest) or len(rest) != x.ndim - 1:
+        return None
+    take, axis, index_slot = backend.ufuncs_of(out).take, parsed.axis, slots[0].index
+
+    def run(env: list) -> None:
+        try:
+            take(env[x_slot], env[index_slot], axis=axis, out=out)
+        except IndexError as error:  # the library's words, with the op's name and the axis
+            size = env[x_slot].shape[axis]
+            raise IndexError(
+                f"getitem: an index is out of range for axis {axis} of size {size} in a replay "
+                f"of a compiled step ({error})"
+            ) from None
+
+    return run
+
+
 def _kernel_run(kernel: Callable, buffer: Any, in_slots: list[int]) -> Callable[[list], None]:
     """A program item that runs an out= kernel into `buffer` on the current input arrays."""
     if len(in_slots) == 1:
@@ -209,11 +240,15 @@ class Tape:
             if all(static[i] for i in in_slots) and not dynamic:
                 self.dropped += 1  # a view of arrays that stay where they are: it stays valid
                 return None
-        elif self._fresh(out) and not dynamic and not saved_slots:
-            kernel = _lowered(fn, [env[i] for i in in_slots], env[out], kwargs)
-            if kernel is not None:
+        elif self._fresh(out) and not saved_slots:
+            if dynamic:  # the only lowered op with an array among its arguments: x[index]
+                run = _lowered_take(fn, kwargs, env[in_slots[0]], env[out], in_slots[0])
+            else:
+                kernel = _lowered(fn, [env[i] for i in in_slots], env[out], kwargs)
+                run = None if kernel is None else _kernel_run(kernel, env[out], in_slots)
+            if run is not None:
                 self.lowered += 1
-                return _kernel_run(kernel, env[out], in_slots)
+                return run
         write = self._writer(out)
         saved_writes = [(position, self._writer(slot)) for position, slot in saved_slots]
         forward = fn.forward
