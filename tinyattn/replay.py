@@ -122,13 +122,15 @@ def _lowered_linear(u: Any, out: Any, arrays: list) -> Callable | None:
 
 def _lowered_take(fn: Any, kwargs: dict, x: Any, out: Any, x_slot: int) -> Callable | None:
     """``x[index]`` along one axis, every other part of the key a full slice (an embedding
-    lookup, a table row), as ``take(x, index, axis, out=)``: the forward's own gather, without
-    parsing the key again or checking the index's range on the host (a replay runs no checks;
-    an index out of range still raises, from the array library)."""
+    lookup, a table row), as NumPy's ``take(x, index, axis, out=)``: the forward's own gather,
+    without parsing the key again or a separate range check (NumPy's take raises for an index
+    out of range itself)."""
     parsed = getattr(fn, "key", None)
     if type(fn).__name__ != "GetItem" or parsed is None or parsed.index is None:
         return None
-    if parsed.to_front or not backend.has_out(out) or not backend.has_out(x):
+    # NumPy only: CuPy's take wraps an index out of range silently, which the forward's host
+    # check is there to refuse.
+    if parsed.to_front or not backend.is_host_array(out) or not backend.is_host_array(x):
         return None
     template = kwargs.get("key")
     parts = template if isinstance(template, tuple) else (template,)
