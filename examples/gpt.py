@@ -182,7 +182,8 @@ class GPT(nn.Module):
                 logits, _ = self(idx, caches=caches, pos=pos)
                 return logits[:, -1, :]
 
-            self._decoders[key] = step, torch.compile(step) if compiled else step
+            fast = torch.compile(step) if compiled else step  # one tape per input shape
+            self._decoders[key] = fast, fast
         return self._decoders[key]
 
 
