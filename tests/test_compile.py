@@ -739,3 +739,37 @@ def test_ops_that_read_values_back_stay_out_of_graphs(device, monkeypatch):
     lookups = [s for s in segments if "GetItem forward" in s.names]
     assert lookups and all(not s.array_work and len(s.runs) == 1 for s in lookups)
     assert [s.capturable for s in segments].count(True) == 1
+
+
+def test_another_threads_work_is_not_recorded(device):
+    """While one thread records its step, another thread's ops run plainly and stay out of the
+    tape; two threads may also record their own steps at the same time."""
+    import threading
+
+    started, done = threading.Event(), threading.Event()
+    seen = []
+
+    def other_thread():
+        started.wait()
+        a = ta.ones(4, device=device) * 3.0  # eager work during the other thread's recording
+        seen.append(float((a + 1.0).sum().numpy()))
+        inner = ta.compile(lambda x: x * 2.0)  # a recording of its own on this thread
+        seen.extend(float(inner(ta.ones(2, device=device)).sum().numpy()) for _ in range(4))
+        done.set()
+
+    def step(x):
+        y = x * 5.0
+        started.set()
+        done.wait(timeout=30)  # the other thread works while this step is being recorded
+        return y + 1.0
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    compiled = ta.compile(step)
+    first = compiled(ta.ones(3, device=device))
+    worker.join()
+    assert seen == [16.0, 4.0, 4.0, 4.0, 4.0]
+    recorder_ops = [type(e[1]).__name__ for e in compiled._first[next(iter(compiled._first))].tape]
+    assert recorder_ops == ["MulScalar", "AddScalar"]
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(ta.ones(3, device=device)).numpy(), first.numpy())

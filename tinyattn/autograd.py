@@ -640,21 +640,79 @@ class RemovableHandle:
 
 
 # ------------------------------------------------------------------------- recording a step
-# `ta.compile` (tinyattn/compiler.py) records a step by setting a Recorder here: Function.apply,
-# the engine and the replayed calls below report to it. None, and one test per op, otherwise.
+# `ta.compile` (tinyattn/compiler.py) records a step by installing a Recorder for its thread:
+# Function.apply, the engine and the replayed calls below report to it. `_recorder` is the one
+# test per op: None while no thread records, else `_ThisThread`, which hands each report to the
+# reporting thread's recorder, or does the plain thing on a thread that records nothing (work
+# another thread does meanwhile is its own, not the step's).
+_recording: dict[int, Any] = {}  # thread id -> its Recorder
+_recording_lock = threading.Lock()  # two threads starting or ending recordings at once
 _recorder: Any = None
 
 
+class _ThisThread:
+    """Hands a report to the current thread's recorder, or runs it plainly when it has none."""
+
+    @staticmethod
+    def forward(fn: Any, inputs: tuple, kwargs: dict) -> Any:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            return recorder.forward(fn, inputs, kwargs)
+        return fn.forward(*[t.array for t in inputs], **kwargs)
+
+    @staticmethod
+    def rule(fn: Any, grad: Any, output: Any, run: Callable[[], tuple]) -> tuple:
+        recorder = _recording.get(threading.get_ident())
+        return run() if recorder is None else recorder.rule(fn, grad, output, run)
+
+    @staticmethod
+    def call(function: Callable, args: tuple, kwargs: dict) -> Any:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is None:
+            return function(*args, **kwargs)
+        return recorder.call(function, args, kwargs)
+
+    @staticmethod
+    def set_grad(leaf: Any, grad: Any) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.set_grad(leaf, grad)
+
+    @staticmethod
+    def draw(function: Any, args: tuple, result: Any) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.draw(function, args, result)
+
+    @staticmethod
+    def store(target: Any, source: Any, op: str) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.store(target, source, op)
+
+    @staticmethod
+    def host_read(what: str) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.host_read(what)
+
+
 def set_recorder(recorder: Any) -> Any:
-    """Install `recorder` (or None) for this process; returns the previous one."""
+    """Install `recorder` (or None) for the calling thread; returns the one it replaces."""
     global _recorder
-    previous, _recorder = _recorder, recorder
-    backend.draw_hook = None if recorder is None else recorder.draw
+    ident = threading.get_ident()
+    with _recording_lock:
+        previous = _recording.pop(ident, None)
+        if recorder is not None:
+            _recording[ident] = recorder
+        _recorder = _ThisThread if _recording else None
+        backend.draw_hook = _ThisThread.draw if _recording else None
     return previous
 
 
 def active_recorder() -> Any:
-    return _recorder
+    """The calling thread's recorder, or None."""
+    return _recording.get(threading.get_ident())
 
 
 def replayed_call(function: Callable) -> Callable:
