@@ -773,3 +773,34 @@ def test_another_threads_work_is_not_recorded(device):
     assert recorder_ops == ["MulScalar", "AddScalar"]
     for _ in range(3):
         np.testing.assert_array_equal(compiled(ta.ones(3, device=device)).numpy(), first.numpy())
+
+
+def test_one_compiled_step_called_from_two_threads_at_once(device):
+    """Calls from two threads take turns (a replay writes into buffers both would share): every
+    result equals the eager one."""
+    import threading
+
+    weight = ta.tensor(np.linspace(-1.0, 1.0, 64, dtype="float32").reshape(8, 8), device=device)
+
+    def step(x):
+        return (x @ weight).tanh().sum(axis=-1)
+
+    compiled = ta.compile(step)
+    rng = np.random.default_rng(0)
+    inputs = [
+        ta.tensor(rng.standard_normal((16, 8)).astype("float32"), device=device) for _ in range(40)
+    ]
+    expected = [step(x).numpy() for x in inputs]
+    got = [None] * len(inputs)
+
+    def work(part):
+        for i in range(part, len(inputs), 2):
+            got[i] = compiled(inputs[i]).numpy()
+
+    threads = [threading.Thread(target=work, args=(part,)) for part in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)

@@ -37,6 +37,7 @@ only while recording.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -337,10 +338,16 @@ class CompiledStep:
         self.step = step
         self.max_signatures = max_signatures
         self.cuda_graphs = cuda_graphs
+        self._lock = threading.RLock()
         self.tapes: dict[tuple, Tape] = {}
         self._first: dict[tuple, Recorder] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # One call at a time: a replay writes into buffers that another call would share.
+        with self._lock:
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         key = _signature(args, kwargs)
         inputs = [a for a in args if isinstance(a, Tensor)]
         tape = self.tapes.get(key)
