@@ -804,3 +804,27 @@ def test_one_compiled_step_called_from_two_threads_at_once(device):
         thread.join()
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_backend_helpers_of_the_buffers(device):
+    """storage_root tells views from copies; is_buffer refuses what cannot be written into;
+    copy_into casts and broadcasts; copied makes a new array."""
+    from tinyattn import backend
+
+    xp, native = backend.resolve_device(device)
+    base = xp.reshape(xp.arange(12, dtype=xp.float32, device=native), (3, 4))
+    view, copy = base[1:, ::2], base * 1.0
+    assert backend.storage_root(view) == backend.storage_root(base)
+    assert backend.storage_root(copy) != backend.storage_root(base)
+    assert backend.is_buffer(base)
+    if xp is np:
+        assert not backend.is_buffer(np.float32(1.0))  # a NumPy scalar
+        assert not backend.is_buffer(np.broadcast_to(base, (2, 3, 4)))  # read-only
+    flags_without_writeable = type("Flags", (), {"c_contiguous": True})()
+    assert backend.is_buffer(type("CupyLike", (), {"flags": flags_without_writeable})())
+    target = xp.zeros((3, 4), dtype=xp.float32, device=native)
+    backend.copy_into(target, xp.ones((4,), dtype=xp.float64, device=native))
+    assert target.dtype == xp.float32 and float(xp.sum(target)) == 12.0
+    again = backend.copied(target)
+    assert backend.storage_root(again) != backend.storage_root(target)
+    assert float(xp.sum(again)) == 12.0

@@ -226,7 +226,7 @@ def is_buffer(array: Any) -> bool:
     if isinstance(array, np.generic):
         return False
     flags = getattr(_host_view(array), "flags", None)
-    return flags is None or bool(flags.writeable)
+    return bool(getattr(flags, "writeable", True))  # CuPy's flags have no `writeable`
 
 
 def copy_into(target: Any, source: Any) -> None:
