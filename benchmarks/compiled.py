@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import REMOVED, blas_info, child_env, gpt_example
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -59,7 +60,6 @@ MODEL_NAMES = {
     "gpt": "examples/gpt.py's model and step (vocab 96, T 32, width 64, 4 heads, batch 32)",
     "bench": "bench.py step model (vocab 16, T 16, width 64, 4 heads, MLP 256, batch 64, Adam)",
 }
-REMOVED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
 def _torch_available() -> bool:
@@ -87,7 +87,7 @@ def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
 
     rng = np.random.default_rng(seed)
     if model_name == "gpt":
-        return _gpt_step(_gpt_example("tinyattn"), seed, batches)
+        return _gpt_step(gpt_example("tinyattn"), seed, batches)
     if model_name == "bench":
         bench = _bench(allow_torch=False)
         cfg = bench.STEP
@@ -141,24 +141,6 @@ def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
     return step, args
 
 
-def _gpt_example(library: str):
-    """examples/gpt.py as a module, as written (tinyattn) or with its imports swapped to torch."""
-    import types
-
-    path = ROOT / "examples" / "gpt.py"
-    source = path.read_text()
-    if library == "torch":
-        source = source.replace("import tinyattn as torch\n", "import torch\n")
-        source = source.replace("import tinyattn.nn as nn\n", "import torch.nn as nn\n")
-        source = source.replace(
-            "from tinyattn.nn import functional", "from torch.nn import functional"
-        )
-    module = types.ModuleType(f"gpt_example_{library}")
-    module.__file__ = str(path)
-    exec(compile(source, str(path), "exec"), module.__dict__)
-    return module
-
-
 def _gpt_step(example, seed: int = 0, batches: int = 8):
     """The example's training step (AdamW in two groups, clipping, a LambdaLR schedule) on
     random characters; `example` is the module under either library."""
@@ -193,7 +175,7 @@ def _torch_step(model_name: str):
     import torch
 
     if model_name == "gpt":
-        return _gpt_step(_gpt_example("torch"))
+        return _gpt_step(gpt_example("torch"))
     if model_name == "bench":
         import tinyattn as ta
 
@@ -324,15 +306,6 @@ def _floor_step(model_name: str):
 
 
 # ------------------------------------------------------------------------------------- worker
-def _blas_info() -> list[dict]:
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return []
-    keep = ("internal_api", "version", "architecture", "num_threads", "threading_layer")
-    return [{k: i.get(k) for k in keep} for i in threadpool_info() if i["user_api"] == "blas"]
-
-
 def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
     """One measurement, in this process: median seconds per step after a warm-up."""
     import tinyattn as ta  # noqa: F401  (the allocator setting, in every child alike)
@@ -375,24 +348,18 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
         start = time.perf_counter()
         run()
         samples.append(time.perf_counter() - start)
-    info = _blas_info()
+    info = blas_info()
     if limit is not None:
         limit.unregister()
     return {"median": statistics.median(samples), "blas": info, **extra}
 
 
 # ------------------------------------------------------------------------------------- parent
-def child_env(threads: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in REMOVED}
-    env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    env.update(MKL_NUM_THREADS=str(threads), TINYATTN_KEEP_FREED_MEMORY="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
 def spawn(model_name: str, mode: str, threads: int, repeats: int) -> dict:
     command = [sys.executable, __file__, "--worker", model_name, mode, str(threads), str(repeats)]
-    done = subprocess.run(command, env=child_env(threads), capture_output=True, text=True)
+    done = subprocess.run(
+        command, env=child_env(threads, keep_freed_memory=True), capture_output=True, text=True
+    )
     if done.returncode != 0:  # e.g. a CompileError: reported with the tables, not a crash
         lines = done.stderr.strip().splitlines() or ["(no message)"]
         return {"error": lines[-1]}

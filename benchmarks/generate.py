@@ -34,14 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 import numpy as np
+from common import blas_info, child_env, gpt_example
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-EXAMPLE = ROOT / "examples" / "gpt.py"
 sys.path.insert(0, str(ROOT))
 CONFIG = {"vocab": 100, "block": 64, "prompt": 10, "new": 30}
 MODES = {
@@ -51,42 +50,15 @@ MODES = {
     "torch-full": "PyTorch full prefix",
     "torch-cache": "PyTorch KV cache",
 }
-REMOVED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-PORT = {
-    "import tinyattn as torch": "import torch",
-    "import tinyattn.nn as nn": "import torch.nn as nn",
-    "from tinyattn.nn import functional as F": "from torch.nn import functional as F",
-}
-
-
-def example(library: str) -> types.ModuleType:
-    """examples/gpt.py as a module; with `library` "torch", its import lines are PyTorch's."""
-    source = EXAMPLE.read_text()
-    if library == "torch":
-        for ours, theirs in PORT.items():
-            source = source.replace(ours, theirs)
-    module = types.ModuleType(f"gpt_{library}")
-    module.__file__ = str(EXAMPLE)
-    exec(compile(source, str(EXAMPLE), "exec"), module.__dict__)  # noqa: S102
-    return module
 
 
 def write_weights(path: Path) -> None:
     """The tinyattn model's initial weights, scaled up so that the greedy tokens are far from
     ties (every mode must write the same tokens; that is checked too)."""
-    gpt = example("tinyattn")
+    gpt = gpt_example("tinyattn")
     gpt.torch.manual_seed(0)
     model = gpt.GPT(CONFIG["vocab"], CONFIG["block"])
     np.savez(path, **{k: v.numpy() * 30.0 for k, v in model.state_dict().items()})
-
-
-def _blas_info() -> list[dict]:
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return []
-    keep = ("internal_api", "version", "architecture", "num_threads")
-    return [{k: i.get(k) for k in keep} for i in threadpool_info() if i["user_api"] == "blas"]
 
 
 def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
@@ -97,7 +69,7 @@ def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
         threadpool_limits = None
     limit = threadpool_limits(threads) if threadpool_limits else None
     library = "torch" if mode.startswith("torch") else "tinyattn"
-    gpt = example(library)
+    gpt = gpt_example(library)
     torch = gpt.torch
     if library == "torch":
         torch.set_num_threads(threads)
@@ -118,18 +90,10 @@ def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
         start = time.perf_counter()
         run()
         samples.append(time.perf_counter() - start)
-    info = _blas_info()
+    info = blas_info()
     if limit is not None:
         limit.unregister()
     return {"median": statistics.median(samples), "tokens": tokens, "blas": info}
-
-
-def child_env(threads: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in REMOVED}
-    env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    env.update(MKL_NUM_THREADS=str(threads))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
 
 
 def spawn(mode: str, threads: int, repeats: int, weights: Path) -> dict:
