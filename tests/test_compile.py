@@ -828,3 +828,17 @@ def test_the_backend_helpers_of_the_buffers(device):
     again = backend.copied(target)
     assert backend.storage_root(again) != backend.storage_root(target)
     assert float(xp.sum(again)) == 12.0
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [
+        (lambda: ta.compile(3), TypeError, "step must be a function, got int"),
+        (lambda: ta.compile(lambda x: x, max_signatures=0), ValueError, "max_signatures must"),
+        (lambda: ta.compile(max_signatures=1.5)(lambda x: x), ValueError, "positive int, got 1.5"),
+        (lambda: ta.compile(lambda x: x, cuda_graphs="yes"), TypeError, "True or False"),
+    ],
+)
+def test_bad_arguments_of_compile_are_named(call, error, words):
+    with pytest.raises(error, match=words):
+        call()

@@ -334,6 +334,14 @@ class CompiledStep:
     """What `compile` returns: call it like the step. ``.tapes`` maps signatures to tapes."""
 
     def __init__(self, step: Callable, max_signatures: int = 8, cuda_graphs: bool = True) -> None:
+        if not callable(step):
+            raise TypeError(f"compile: step must be a function, got {type(step).__name__}")
+        if type(max_signatures) is not int or max_signatures < 1:
+            raise ValueError(
+                f"compile: max_signatures must be a positive int, got {max_signatures!r}"
+            )
+        if not isinstance(cuda_graphs, bool):
+            raise TypeError(f"compile: cuda_graphs must be True or False, got {cuda_graphs!r}")
         functools.update_wrapper(self, step)
         self.step = step
         self.max_signatures = max_signatures
