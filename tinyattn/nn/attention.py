@@ -23,6 +23,20 @@ from .layers import Linear, uniform
 from .module import Module, Parameter
 
 
+def _check_sizes(op: str, name: str, width: Any, num_heads: Any, dropout: Any) -> None:
+    """Both attention modules' size checks: heads a positive int dividing the width, dropout a
+    probability."""
+    if not isinstance(num_heads, int) or num_heads <= 0:
+        raise ValueError(f"{op}: num_heads must be a positive int, got {num_heads!r}")
+    if not isinstance(width, int) or width <= 0 or width % num_heads:
+        raise ValueError(
+            f"{op}: {name}={width!r} must be a positive multiple of num_heads={num_heads} "
+            f"(each head gets {name} / num_heads features)"
+        )
+    if not 0.0 <= dropout <= 1.0:
+        raise ValueError(f"{op}: dropout must be in [0, 1], got {dropout}")
+
+
 class KVCache:
     """The keys and values of the positions a self-attention layer has seen, for decoding.
 
@@ -125,17 +139,7 @@ class MultiHeadAttention(Module):
         self, d_model: int, num_heads: int, bias: bool = True, dropout: float = 0.0
     ) -> None:
         super().__init__()
-        if not isinstance(num_heads, int) or num_heads <= 0:
-            raise ValueError(
-                f"MultiHeadAttention: num_heads must be a positive int, got {num_heads!r}"
-            )
-        if not isinstance(d_model, int) or d_model <= 0 or d_model % num_heads:
-            raise ValueError(
-                f"MultiHeadAttention: d_model={d_model!r} must be a positive multiple of "
-                f"num_heads={num_heads} (each head gets d_model / num_heads features)"
-            )
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"MultiHeadAttention: dropout must be in [0, 1], got {dropout}")
+        _check_sizes("MultiHeadAttention", "d_model", d_model, num_heads, dropout)
         self.d_model, self.num_heads, self.dropout = d_model, num_heads, dropout
         self.head_dim = d_model // num_heads
         self.q_proj = Linear(d_model, d_model, bias=bias)
@@ -402,15 +406,7 @@ class MultiheadAttention(Module):
                 f"{op}: kdim/vdim different from embed_dim are not supported (got kdim={kdim}, "
                 f"vdim={vdim}, embed_dim={embed_dim})"
             )
-        if not isinstance(num_heads, int) or num_heads <= 0:
-            raise ValueError(f"{op}: num_heads must be a positive int, got {num_heads!r}")
-        if not isinstance(embed_dim, int) or embed_dim <= 0 or embed_dim % num_heads:
-            raise ValueError(
-                f"{op}: embed_dim={embed_dim!r} must be a positive multiple of "
-                f"num_heads={num_heads}"
-            )
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"{op}: dropout must be in [0, 1], got {dropout}")
+        _check_sizes(op, "embed_dim", embed_dim, num_heads, dropout)
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
         self.head_dim = embed_dim // num_heads
         self.batch_first = batch_first
