@@ -205,6 +205,10 @@ ROWS = [
         lambda a: np.log(np.exp(a).sum((0, 2), keepdims=True)), [B3], make=tails),
     Row("cumsum",                  lambda a: a.cumsum(1), lambda a: np.cumsum(a, axis=1), [B3]),
     Row("cumsum negative dim",     lambda a: a.cumsum(dim=-1), lambda a: np.cumsum(a, -1), [A]),
+    Row("sum_to",                  lambda a: a.sum_to((1, 4)),
+        lambda a: a.sum(axis=0, keepdims=True), [A]),
+    Row("to another device and back", lambda a: (a.to("strict:device2") * 2.0).to(a.device),
+        lambda a: a * 2.0, [A]),
     Row("var all",                 lambda a: a.var(),                lambda a: a.var(ddof=1), [A]),
     Row("var axis",                lambda a: a.var(axis=1),       lambda a: a.var(1, ddof=1), [B3]),
     Row("var axes tuple keep",     lambda a: a.var(axis=(0, 2), keepdims=True, correction=0),
@@ -790,3 +794,45 @@ def test_computed_results_are_ops_without_a_gradient(device):
     fn = Computed.__new__(Computed)
     fn.inputs = (x.detach(),)
     assert fn.backward(ta.ones(2, 3, device=device)) == (None,)
+
+
+# Functions that no row above runs, each with the reason and where it is checked instead.
+NOT_IN_THE_TABLE = {
+    "Computed": "no gradient: comparisons, masks and indices (test_computed_results_...)",
+    "ClassWeights": "no gradient: cross-entropy's per-target weights (tests/test_functional.py)",
+    "KeptCount": "no gradient: the count of kept targets (tests/test_functional.py)",
+    "FloorDivide": "no derivative, as in PyTorch: backward raises (tests/test_pytorch_names.py)",
+    "BlockwiseAttention": "gradchecked against the plain path in tests/test_attention_blockwise.py",
+    "OnceDifferentiable": "the first-order wrapper of BlockwiseAttention, checked with it",
+}
+
+
+def _functions_in_graph(out: Any) -> set[str]:
+    found, stack, done = set(), list(out if isinstance(out, tuple) else (out,)), set()
+    while stack:
+        fn = getattr(stack.pop(), "_ctx", None)
+        if fn is not None and id(fn) not in done:
+            done.add(id(fn))
+            found.add(type(fn).__name__)
+            stack.extend(fn.inputs)
+    return found
+
+
+def test_every_function_is_run_by_a_row_of_the_table():
+    """Each Function in tinyattn.ops is in the graph of at least one row above (so its backward is
+    gradchecked on every backend), or listed in NOT_IN_THE_TABLE with the reason."""
+    import inspect
+
+    from tinyattn import ops
+    from tinyattn.autograd import Function
+
+    functions = {
+        name
+        for name, c in vars(ops).items()
+        if inspect.isclass(c) and issubclass(c, Function) and c is not Function
+    }
+    seen = set()
+    for row in ROWS:
+        seen |= _functions_in_graph(row.call(*_device_inputs(row, _host_inputs(row), "cpu")))
+    assert functions - seen - set(NOT_IN_THE_TABLE) == set()
+    assert set(NOT_IN_THE_TABLE) <= functions - seen, "a listed Function is run by a row now"
