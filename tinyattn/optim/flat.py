@@ -8,7 +8,6 @@ dispatch, whatever its size). `Optimizer` (optimizer.py) decides when the layout
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from typing import Any
@@ -24,18 +23,6 @@ def write_param(param: Tensor, array: Any, name: str) -> None:
     param._store(f"{name}.step", array)
 
 
-@functools.cache
-def _takes_out(xp: Any) -> bool:
-    """Whether the namespace's elementwise functions take ``out=`` (NumPy and CuPy do; the array
-    API standard, and so the strict stand-in, has no ``out=``)."""
-    probe = xp.zeros((1,), dtype=xp.float32)
-    try:
-        xp.add(probe, probe, out=probe)
-    except TypeError:
-        return False
-    return True
-
-
 _OPERATORS = {
     "add": operator.add,
     "subtract": operator.sub,
@@ -46,12 +33,12 @@ _OPERATORS = {
 
 def into(out: Any, name: str, *operands: Any) -> Any:
     """The elementwise `name` (add, subtract, multiply, divide or sqrt) of `operands`, written
-    into `out` and returned: with ``out=`` where the namespace has it (no new array), else
-    computed with the same operator and copied in. The operator is the one the per-tensor path
-    uses, so both give the same bits."""
+    into `out` and returned: with ``out=`` on NumPy and CuPy (no new array), else computed with
+    the same operator and copied in. The operator is the one the per-tensor path uses, so both
+    give the same bits."""
+    if backend.has_out(out):
+        return getattr(backend.ufuncs_of(out), name)(*operands, out=out)
     xp = backend.namespace(out)
-    if _takes_out(xp):
-        return getattr(xp, name)(*operands, out=out)
     out[...] = xp.sqrt(*operands) if name == "sqrt" else _OPERATORS[name](*operands)
     return out
 
