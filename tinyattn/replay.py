@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from . import autograd, backend
+from . import autograd, backend, ops
 from .tensor import Tensor
 
 
@@ -61,27 +61,30 @@ def _lowered(fn: Any, arrays: list, out: Any, kwargs: dict) -> Callable | None:
     if not backend.has_out(out) or getattr(fn, "_saved", None):
         return None
     u = backend.ufuncs_of(out)
-    name = type(fn).__name__
-    if name in _BINARY_UFUNCS and all(backend.has_out(a) for a in arrays):
-        ufunc = getattr(u, _BINARY_UFUNCS[name])
+    # By class, not by name: a user's own Function called "Exp" is not tinyattn's.
+    kind = type(fn)
+    if kind in _BINARY_UFUNCS and all(backend.has_out(a) for a in arrays):
+        ufunc = getattr(u, _BINARY_UFUNCS[kind])
         return lambda o, a, b: ufunc(a, b, out=o)
-    if name in _UNARY_UFUNCS and backend.has_out(arrays[0]):
-        ufunc = getattr(u, _UNARY_UFUNCS[name])
+    if kind in _UNARY_UFUNCS and backend.has_out(arrays[0]):
+        ufunc = getattr(u, _UNARY_UFUNCS[kind])
         return lambda o, x: ufunc(x, out=o)
-    if name in ("AddScalar", "MulScalar") and backend.has_out(arrays[0]):
-        ufunc, c = (u.add if name == "AddScalar" else u.multiply), kwargs.get("c")
+    if kind in (ops.AddScalar, ops.MulScalar) and backend.has_out(arrays[0]):
+        ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
         if isinstance(c, int | float) and not isinstance(c, bool):
             return lambda o, x: ufunc(x, c, out=o)
-    if name == "MatMul" and len(arrays) == 2:
+    if kind is ops.MatMul and len(arrays) == 2:
         return _lowered_matmul(u, out, *arrays)
-    if name == "Linear":
+    if kind is ops.Linear:
         return _lowered_linear(u, out, arrays)
     return None
 
 
-_BINARY_UFUNCS = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}
-_BINARY_UFUNCS["Maximum"] = "maximum"
-_UNARY_UFUNCS = {"Neg": "negative", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sqrt": "sqrt"}
+# The ops whose forward is exactly one array function of the same name (out= aside).
+_BINARY_UFUNCS = {ops.Add: "add", ops.Sub: "subtract", ops.Mul: "multiply", ops.Div: "divide"}
+_BINARY_UFUNCS[ops.Maximum] = "maximum"
+_UNARY_UFUNCS = {ops.Neg: "negative", ops.Exp: "exp", ops.Log: "log", ops.Tanh: "tanh"}
+_UNARY_UFUNCS[ops.Sqrt] = "sqrt"
 
 
 def _rows_of(u: Any, out: Any, columns: int) -> Any:
@@ -126,7 +129,7 @@ def _lowered_take(fn: Any, kwargs: dict, x: Any, out: Any, x_slot: int) -> Calla
     without parsing the key again or a separate range check (NumPy's take raises for an index
     out of range itself)."""
     parsed = getattr(fn, "key", None)
-    if type(fn).__name__ != "GetItem" or parsed is None or parsed.index is None:
+    if type(fn) is not ops.GetItem or parsed is None or parsed.index is None:
         return None
     # NumPy only: CuPy's take wraps an index out of range silently, which the forward's host
     # check is there to refuse.
