@@ -7,7 +7,10 @@ Imported by compiled.py and generate.py (run by hand, never as tests).
 from __future__ import annotations
 
 import os
+import statistics
+import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,3 +58,16 @@ def gpt_example(library: str) -> types.ModuleType:
     module.__file__ = str(GPT_EXAMPLE)
     exec(compile(source, str(GPT_EXAMPLE), "exec"), module.__dict__)  # noqa: S102
     return module
+
+
+def median_seconds(run: Callable[[], object], warmup: int, repeats: int) -> float:
+    """The median wall time of `run` over `repeats` calls, after `warmup` untimed ones (a
+    compiled step records its first two calls)."""
+    for _ in range(warmup):
+        run()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)

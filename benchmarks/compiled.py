@@ -36,11 +36,10 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-from common import REMOVED, blas_info, child_env, gpt_example
+from common import REMOVED, blas_info, child_env, gpt_example, median_seconds
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -341,17 +340,11 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
             counter[0] += 1
             return step(*args[counter[0] % len(args)]).item()
 
-    for _ in range(10):  # a compiled step records its first two calls
-        run()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
+    median = median_seconds(run, warmup=10, repeats=repeats)
     info = blas_info()
     if limit is not None:
         limit.unregister()
-    return {"median": statistics.median(samples), "blas": info, **extra}
+    return {"median": median, "blas": info, **extra}
 
 
 # ------------------------------------------------------------------------------------- parent

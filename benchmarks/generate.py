@@ -33,11 +33,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-from common import blas_info, child_env, gpt_example
+from common import blas_info, child_env, gpt_example, median_seconds
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -83,17 +82,11 @@ def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
         return model.generate(prompt, CONFIG["new"], **options)[0].tolist()
 
     tokens = run()
-    for _ in range(3):  # warm-up; a compiled step records its first two per-token calls
-        run()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
+    median = median_seconds(run, warmup=3, repeats=repeats)  # the first call records, too
     info = blas_info()
     if limit is not None:
         limit.unregister()
-    return {"median": statistics.median(samples), "tokens": tokens, "blas": info}
+    return {"median": median, "tokens": tokens, "blas": info}
 
 
 def spawn(mode: str, threads: int, repeats: int, weights: Path) -> dict:
