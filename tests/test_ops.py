@@ -355,6 +355,8 @@ ROWS = [
         lambda a: a - a.max(-1, keepdims=True)
         - np.log(np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)), [B3]),
     Row("erf", lambda a: F.erf(a), lambda a: np.vectorize(math.erf)(a), [A]),
+    Row("fused gelu", lambda a: F.gelu(a),
+        lambda a: a * 0.5 * (1.0 + np.vectorize(math.erf)(a / math.sqrt(2.0))), [A]),
     Row("fused linear", lambda x, w, b: ops.Linear.apply(x, w, b),
         lambda x, w, b: x @ w.T + b, [B3, (5, 4), (5,)]),
     Row("fused linear 1-d, no bias", lambda x, w: ops.Linear.apply(x, w),

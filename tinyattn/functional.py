@@ -1,7 +1,7 @@
 """Functional layer: softmax family, losses, linear, embedding, layer norm, dropout, activations
 and scaled dot-product attention. Imports `backend`, `kernels`, `ops` and `tensor`; arrays
 only through their array API namespace. Every function here checks its arguments and composes
-Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax, Erf, Linear, LayerNorm,
+Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax, Erf, Gelu, Linear, LayerNorm,
 BlockwiseAttention; ClassWeights, KeptCount and Dropout make cross-entropy's target weights and
 dropout's mask): no derivative math lives here, so every order of gradient comes
 from the ops layer. Masks are bool, True = may attend; masked scores become -inf and a row with
@@ -20,6 +20,7 @@ from .ops import (
     ClassWeights,
     Dropout,
     Erf,
+    Gelu,
     KeptCount,
     LogSoftmax,
     Softmax,
@@ -297,12 +298,13 @@ def erf(x: Tensor) -> Tensor:
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     """GELU: y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))) ("none", exact), or PyTorch's
-    "tanh" form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Gradients come from the ops:
-    exact dL/dx = g * (Phi(x) + x * phi(x)). Shapes: any.
+    "tanh" form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). The exact form is one fused
+    op (`ops.Gelu`), dL/dx = g * (Phi(x) + x * phi(x)); the tanh form is composed of Tensor ops.
+    Shapes: any.
     """
     x = _check_float("gelu", x)
     if approximate == "none":
-        return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+        return Gelu.apply(x)
     if approximate == "tanh":
         inner = (x + 0.044715 * x * x * x) * math.sqrt(2.0 / math.pi)
         return 0.5 * x * (1.0 + inner.tanh())

@@ -46,7 +46,7 @@ from .shape import (
     matmul_shape,
 )
 from .softmax import LogSoftmax, Softmax
-from .special import Erf
+from .special import Erf, Gelu
 
 __all__ = [
     "AddScalar",
@@ -65,6 +65,7 @@ __all__ = [
     "Concat",
     "Div",
     "Erf",
+    "Gelu",
     "Exp",
     "GetItem",
     "IndexAdd",
