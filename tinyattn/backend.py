@@ -229,6 +229,15 @@ def is_buffer(array: Any) -> bool:
     return bool(getattr(flags, "writeable", True))  # CuPy's flags have no `writeable`
 
 
+def owns_plain_memory(array: Any) -> bool:
+    """Whether `array` owns its memory, writable and row-major: any other array of its shape,
+    dtype and library can stand in for it (a view, a transposed result or a scalar cannot)."""
+    host = _host_view(array)
+    if not is_buffer(array) or getattr(host, "base", None) is not None:
+        return False
+    return bool(getattr(getattr(host, "flags", None), "c_contiguous", False))
+
+
 def copy_into(target: Any, source: Any) -> None:
     """``target[...] = source`` (broadcast and cast to target's dtype), in place."""
     if isinstance(target, np.ndarray) or _is_cupy_array(target):

@@ -69,6 +69,8 @@ def _lowered(fn: Any, arrays: list, out: Any, kwargs: dict) -> Callable | None:
     if kind in _UNARY_UFUNCS and backend.has_out(arrays[0]):
         ufunc = getattr(u, _UNARY_UFUNCS[kind])
         return lambda o, x: ufunc(x, out=o)
+    if kind is ops.Relu and backend.has_out(arrays[0]):
+        return lambda o, x: u.maximum(x, 0.0, out=o)  # its forward's own call
     if kind in (ops.AddScalar, ops.MulScalar) and backend.has_out(arrays[0]):
         ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
         if isinstance(c, int | float) and not isinstance(c, bool):
@@ -195,6 +197,21 @@ class Tape:
             counts[root] = counts.get(root, 0) + 1
         self._shared = [counts[root] > 1 for root in self._roots]  # a view uses its memory
         self.graphs = backend.graph_runner(self.env[0]) if self.env and graphs else None
+        self._made_by = {id(e[1]): e for e in self.entries if e[0] == "op"}
+        self._drawing = recorder.drawing
+        self._build()
+        # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
+        # share memory, and the program is built again on the shared buffers.
+        plan = MemoryPlan(self, recorder.made, len(inputs))
+        if plan.shared:
+            self.env = plan.env
+            self._build()
+        self.shared_buffers = plan.shared  # slots whose memory another slot also uses
+        if self.graphs is None:
+            self._release_after_last_use(plan.last_use)
+
+    def _build(self) -> None:
+        """Turn the entries into program items on the current buffers (`env`)."""
         self.static = [True] * len(self.env)
         self.program: list[Callable[[list], None]] = []
         self.dropped = 0  # entries replaced by the views they recorded
@@ -202,17 +219,32 @@ class Tape:
         builders = {"op": self._op, "rule": self._rule, "grad": self._grad, "store": self._store}
         builders.update(draw=self._draw, call=self._call)
         self.labels: list[str] = []  # what each program item replays, for reading and profiling
-        self._made_by = {id(e[1]): e for e in self.entries if e[0] == "op"}
+        self._item_of: dict[int, int] = {}  # entry position -> its program item
         items = []
         for position, entry in enumerate(self.entries):
             lowered = self.lowered
             run = builders[entry[0]](entry)
             if run is not None:
+                self._item_of[position] = len(self.program)
                 self.program.append(run)
                 self.labels.append(
                     entry_name(entry) + (" (out=)" if self.lowered > lowered else "")
                 )
-                items.append((run, entry, position in recorder.drawing))
+                items.append((run, entry, position in self._drawing))
+        self._items = items
+        self.segments = _segments(items, self.static)
+
+    def _release_after_last_use(self, last_use: dict[int, int]) -> None:
+        """Forget each result held anew on every replay once its last reader has run, so the
+        array library can hand its memory to the next result while it is still in cache."""
+        after: dict[int, list[int]] = {}
+        for slot, position in last_use.items():
+            item = self._item_of.get(position)
+            if item is not None and not self.static[slot]:
+                after.setdefault(item, []).append(slot)
+        for item, slots in after.items():
+            self.program[item] = _then_forget(self.program[item], slots)
+        items = [(self.program[k], entry, draws) for k, (_, entry, draws) in enumerate(self._items)]
         self.segments = _segments(items, self.static)
 
     # ------------------------------------------------------------------------ planning
@@ -363,6 +395,97 @@ def reads_and_writes(entry: tuple, made_by: dict) -> tuple[set, set]:
     if kind == "store":
         return {entry[1], entry[2]}, {entry[1]}
     return set(), set()
+
+
+_END = 1 << 62  # read after the program: a returned tensor, a gradient handed to a leaf
+
+
+class MemoryPlan:
+    """Which buffers can share memory: the replay's version of an allocator handing freed memory
+    back, planned once instead of on every call.
+
+    A recording keeps every result in its own array, so a step touches all of them once per
+    replay and little of it is still in cache when it is read again. A result lives from the
+    entry that writes it to the last entry that reads it; two buffers of the same shape, dtype
+    and library whose lives do not overlap can be one array. Left out of sharing, because they
+    are read or written where the tape cannot see: the inputs, arrays the step did not make
+    (parameters, optimizer state), the target of an in-place write, anything returned or handed
+    out as a gradient, results of Python calls and draws, arrays with views (their views would
+    be made on the old memory) and arrays that are views or not row-major. `last_use` gives, for
+    every slot with a known life, the entry position after which nothing reads it.
+    """
+
+    def __init__(self, tape: Tape, made: list[bool], inputs: int) -> None:
+        self.env = list(tape.env)
+        self.shared: set[int] = set()
+        first: dict[int, int] = {}  # slot -> the position of its first write
+        last: dict[int, int] = {}  # slot -> the position of its last read or write
+        read_first: set[int] = set()
+        pinned = set(range(inputs)) | {slot for slot, m in enumerate(made) if not m}
+        made_by = tape._made_by
+        for position, entry in enumerate(tape.entries):
+            kind = entry[0]
+            if kind in ("grad", "draw", "call"):
+                slot = entry[2] if kind == "grad" else entry[-1]
+                if slot is not None:
+                    pinned.add(slot)
+                continue
+            reads, writes = reads_and_writes(entry, made_by)
+            if kind == "rule" and id(entry[1]) in made_by:
+                # A rule may read anything its forward read or kept (its own state, not slots).
+                reads |= reads_and_writes(made_by[id(entry[1])], made_by)[0]
+            if kind == "store":
+                pinned.add(entry[1])
+            for slot in reads:
+                if slot not in first:
+                    read_first.add(slot)
+                last[slot] = position
+            for slot in writes:
+                first.setdefault(slot, position)
+                last[slot] = max(last.get(slot, position), position)
+        for slot in _slots_in(tape.outputs):
+            pinned.add(slot)
+        self.last_use = {s: p for s, p in last.items() if s not in pinned and s not in read_first}
+        candidates = sorted(
+            (first[slot], last[slot], slot)
+            for slot in self.last_use
+            if slot in first
+            and tape.static[slot]
+            and not tape._shared[slot]
+            and backend.owns_plain_memory(tape.env[slot])
+        )
+        free: dict[tuple, list[tuple[int, Any]]] = {}  # key -> (free after, buffer)
+        for start, end, slot in candidates:
+            array = tape.env[slot]
+            key = (type(array), tuple(array.shape), str(array.dtype), str(array.device))
+            pool = free.setdefault(key, [])
+            found = next((k for k, (until, _) in enumerate(pool) if until < start), None)
+            if found is None:
+                pool.append((end, array))  # a buffer of its own, which later slots may share
+                continue
+            buffer = pool[found][1]
+            pool[found] = (end, buffer)
+            self.env[slot] = buffer
+            self.shared.add(slot)
+
+
+def _slots_in(value: Any) -> list[int]:
+    if isinstance(value, Slot):
+        return [value.index]
+    if isinstance(value, tuple | list):
+        return [s for v in value for s in _slots_in(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _slots_in(v)]
+    return []
+
+
+def _then_forget(run: Callable[[list], None], slots: list[int]) -> Callable[[list], None]:
+    def run_and_forget(env: list) -> None:
+        run(env)
+        for slot in slots:
+            env[slot] = None
+
+    return run_and_forget
 
 
 class _Segment:
