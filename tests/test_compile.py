@@ -861,3 +861,55 @@ def test_a_users_op_named_like_a_lowered_one_replays_its_own_forward(device):
     for value in (0.5, 1.0, 1.5, 2.0):
         x = ta.full((3,), value, device=device)
         np.testing.assert_allclose(compiled(x).numpy(), 2.0 * np.expm1(value), rtol=1e-6)
+
+
+def test_buffers_whose_lives_do_not_overlap_share_memory(device):
+    """The memory plan: a result read long after it was made (`a`, read by the last op) keeps
+    its buffer to the end, while results that die young share buffers; the replay still equals
+    eager, and on NumPy the held results are forgotten after their last reader."""
+    from tinyattn.replay import MemoryPlan, reads_and_writes
+
+    weight = ta.tensor(np.linspace(-1, 1, 32, dtype="float32").reshape(4, 8), device=device)
+    weight.requires_grad_(True)
+
+    def step(x):
+        weight.grad = None
+        a = x * 2.0
+        b = (a * a).exp() * 0.5
+        c = (b + 1.0) * (b - 1.0)
+        d = ((c * a) @ weight.T).tanh()
+        loss = (d * d).sum()
+        loss.backward()
+        return loss, weight.grad
+
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((6, 8)).astype("float32") * 0.3 for _ in range(6)]
+    eager = [tuple(t.numpy() for t in step(ta.tensor(x, device=device))) for x in xs]
+    compiled = ta.compile(step)
+    for x, (loss, grad) in zip(xs, eager):
+        got_loss, got_grad = compiled(ta.tensor(x, device=device))
+        np.testing.assert_array_equal(got_loss.numpy(), loss)
+        np.testing.assert_array_equal(got_grad.numpy(), grad)
+    tape = next(iter(compiled.tapes.values()))
+    if device == "cpu":  # results written with out= into buffers: some share one
+        assert tape.shared_buffers, "results of one shape that die young must share a buffer"
+    else:  # no out=: results are held as made, and forgotten after their last reader
+        assert any(array is None for array in tape.env)
+    # No two slots given one buffer are alive at once (recomputed from the entries).
+    plan = MemoryPlan(tape, [True] * len(tape.env), 1)
+    owners: dict[int, list[int]] = {}
+    for slot in (tape.shared_buffers | set(plan.last_use)) - {
+        s for s, a in enumerate(tape.env) if a is None
+    }:
+        owners.setdefault(id(tape.env[slot]), []).append(slot)
+    lives = {}
+    for position, entry in enumerate(tape.entries):
+        if entry[0] in ("op", "rule", "store"):
+            reads, writes = reads_and_writes(entry, tape._made_by)
+            for slot in reads | writes:
+                start, _ = lives.get(slot, (position, position))
+                lives[slot] = (start, position)
+    for slots in owners.values():
+        spans = sorted(lives[s] for s in slots if s in lives)
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert end < start, f"two slots of one buffer overlap: {spans}"
