@@ -696,6 +696,12 @@ class _ThisThread:
         if recorder is not None:
             recorder.host_read(what)
 
+    @staticmethod
+    def mode(owner: Any, name: str) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.mode(owner, name)
+
 
 def set_recorder(recorder: Any) -> Any:
     """Install `recorder` (or None) for the calling thread; returns the one it replaces."""
@@ -735,6 +741,14 @@ def note_store(target: Any, source: Any, op: str = "in-place write") -> None:
     that a replay writes again, into the same array, at the same point of the step."""
     if _recorder is not None:
         _recorder.store(target, source, op)
+
+
+def note_mode(owner: Any, name: str) -> None:
+    """Called by ``nn.Module.__call__``: the ops a recording sees depend on ``owner.<name>`` (a
+    module's ``training``), so a compiled step keys its tapes on that value and records again
+    when it changes (``model.eval()``) instead of replaying the other mode's ops."""
+    if _recorder is not None:
+        _recorder.mode(owner, name)
 
 
 def check_host_read(what: str) -> None:

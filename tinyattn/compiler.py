@@ -7,7 +7,8 @@ training step does the same array work every time its inputs have the same shape
 written down once and replayed:
 
 - **Recording.** The first two calls with a new signature (the shapes, dtypes and devices of the
-  tensor arguments, and the other arguments' values) run eagerly, on private copies of the
+  tensor arguments, the other arguments' values, grad mode and the ``training`` flag of every
+  module the step calls) run eagerly, on private copies of the
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
   backward rule, every gradient stored on a leaf, every in-place write, every random draw made
   outside an op, and calls that must run as Python on every step (``optimizer.step``, gradient
@@ -23,9 +24,10 @@ written down once and replayed:
 - **Replaying.** From the third call on, `replay.Tape` replays the second recording: its arrays are
   the buffers, each written again in place by the entry that made it. Views of buffers stay
   valid and are not made again; simple ops write with ``out=`` (NumPy, CuPy); the others call
-  their ``forward`` and copy the result in. No Tensor objects, no graph, no checks; then the
-  gradients, the optimizer, the scheduler. Parameters and optimizer state change in place
-  exactly as in eager mode; the returned tensors and gradients are copies holding the new values.
+  their ``forward`` and copy the result in; buffers never alive at once share memory. No Tensor
+  objects, no graph, no checks; then the gradients, the optimizer, the scheduler. Parameters
+  and optimizer state change in place exactly as in eager mode; the returned tensors and
+  gradients are copies holding the new values.
 - **On a GPU,** each run of array work between Python calls is captured once as a CUDA graph and
   then launched as one (`backend.CudaGraphs`).
 
@@ -62,6 +64,7 @@ class Recorder:
         self.suspended = 0  # > 0 inside a replayed call, whose inner work is not recorded
         self.in_forward = 0
         self.drawing: set[int] = set()  # tape positions of ops whose forward draws (dropout)
+        self.modes: list[tuple[Any, str]] = []  # (object, attribute): flags the ops depend on
         for tensor in inputs:
             self._new_slot(tensor.array, made=True)
 
@@ -197,6 +200,11 @@ class Recorder:
                 "whose array cannot be written (a 0-d NumPy scalar); a replay could not repeat it"
             )
         self.tape.append(("store", self._slot(target), self._slot(source), op))
+
+    def mode(self, owner: Any, name: str) -> None:
+        """A flag the recorded ops depend on (a module's ``training``): part of the tape's key."""
+        if not self.suspended and not any(o is owner and n == name for o, n in self.modes):
+            self.modes.append((owner, name))
 
     def host_read(self, what: str) -> None:
         if not self.suspended:
@@ -349,19 +357,31 @@ class CompiledStep:
         self._lock = threading.RLock()
         self.tapes: dict[tuple, Tape] = {}
         self._first: dict[tuple, Recorder] = {}
+        # Flags the recorded ops depend on (every called module's `training`), from all
+        # recordings so far: their values at each call are part of the key, with grad mode.
+        self._modes: list[tuple[Any, str]] = []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # One call at a time: a replay writes into buffers that another call would share.
         with self._lock:
             return self._call(args, kwargs)
 
+    def _key(self, args: tuple, kwargs: dict) -> tuple:
+        modes = tuple(getattr(owner, name) for owner, name in self._modes)
+        return (*_signature(args, kwargs), ("modes", autograd.is_grad_enabled(), modes))
+
     def _call(self, args: tuple, kwargs: dict) -> Any:
-        key = _signature(args, kwargs)
+        key = self._key(args, kwargs)
         inputs = [a for a in args if isinstance(a, Tensor)]
         tape = self.tapes.get(key)
         if tape is not None:
             return tape.replay(inputs)
         recorder, result = self._record(inputs, args, kwargs)
+        known = self._modes
+        new = [(o, n) for o, n in recorder.modes if not any(o is p and n == q for p, q in known)]
+        if new:  # flags first seen in this recording: key it (and later calls) on them too
+            self._modes = known + new
+            key = self._key(args, kwargs)
         first = self._first.pop(key, None)
         if first is None:
             self._first[key] = recorder

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from .. import backend
+from .. import autograd, backend
 from ..autograd import no_grad
 from ..tensor import Tensor
 
@@ -341,6 +341,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if autograd._recorder is not None:  # ta.compile records: a replay must match the mode
+            autograd.note_mode(self, "training")
         return self.forward(*args, **kwargs)
 
     def extra_repr(self) -> str:
