@@ -548,10 +548,10 @@ def test_the_mingpt_program_compiles_exactly(device):
     _compare_losses(make, batches)
 
 
-def test_the_copy_task_compiles_exactly(device):
+def _copy_task():
+    """examples/copy_task.py, loaded as a module."""
     import importlib.util
     import sys
-    from dataclasses import replace
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "examples" / "copy_task.py"
@@ -559,6 +559,13 @@ def test_the_copy_task_compiles_exactly(device):
     copy_task = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("copy_task", copy_task)
     spec.loader.exec_module(copy_task)
+    return copy_task
+
+
+def test_the_copy_task_compiles_exactly(device):
+    from dataclasses import replace
+
+    copy_task = _copy_task()
     config = replace(copy_task.Config(), device=device, batch=16)
     rng = np.random.default_rng(0)
     batches = [
@@ -582,6 +589,30 @@ def test_the_copy_task_compiles_exactly(device):
         return model, step
 
     _compare_losses(make, batches)
+
+
+def test_the_copy_tasks_greedy_decoding_compiles_exactly(device):
+    """Generation: the copy task's greedy decoding, its model's forward compiled. Every length
+    is one signature, recorded by the first two sequences and replayed by the others; the
+    replayed logits equal the eager ones bit for bit, so the decoded digits are the same."""
+    from dataclasses import replace
+
+    copy_task = _copy_task()
+    config = replace(copy_task.Config(), device=device)
+    ta.manual_seed(0)
+    model = copy_task.build_model(config)
+    model.eval()
+    forward = ta.compile(lambda tokens: model(tokens), max_signatures=2 * config.seq_len)
+    rng = np.random.default_rng(1)
+    with ta.no_grad():
+        for _ in range(4):
+            sequence = [*rng.integers(0, config.vocab, config.seq_len).tolist(), config.sep]
+            for _ in range(config.seq_len):
+                tokens = ta.tensor([sequence], dtype="int64", device=device)
+                eager, replayed = model(tokens).numpy(), forward(tokens).numpy()
+                np.testing.assert_array_equal(replayed, eager)
+                sequence.append(int(eager[0, -1].argmax()))
+    assert len(forward.tapes) == config.seq_len  # one tape per length, each replayed twice
 
 
 def test_the_annotated_transformer_compiles_exactly(device):
@@ -913,3 +944,30 @@ def test_buffers_whose_lives_do_not_overlap_share_memory(device):
         spans = sorted(lives[s] for s in slots if s in lives)
         for (_, end), (start, _) in zip(spans, spans[1:]):
             assert end < start, f"two slots of one buffer overlap: {spans}"
+
+
+def test_model_eval_and_no_grad_record_again_instead_of_replaying_the_other_mode(device):
+    """A PyTorch habit: the same compiled function called after ``model.eval()`` or under
+    ``no_grad``. Every called module's ``training`` flag and grad mode are part of the key, so
+    such a call records its own tape (no dropout in eval mode) and never replays the other
+    mode's ops; switching back replays the first tape again."""
+    ta.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2)).to(device)
+    forward = ta.compile(lambda x: model(x))
+    x = ta.tensor(np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4), device=device)
+    for _ in range(3):
+        forward(x)  # training mode: recorded twice, then replayed with new masks
+    assert len(forward.tapes) == 1
+    model.eval()
+    for _ in range(3):
+        np.testing.assert_array_equal(forward(x).numpy(), model(x).numpy())
+    with ta.no_grad():
+        for _ in range(3):
+            np.testing.assert_array_equal(forward(x).numpy(), model(x).numpy())
+    assert len(forward.tapes) == 3
+    model.train()
+    ta.manual_seed(5)
+    replayed = forward(x).numpy()
+    ta.manual_seed(5)
+    np.testing.assert_array_equal(replayed, model(x).numpy())  # the same mask: dropout again
+    assert len(forward.tapes) == 3, "back in training mode, the first tape replays"
