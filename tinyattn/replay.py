@@ -3,9 +3,10 @@
 Imports `backend`, `autograd` and `tensor`; `compiler` (which records and checks) builds a `Tape`
 from its second recording. The recording's own arrays are the buffers: every replay writes each
 result into the array the recording made for it, so views of buffers stay valid and are not made
-again, simple ops write with ``out=``, and addresses stay fixed for CUDA graphs. The program is
-cut into segments, runs of array work and the Python between them; on CuPy each run of array
-work is captured once as a CUDA graph and launched as one.
+again, simple ops write with ``out=``, and addresses stay fixed for CUDA graphs. Buffers that
+are never alive at once share one array (`MemoryPlan`). The program is cut into segments, runs
+of array work and the Python between them; on CuPy each run of array work is captured once as
+a CUDA graph and launched as one.
 """
 
 from __future__ import annotations
