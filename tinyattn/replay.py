@@ -398,9 +398,6 @@ def reads_and_writes(entry: tuple, made_by: dict) -> tuple[set, set]:
     return set(), set()
 
 
-_END = 1 << 62  # read after the program: a returned tensor, a gradient handed to a leaf
-
-
 class MemoryPlan:
     """Which buffers can share memory: the replay's version of an allocator handing freed memory
     back, planned once instead of on every call.
