@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .backend import ONE_HOT_LIMIT, contiguous, namespace, scatter_add
+from .backend import ONE_HOT_LIMIT, contiguous, is_host_array, namespace, scatter_add
 
 # ------------------------------------------------------------------------------ sums and maxima
 
@@ -148,11 +148,12 @@ def in_pieces(function: Callable[[Any], Any], x: Any, elements: int = 16384) -> 
     temporaries as large as `x`; on an activation of 262,144 values that is 2 MB per temporary,
     more than the core's cache, so every pass goes to memory. On pieces of 16,384 values the
     temporaries stay in cache: erf of a (1024, 256) float32 array took 6.4 ms whole and 2.4 - 3 ms
-    in pieces, with the same values. Arrays no larger than one piece take one call.
+    in pieces, with the same values. Arrays no larger than one piece take one call, and so do
+    arrays off the host: on a GPU each piece would be another kernel launch per pass.
     Shapes: x any -> function(x)'s shape (the same).
     """
     size = math.prod(x.shape)
-    if size <= elements:
+    if size <= elements or not is_host_array(x):
         return function(x)
     xp = namespace(x)
     flat = xp.reshape(x, (-1,))
