@@ -7,8 +7,8 @@ training step does the same array work every time its inputs have the same shape
 written down once and replayed:
 
 - **Recording.** The first two calls with a new signature (the shapes, dtypes and devices of the
-  tensor arguments, the other arguments' values, grad mode and the ``training`` flag of every
-  module the step calls) run eagerly, on private copies of the
+  tensor arguments, the other arguments' values, grad mode, and the mode and the parameters,
+  buffers and submodules of every module the step calls) run eagerly, on private copies of the
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
   backward rule, every gradient stored on a leaf, every in-place write, every random draw made
   outside an op, and calls that must run as Python on every step (``optimizer.step``, gradient
@@ -65,6 +65,7 @@ class Recorder:
         self.in_forward = 0
         self.drawing: set[int] = set()  # tape positions of ops whose forward draws (dropout)
         self.modes: list[tuple[Any, str]] = []  # (object, attribute): flags the ops depend on
+        self.owners: dict[int, Tensor] = {}  # constant slot -> the tensor it was read from
         for tensor in inputs:
             self._new_slot(tensor.array, made=True)
 
@@ -109,6 +110,9 @@ class Recorder:
         if self.suspended:
             return data
         in_slots = [self._slot(a) for a in arrays]
+        for tensor, slot in zip(inputs, in_slots):
+            if not self.made[slot]:  # a parameter, a buffer: its tensor must keep this array
+                self.owners.setdefault(slot, tensor)
         template, dynamic = self._kwargs(kwargs)
         out = self._new_slot(data, made=True)
         saved = getattr(fn, "_saved", None) or ()
@@ -202,7 +206,7 @@ class Recorder:
         self.tape.append(("store", self._slot(target), self._slot(source), op))
 
     def mode(self, owner: Any, name: str) -> None:
-        """A flag the recorded ops depend on (a module's ``training``): part of the tape's key."""
+        """A value the recorded ops depend on (a module's ``replay_key``): part of the key."""
         if not self.suspended and not any(o is owner and n == name for o, n in self.modes):
             self.modes.append((owner, name))
 
@@ -328,7 +332,9 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
 
     def key(value: Any) -> Any:
         if isinstance(value, Tensor):
-            return ("tensor", value.shape, str(value.dtype), value.device)
+            # The library first: dtypes of two libraries are never compared with each other.
+            array = value.array
+            return ("tensor", type(array), value.device, array.shape, array.dtype)
         try:
             hash(value)
             return value
@@ -357,7 +363,7 @@ class CompiledStep:
         self._lock = threading.RLock()
         self.tapes: dict[tuple, Tape] = {}
         self._first: dict[tuple, Recorder] = {}
-        # Flags the recorded ops depend on (every called module's `training`), from all
+        # Values the recorded ops depend on (every called module's `replay_key`), from all
         # recordings so far: their values at each call are part of the key, with grad mode.
         self._modes: list[tuple[Any, str]] = []
 
@@ -375,7 +381,9 @@ class CompiledStep:
         inputs = [a for a in args if isinstance(a, Tensor)]
         tape = self.tapes.get(key)
         if tape is not None:
-            return tape.replay(inputs)
+            if tape.arrays_are_current():
+                return tape.replay(inputs)
+            del self.tapes[key]  # a parameter's array was replaced (p.data = t): record again
         recorder, result = self._record(inputs, args, kwargs)
         known = self._modes
         new = [(o, n) for o, n in recorder.modes if not any(o is p and n == q for p, q in known)]

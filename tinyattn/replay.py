@@ -200,6 +200,7 @@ class Tape:
         self.graphs = backend.graph_runner(self.env[0]) if self.env and graphs else None
         self._made_by = {id(e[1]): e for e in self.entries if e[0] == "op"}
         self._drawing = recorder.drawing
+        self._owners = list(recorder.owners.items())  # (constant slot, the tensor holding it)
         self._build()
         # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
         # share memory, and the program is built again on the shared buffers.
@@ -357,6 +358,13 @@ class Tape:
         return run
 
     # ------------------------------------------------------------------------- replaying
+    def arrays_are_current(self) -> bool:
+        """Whether every parameter and buffer the tape reads still holds the array it recorded
+        (``p.data = t`` or ``module.to(...)`` gives a tensor a new one: the tape would read the
+        old one)."""
+        env = self.env
+        return all(tensor.array is env[slot] for slot, tensor in self._owners)
+
     def replay(self, inputs: list[Tensor]) -> Any:
         env = self.env
         self._replayed_inputs = inputs

@@ -40,6 +40,14 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list[str]
 
 
+class _Held:
+    """How many times any module's parameters, buffers or submodules changed (every change goes
+    through `Module._forget` or `Module.__setattr__`): `Module.replay_key` reads a module's
+    holdings again only after this moved."""
+
+    changes = 0
+
+
 class Module:
     """Base class of layers: assign Parameters and Modules as attributes and they are tracked.
 
@@ -73,10 +81,12 @@ class Module:
                     f"{type(self).__name__}: cannot assign {type(value).__name__} to parameter "
                     f"{name!r}; wrap it in nn.Parameter (or assign None)"
                 )
+            _Held.changes += 1
             self._parameters[name] = None
         elif stores is not None and name in self._buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}: buffer {name!r} must be a Tensor or None")
+            _Held.changes += 1
             self._buffers[name] = value
         else:
             object.__setattr__(self, name, value)
@@ -94,6 +104,7 @@ class Module:
             object.__delattr__(self, name)
 
     def _forget(self, name: str) -> bool:
+        _Held.changes += 1  # a removal, or the first half of a registration
         found = False
         for store in (self._parameters, self._buffers, self._modules):
             if name in store:
@@ -342,8 +353,21 @@ class Module:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if autograd._recorder is not None:  # ta.compile records: a replay must match the mode
-            autograd.note_mode(self, "training")
+            autograd.note_mode(self, "replay_key")
         return self.forward(*args, **kwargs)
+
+    @property
+    def replay_key(self) -> tuple:
+        """What a compiled step's recording depends on in this module (`ta.compile` keys its
+        tapes on it): the mode, and which parameters, buffers and submodules it holds, by
+        identity, so ``model.eval()`` or a replaced layer records again instead of replaying.
+        The second part is read again only after some module's holdings changed."""
+        cached = self.__dict__.get("_held_key")
+        if cached is None or cached[0] != _Held.changes:
+            held = (*self._parameters.values(), *self._buffers.values(), *self._modules.values())
+            cached = (_Held.changes, tuple(map(id, held)))
+            object.__setattr__(self, "_held_key", cached)
+        return self.training, cached[1]
 
     def extra_repr(self) -> str:
         return ""
