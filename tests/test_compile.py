@@ -971,3 +971,27 @@ def test_model_eval_and_no_grad_record_again_instead_of_replaying_the_other_mode
     ta.manual_seed(5)
     np.testing.assert_array_equal(replayed, model(x).numpy())  # the same mask: dropout again
     assert len(forward.tapes) == 3, "back in training mode, the first tape replays"
+
+
+def test_a_replaced_parameter_or_layer_records_again(device):
+    """PyTorch habits that give a tensor or a module new storage after compiling: ``p.data =
+    t``, a layer swapped for a new one. The tape would read the old arrays; instead the call
+    records again and equals eager. In-place changes (load_state_dict) replay as they are."""
+    ta.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).to(device)
+    forward = ta.compile(lambda x: model(x))
+    x = ta.tensor(np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3), device=device)
+
+    def same():
+        for _ in range(3):
+            np.testing.assert_array_equal(forward(x).numpy(), model(x).numpy())
+
+    same()
+    with ta.no_grad():
+        model[0].weight.data = ta.full((4, 3), 0.5, device=device)
+    same()
+    model[2] = nn.Linear(4, 2).to(device)
+    same()
+    model.load_state_dict({k: v * 2.0 for k, v in model.state_dict().items()})
+    same()
+    assert len(forward.tapes) == 2  # the swapped layer changed the key; the new array did not
