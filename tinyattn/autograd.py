@@ -745,7 +745,7 @@ def note_store(target: Any, source: Any, op: str = "in-place write") -> None:
 
 def note_mode(owner: Any, name: str) -> None:
     """Called by ``nn.Module.__call__``: the ops a recording sees depend on ``owner.<name>`` (a
-    module's ``replay_key``: its mode and what it holds), so a compiled step keys its tapes on
+    module's ``_replay_key``: its mode and what it holds), so a compiled step keys its tapes on
     that value and records again when it changes (``model.eval()``) instead of replaying."""
     if _recorder is not None:
         _recorder.mode(owner, name)

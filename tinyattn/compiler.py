@@ -206,7 +206,7 @@ class Recorder:
         self.tape.append(("store", self._slot(target), self._slot(source), op))
 
     def mode(self, owner: Any, name: str) -> None:
-        """A value the recorded ops depend on (a module's ``replay_key``): part of the key."""
+        """A value the recorded ops depend on (a module's ``_replay_key``): part of the key."""
         if not self.suspended and not any(o is owner and n == name for o, n in self.modes):
             self.modes.append((owner, name))
 
@@ -363,7 +363,7 @@ class CompiledStep:
         self._lock = threading.RLock()
         self.tapes: dict[tuple, Tape] = {}
         self._first: dict[tuple, Recorder] = {}
-        # Values the recorded ops depend on (every called module's `replay_key`), from all
+        # Values the recorded ops depend on (every called module's `_replay_key`), from all
         # recordings so far: their values at each call are part of the key, with grad mode.
         self._modes: list[tuple[Any, str]] = []
 

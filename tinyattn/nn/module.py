@@ -42,7 +42,7 @@ class IncompatibleKeys(NamedTuple):
 
 class _Held:
     """How many times any module's parameters, buffers or submodules changed (every change goes
-    through `Module._forget` or `Module.__setattr__`): `Module.replay_key` reads a module's
+    through `Module._forget` or `Module.__setattr__`): `Module._replay_key` reads a module's
     holdings again only after this moved."""
 
     changes = 0
@@ -353,11 +353,11 @@ class Module:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if autograd._recorder is not None:  # ta.compile records: a replay must match the mode
-            autograd.note_mode(self, "replay_key")
+            autograd.note_mode(self, "_replay_key")
         return self.forward(*args, **kwargs)
 
     @property
-    def replay_key(self) -> tuple:
+    def _replay_key(self) -> tuple:
         """What a compiled step's recording depends on in this module (`ta.compile` keys its
         tapes on it): the mode, and which parameters, buffers and submodules it holds, by
         identity, so ``model.eval()`` or a replaced layer records again instead of replaying.
