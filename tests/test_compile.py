@@ -256,7 +256,8 @@ def test_a_gradient_for_an_input_goes_to_the_new_input(device):
 
 def test_the_replay_drops_views_and_writes_results_in_place(device):
     """What the fast path removes: views of buffers are not made again, and on NumPy the
-    arithmetic writes into the buffers with out= (the strict stand-in has no out=)."""
+    arithmetic, sums and means included, writes into the buffers with out= (the strict
+    stand-in has no out=)."""
     model, optimizer, scheduler = _mlp(device)
     step = ta.compile(_classifier_step(model, optimizer, scheduler))
     for x, y in _batches(device, 3):
@@ -265,6 +266,8 @@ def test_the_replay_drops_views_and_writes_results_in_place(device):
     assert tape.dropped > 0
     assert len(tape.program) == len(tape.entries) - tape.dropped
     assert (tape.lowered > 0) == (device == "cpu")
+    sums = [label for label in tape.labels if label.split()[0] in ("Sum", "Mean", "SumTo")]
+    assert sums and all(label.endswith("(out=)") == (device == "cpu") for label in sums)
 
 
 # ---------------------------------------------------------------------------------- refusals

@@ -12,10 +12,12 @@ a CUDA graph and launched as one.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any
 
-from . import autograd, backend, ops
+from . import autograd, backend, kernels, ops
+from .ops.reductions import sum_to_axes
 from .tensor import Tensor
 
 
@@ -76,6 +78,14 @@ def _lowered(fn: Any, arrays: list, out: Any, kwargs: dict) -> Callable | None:
         ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
         if isinstance(c, int | float) and not isinstance(c, bool):
             return lambda o, x: ufunc(x, c, out=o)
+    if kind in (ops.Sum, ops.Mean, ops.SumTo) and backend.has_out(arrays[0]):
+        x = arrays[0]
+        if kind is ops.SumTo:
+            axes = sum_to_axes(x.shape, kwargs.get("shape", ()))
+        else:
+            axes = fn.axes
+        divisor = math.prod(x.shape[a] for a in axes) if kind is ops.Mean else None
+        return _lowered_sum(u, x, out, axes, divisor)
     if kind is ops.MatMul and len(arrays) == 2:
         return _lowered_matmul(u, out, *arrays)
     if kind is ops.Linear:
@@ -106,6 +116,32 @@ def _lowered_matmul(u: Any, out: Any, a: Any, b: Any) -> Callable | None:
         k = a.shape[-1]
         return lambda o, a, b: u.matmul(u.reshape(a, (-1, k)), b, out=rows)
     return lambda o, a, b: u.matmul(a, b, out=o)
+
+
+def _lowered_sum(u: Any, x: Any, out: Any, axes: tuple, divisor: int | None) -> Callable | None:
+    """`kernels.sum_array`'s product with a vector of ones, written into `out` (then divided by
+    `divisor`, for a mean), where sum_array takes that path; None where it does not."""
+    ndim, count = x.ndim, len(axes)
+    if not count or x.size == 0 or x.dtype not in (u.float32, u.float64):
+        return None
+    trailing = axes[0] == ndim - count
+    if not trailing and axes[-1] != count - 1:
+        return None  # neither trailing nor leading: sum_array calls the library's sum
+    flat = u.reshape(out, (-1,))
+    if not u.shares_memory(flat, out):
+        return None
+    summed = math.prod(x.shape[a] for a in axes)
+    ones = kernels.ones_vector(backend.namespace(x), summed, x.dtype, x.device)
+
+    def run(o: Any, x: Any) -> None:
+        if trailing:  # (rows, summed) @ (summed,) -> (rows,)
+            u.matmul(u.reshape(x, (-1, summed)), ones, out=flat)
+        else:  # (summed,) @ (summed, columns) -> (columns,)
+            u.matmul(ones, u.reshape(x, (summed, -1)), out=flat)
+        if divisor is not None:
+            u.divide(flat, divisor, out=flat)
+
+    return run
 
 
 def _lowered_linear(u: Any, out: Any, arrays: list) -> Callable | None:

@@ -163,6 +163,20 @@ class BroadcastTo(Function):
         return grad.sum_to(self.inputs[0].shape)
 
 
+def sum_to_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
+    """The axes of an array of `shape` that summing it down to `target` sums over (the leading
+    axes it lacks, and those where it has size 1), or raise naming sum_to."""
+    lead = len(shape) - len(target)
+    if lead < 0 or any(n not in (1, shape[lead + i]) for i, n in enumerate(target)):
+        raise ValueError(
+            f"sum_to: cannot sum a tensor of shape {shape} to shape {target}: {target} must "
+            f"broadcast to {shape} (each size 1 or equal, no more axes)"
+        )
+    return tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1
+    )
+
+
 class SumTo(Function):
     """y = x summed down to `shape` (the inverse of broadcasting);  dL/dx = g broadcast back."""
 
@@ -170,15 +184,7 @@ class SumTo(Function):
     backward_reads = ()
 
     def forward(self, x: Any, shape: tuple = ()) -> Any:
-        lead = x.ndim - len(shape)
-        if lead < 0 or any(n not in (1, x.shape[lead + i]) for i, n in enumerate(shape)):
-            raise ValueError(
-                f"sum_to: cannot sum a tensor of shape {x.shape} to shape {shape}: {shape} must "
-                f"broadcast to {x.shape} (each size 1 or equal, no more axes)"
-            )
-        axes = tuple(range(lead)) + tuple(
-            lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1
-        )
+        axes = sum_to_axes(x.shape, shape)
         summed = sum_array(x, axes, keepdims=True) if axes else x
         return namespace(x).reshape(summed, shape)
 
