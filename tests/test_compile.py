@@ -998,3 +998,23 @@ def test_a_replaced_parameter_or_layer_records_again(device):
     model.load_state_dict({k: v * 2.0 for k, v in model.state_dict().items()})
     same()
     assert len(forward.tapes) == 2  # the swapped layer changed the key; the new array did not
+
+
+def test_a_mode_switch_between_the_two_recordings_starts_over(device):
+    """model.eval() between the first and the second call: the second recording is a first
+    one in the new mode, not a mismatch; a module made anew inside the step on every call is
+    still refused (its parameters change between the calls), never recorded forever."""
+    ta.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2)).to(device)
+    forward = ta.compile(lambda x: model(x))
+    x = ta.tensor(np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4), device=device)
+    forward(x)
+    model.eval()
+    for _ in range(3):
+        np.testing.assert_array_equal(forward(x).numpy(), model(x).numpy())
+    assert len(forward.tapes) == 1
+
+    fresh = ta.compile(lambda x: nn.Linear(4, 2).to(device)(x))
+    fresh(x)
+    with pytest.raises(ta.CompileError, match="changes between calls"):
+        fresh(x)

@@ -65,6 +65,7 @@ class Recorder:
         self.in_forward = 0
         self.drawing: set[int] = set()  # tape positions of ops whose forward draws (dropout)
         self.modes: list[tuple[Any, str]] = []  # (object, attribute): flags the ops depend on
+        self.mode_values: list[Any] = []  # their values when the recording ended
         self.owners: dict[int, Tensor] = {}  # constant slot -> the tensor it was read from
         for tensor in inputs:
             self._new_slot(tensor.array, made=True)
@@ -385,21 +386,21 @@ class CompiledStep:
                 return tape.replay(inputs)
             del self.tapes[key]  # a parameter's array was replaced (p.data = t): record again
         recorder, result = self._record(inputs, args, kwargs)
+        first = self._first.pop(key, None)
+        if first is None or _switched_modes(first, recorder):
+            self._first[key] = recorder  # the first recording (again, after a mode switch)
+            return result
+        check_same(first, recorder)
         known = self._modes
         new = [(o, n) for o, n in recorder.modes if not any(o is p and n == q for p, q in known)]
-        if new:  # flags first seen in this recording: key it (and later calls) on them too
+        if new:  # values first seen in these recordings: key this tape and later calls on them
             self._modes = known + new
             key = self._key(args, kwargs)
-        first = self._first.pop(key, None)
-        if first is None:
-            self._first[key] = recorder
-        else:
-            check_same(first, recorder)
-            if len(self.tapes) >= self.max_signatures:
-                self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
-            outputs = _encode_outputs(result, recorder)
-            self.tapes[key] = Tape(recorder, outputs, inputs, graphs=self.cuda_graphs)
-            _release_buffers(result, recorder)
+        if len(self.tapes) >= self.max_signatures:
+            self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
+        outputs = _encode_outputs(result, recorder)
+        self.tapes[key] = Tape(recorder, outputs, inputs, graphs=self.cuda_graphs)
+        _release_buffers(result, recorder)
         return result
 
     def _record(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> tuple[Recorder, Any]:
@@ -417,12 +418,25 @@ class CompiledStep:
             _encode_outputs(result, recorder)  # an unsupported result fails now, not later
         finally:
             autograd.set_recorder(previous)
+            recorder.mode_values = [getattr(owner, name) for owner, name in recorder.modes]
             written = {e[1] for e in recorder.tape if e[0] == "store"}
             for position, (tensor, array) in enumerate(zip(inputs, given, strict=True)):
                 if position in written:
                     backend.copy_into(array, tensor.array)  # the step wrote into its input
                 tensor.array = array
         return recorder, result
+
+
+def _switched_modes(first: Recorder, second: Recorder) -> bool:
+    """Whether the two recordings called the same modules (by identity) in another mode or
+    holding other parameters: the caller switched between the calls (``model.eval()``), so the
+    second recording starts over rather than being checked against the first. Other modules
+    in each call (made inside the step) are left to `check_same`."""
+    if len(first.modes) != len(second.modes):
+        return False
+    if any(a[0] is not b[0] or a[1] != b[1] for a, b in zip(first.modes, second.modes)):
+        return False
+    return first.mode_values != second.mode_values
 
 
 def _release_buffers(result: Any, recorder: Recorder) -> None:
