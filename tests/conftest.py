@@ -9,7 +9,10 @@ implicit NumPy conversion or device mixing fails as it would on CuPy), and ``cup
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 # The suite's arrays are small: one BLAS thread is faster than two fighting over a shared 2-core
 # machine (measured 13x on a busy one). Set before NumPy loads; a user's own setting wins.
@@ -75,3 +78,16 @@ def no_cyclic_gc():
     finally:
         if was_enabled:
             gc.enable()
+
+
+@pytest.fixture(scope="session")
+def copy_task():
+    """examples/copy_task.py as a module, loaded once (the one a test module already loaded, if
+    any: its dataclasses look their module up in sys.modules)."""
+    if "copy_task" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "examples" / "copy_task.py"
+        spec = importlib.util.spec_from_file_location("copy_task", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["copy_task"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["copy_task"]

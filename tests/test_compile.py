@@ -551,24 +551,9 @@ def test_the_mingpt_program_compiles_exactly(device):
     _compare_losses(make, batches)
 
 
-def _copy_task():
-    """examples/copy_task.py, loaded as a module."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "examples" / "copy_task.py"
-    spec = importlib.util.spec_from_file_location("copy_task", path)
-    copy_task = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("copy_task", copy_task)
-    spec.loader.exec_module(copy_task)
-    return copy_task
-
-
-def test_the_copy_task_compiles_exactly(device):
+def test_the_copy_task_compiles_exactly(device, copy_task):
     from dataclasses import replace
 
-    copy_task = _copy_task()
     config = replace(copy_task.Config(), device=device, batch=16)
     rng = np.random.default_rng(0)
     batches = [
@@ -594,13 +579,12 @@ def test_the_copy_task_compiles_exactly(device):
     _compare_losses(make, batches)
 
 
-def test_the_copy_tasks_greedy_decoding_compiles_exactly(device):
+def test_the_copy_tasks_greedy_decoding_compiles_exactly(device, copy_task):
     """Generation: the copy task's greedy decoding, its model's forward compiled. Every length
     is one signature, recorded by the first two sequences and replayed by the others; the
     replayed logits equal the eager ones bit for bit, so the decoded digits are the same."""
     from dataclasses import replace
 
-    copy_task = _copy_task()
     config = replace(copy_task.Config(), device=device)
     ta.manual_seed(0)
     model = copy_task.build_model(config)

@@ -5,10 +5,8 @@ PyTorch against the installed PyTorch (those tests skip without it).
 from __future__ import annotations
 
 import gc
-import importlib.util
 import itertools
 import math
-import sys
 import weakref
 from collections import defaultdict
 from pathlib import Path
@@ -199,16 +197,6 @@ def test_every_node_is_numbered_after_the_nodes_it_consumes():
 
 
 # ----------------------------------------------------------------------------- copy task
-def load_copy_task():
-    if "copy_task" in sys.modules:
-        return sys.modules["copy_task"]
-    spec = importlib.util.spec_from_file_location("copy_task", ROOT / "examples" / "copy_task.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["copy_task"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 class Enumerate:
     """Stands in for the random generator: hands out every possible digit sequence once."""
 
@@ -220,8 +208,7 @@ class Enumerate:
 
 
 @pytest.mark.parametrize("n, vocab", [(2, 3), (3, 3), (3, 4), (4, 2)])
-def test_copy_task_floor_and_cap_if_every_prediction_counted(n, vocab):
-    copy_task = load_copy_task()
+def test_copy_task_floor_and_cap_if_every_prediction_counted(n, vocab, copy_task):
     inputs, targets = copy_task.make_batch(vocab**n, seq_len=n, vocab=vocab, rng=Enumerate())
     sequences = np.concatenate([inputs.numpy(), targets.numpy()[:, -1:]], axis=1)  # (B, 2n + 1)
     # The best any model can do at each position is the true distribution of the next token
