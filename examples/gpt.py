@@ -105,7 +105,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(n_embd)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.apply(self._init_weights)
-        self._decoders = {}  # (B, L, dtype, compiled) -> the generation steps and their caches
+        self._decoders = {}  # (B, L, dtype, compiled) or compiled -> generation steps
 
     @staticmethod
     def _init_weights(module) -> None:
@@ -151,23 +151,37 @@ class GPT(nn.Module):
         return idx
 
     def _full_prefix(self, idx):
-        logits, _ = self(idx[:, -self.block_size :])
+        return self._last_logits(idx[:, -self.block_size :])
+
+    def _last_logits(self, idx):
+        logits, _ = self(idx)
         return logits[:, -1, :]
 
     def _decoder(self, B: int, T: int, max_new_tokens: int, compiled: bool):
         """next_logits(idx) that runs only the positions the caches do not hold yet."""
         L = min(self.block_size, T + max_new_tokens)  # the longest sequence the caches see
         step, per_token = self._steps(B, L, compiled)
+        window = self._window(compiled)
 
         def next_logits(idx):
             n = idx.size(1)
-            if n > L:  # past the block, the window slides and every position moves
-                return self._full_prefix(idx)
+            if n > L:  # past the block, the window slides and every position moves: the
+                # whole window runs again, always block_size long (so a compiled one replays)
+                return window(idx[:, -self.block_size :])
             if n == T:  # the prompt, all at once
                 return step(idx)
             return per_token(idx[:, -1:], torch.tensor([n - 1]))  # the newest character
 
         return next_logits
+
+    def _window(self, compiled: bool):
+        """The last position's logits of a full window, compiled once when asked (its input is
+        always (B, block_size) once the window slides, so the recording is replayed)."""
+        if compiled not in self._decoders:
+            self._decoders[compiled] = (
+                torch.compile(self._last_logits) if compiled else self._last_logits
+            )
+        return self._decoders[compiled]
 
     def _steps(self, B: int, L: int, compiled: bool):
         """The (prompt, per-token) steps over caches of L positions, kept for later calls with
