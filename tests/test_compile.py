@@ -1002,3 +1002,36 @@ def test_a_mode_switch_between_the_two_recordings_starts_over(device):
     fresh(x)
     with pytest.raises(ta.CompileError, match="changes between calls"):
         fresh(x)
+
+
+def test_a_tape_keeps_only_its_buffers_of_the_recordings_arrays(monkeypatch):
+    """Ops replayed by `forward` alone (those run inside backward rules) let go of the input
+    Tensors they recorded: once the tape is built, an array of its recording is alive only if
+    the tape replays into it (or reads it: inputs, parameters, optimizer state)."""
+    import gc
+    import weakref
+
+    from tinyattn import compiler
+
+    recorders = []
+    original = compiler.Recorder.__init__
+
+    def keep(self, inputs):
+        original(self, inputs)
+        recorders.append(self)
+
+    monkeypatch.setattr(compiler.Recorder, "__init__", keep)
+    model, optimizer, scheduler = _mlp("cpu")
+    step = ta.compile(_classifier_step(model, optimizer, scheduler))
+    for x, y in _batches("cpu", 4):
+        step(x, y)
+    arrays = [a for a in recorders[1].arrays if isinstance(a, np.ndarray)]
+    refs = [weakref.ref(a) for a in arrays]
+    del arrays
+    recorders.clear()
+    gc.collect()
+    tape = next(iter(step.tapes.values()))
+    kept = {id(a) for a in tape.env} | {id(a.base) for a in tape.env if hasattr(a, "base")}
+    alive = [ref() for ref in refs if ref() is not None]
+    assert alive, "the tape replays into its recording's arrays"
+    assert all(id(a) in kept for a in alive), [a.shape for a in alive if id(a) not in kept]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-from tinyattn.autograd import is_anomaly_enabled
+from tinyattn.autograd import ReleasedConstant, is_anomaly_enabled
 
 
 def _leaf(values, device, dtype="float64"):
@@ -265,6 +265,26 @@ def test_release_keeps_a_skeleton_of_leaves_and_functions(device):
     assert sum_node.inputs is None and sum_node.released_inputs == (tanh_node,)
     assert tanh_node.released_inputs == (mul_node,)
     assert mul_node.released_inputs[0] is x and mul_node.released_inputs[1] is w
+
+
+def test_release_keeps_only_the_shape_of_a_large_constant(device):
+    """A mask (no gradient reaches it) is freed with the graph: the skeleton keeps its shape and
+    dtype for drawing, while a leaf and a one-value constant are kept as they are."""
+    x = _leaf([1.0, 2.0, 3.0], device)
+    mask = ta.tensor([1.0, 0.0, 1.0], dtype="float64", device=device)
+    half = ta.tensor(0.5, dtype="float64", device=device)
+    loss = (x * mask * half).sum()
+    masked = loss._ctx.inputs[0]._ctx.inputs[0]._ctx  # x * mask
+    scaled = loss._ctx.inputs[0]._ctx  # (x * mask) * half
+    alive = weakref.ref(mask)
+    del mask
+    loss.backward()
+    kept = masked.released_inputs[1]
+    assert isinstance(kept, ReleasedConstant) and kept.shape == (3,) and kept.numel() == 3
+    assert masked.released_inputs[0] is x and scaled.released_inputs[1] is half
+    gc.collect()
+    assert alive() is None, "the skeleton kept the mask alive"
+    np.testing.assert_array_equal(x.grad.numpy(), [0.5, 0.0, 0.5])
 
 
 class _Twice(ta.Function):

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import heapq
 import itertools
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -227,9 +228,10 @@ class Function:
 
     After a backward without ``retain_graph`` the node is released: ``inputs`` and the saved
     values are dropped (that frees the memory), and ``released_inputs`` keeps a skeleton for
-    drawing the graph: for each former input, the input Tensor itself if it is a leaf, else the
-    Function that produced it (whose own ``released_inputs`` continue the chain). The skeleton
-    points only from newer nodes to older ones, so it makes no reference cycle.
+    drawing the graph: for each former input, the Function that produced it (whose own
+    ``released_inputs`` continue the chain), else the input Tensor itself if a gradient reaches
+    it or it holds one value, else a `ReleasedConstant` (shape and dtype, not the values). The
+    skeleton points only from newer nodes to older ones, so it makes no reference cycle.
     """
 
     # Built-in ops add their own __slots__; a user subclass without __slots__ gets a __dict__.
@@ -343,14 +345,42 @@ class Function:
         """Drop what backward needed, keeping the skeleton; a second backward then raises."""
         inputs = self.inputs
         if inputs is not None:
-            # A Function is always truthy, so `t._ctx or t` is the producer, else the leaf.
             self._released_inputs = (
-                (inputs[0]._ctx or inputs[0],)  # the common unary case, without a loop
+                (_skeleton_of(inputs[0]),)  # the common unary case, without a loop
                 if len(inputs) == 1
-                else tuple([t._ctx or t for t in inputs])
+                else tuple([_skeleton_of(t) for t in inputs])
             )
         self._saved = None
         self.inputs = None
+
+
+class ReleasedConstant:
+    """What a released node keeps of a constant input (no gradient reaches it, and it holds more
+    than one value): its shape and dtype, to be drawn. A mask or a dropout pattern is as large
+    as the activations, and its values are freed with the rest of the graph."""
+
+    __slots__ = ("shape", "dtype")
+    requires_grad = False
+    grad = None
+    _ctx = None
+
+    def __init__(self, shape: tuple, dtype: Any) -> None:
+        self.shape, self.dtype = shape, dtype
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def _skeleton_of(tensor: Any) -> Any:
+    """A released node's record of one input: the Function that made it, or the tensor itself
+    if it is a leaf a gradient reaches (a parameter) or holds one value (the 2.0 of x * 2.0),
+    else a `ReleasedConstant`. A Function is always truthy, so `_ctx or` picks the producer."""
+    producer = tensor._ctx
+    if producer is not None:
+        return producer
+    if tensor.requires_grad or tensor.numel() == 1:
+        return tensor
+    return ReleasedConstant(tensor.shape, tensor.dtype)
 
 
 def _versions_read(fn: Function, output: Any) -> tuple:
@@ -760,6 +790,7 @@ def check_host_read(what: str) -> None:
 __all__ = [
     "AnomalyError",
     "Function",
+    "ReleasedConstant",
     "RemovableHandle",
     "detect_anomaly",
     "is_anomaly_enabled",

@@ -237,6 +237,7 @@ class Tape:
         self._made_by = {id(e[1]): e for e in self.entries if e[0] == "op"}
         self._drawing = recorder.drawing
         self._owners = list(recorder.owners.items())  # (constant slot, the tensor holding it)
+        self._let_go_of_the_recording()
         self._build()
         # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
         # share memory, and the program is built again on the shared buffers.
@@ -247,6 +248,22 @@ class Tape:
         self.shared_buffers = plan.shared  # slots whose memory another slot also uses
         if self.graphs is None:
             self._release_after_last_use(plan.last_use)
+
+    def _let_go_of_the_recording(self) -> None:
+        """An op whose backward is not replayed as a rule is replayed by its `forward` alone,
+        which takes arrays: the input Tensors and saved values it recorded would keep the
+        recording's arrays alive as long as the tape. Ops off the graph (run inside backward
+        rules, or on constants) drop their inputs; graph nodes are released as a backward
+        releases them (the recording kept them whole for the rules it might replay)."""
+        ruled = {id(entry[1]) for entry in self.entries if entry[0] == "rule"}
+        for entry in self.entries:
+            fn = entry[1]
+            if entry[0] != "op" or id(fn) in ruled:
+                continue
+            if hasattr(fn, "_seq"):  # a graph node (Function.apply numbered it)
+                fn.release()
+            else:
+                fn.inputs = None
 
     def _build(self) -> None:
         """Turn the entries into program items on the current buffers (`env`)."""

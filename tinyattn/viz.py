@@ -1,14 +1,15 @@
 """Looking inside the graph: Graphviz DOT text of the graph that produced a tensor.
 
-A tool above all the layers: it imports only `backend` (for dtype names) and `tensor`, and reads
-the graph the way the engine does (``tensor._ctx`` is the Function that made a tensor,
-``fn.inputs`` the tensors it read), iteratively, so deep graphs work. After a backward without
-``retain_graph`` a Function keeps only the shape of the graph (``fn.released_inputs``: each
-former input if it was a leaf, else the Function that made it), so the picture still draws,
-with the leaves' values and gradients. ``trace(root)`` keeps every node's value and records its
-gradient with hooks, for a picture of everything, like micrograd's. It never imports the
-`graphviz` package at import time: ``to_dot`` needs nothing, ``render`` looks for the ``dot``
-program (or the package) only when called.
+A tool above all the layers: it imports only `backend` (for dtype names), `autograd` and
+`tensor`, and reads the graph the way the engine does (``tensor._ctx`` is the Function that made
+a tensor, ``fn.inputs`` the tensors it read), iteratively, so deep graphs work. After a backward
+without ``retain_graph`` a Function keeps only the shape of the graph (``fn.released_inputs``:
+the Function that made each former input, or the input itself if it is a leaf a gradient
+reaches or a one-value constant; a larger constant keeps only its shape and dtype), so the
+picture still draws, with the leaves' values and gradients. ``trace(root)`` keeps every node's
+value and records its gradient with hooks, for a picture of everything, like micrograd's. It
+never imports the `graphviz` package at import time: ``to_dot`` needs nothing, ``render`` looks
+for the ``dot`` program (or the package) only when called.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backend
+from .autograd import ReleasedConstant
 from .tensor import Tensor
 
 FORMATS = ("svg", "png")
@@ -98,9 +100,10 @@ def _parents(fn: Any) -> tuple:
     return released
 
 
-def _node_of(item: Any) -> tuple[Any, Tensor | None]:
-    """(Function or None, Tensor or None) for an input: a Tensor, or a released op's Function."""
-    if isinstance(item, Tensor):
+def _node_of(item: Any) -> tuple[Any, Any]:
+    """(Function or None, Tensor or None) for an input: a Tensor, a released op's Function, or
+    a released constant (its shape and dtype, standing in for the Tensor)."""
+    if isinstance(item, Tensor | ReleasedConstant):
         return item._ctx, item
     return item, None
 
@@ -182,7 +185,8 @@ def _node_line(
     # values=None: numbers only where a gradient is known (after backward); True: every value.
     show_value = values or (values is None and grad is not None)
     if tensor is not None and show_value:
-        lines.append(f"data {summary(tensor)}")
+        freed = isinstance(tensor, ReleasedConstant)
+        lines.append("data freed by backward" if freed else f"data {summary(tensor)}")
     if grad is not None and values is not False:
         lines.append(f"grad {summary(grad)}")
     colour = _ROOT_COLOUR if is_root else colour
