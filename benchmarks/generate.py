@@ -2,11 +2,14 @@
 
 Run by hand, never as a test:
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py [--quick]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py [--quick] [--window]
 
 The model is examples/gpt.py's GPT with its defaults (2 blocks, 4 heads, width 64), vocabulary
 100 and block size 64, so that a 10-token prompt and 30 new tokens (batch 1, greedy) fit in one
-block and the cache serves every token. Five modes time one ``generate(prompt, 30)`` call:
+block and the cache serves every token. Five modes time one ``generate(prompt, 30)`` call. With
+``--window``, the example's own sample instead: block 32, an 11-token prompt and 80 new tokens,
+so that from the 22nd new token on the window slides and each token runs the whole window again
+(compiled: a second recorded step, replayed):
 
 - tinyattn full prefix: the whole sequence through the model for every token (minGPT's way);
 - tinyattn KV cache: the prompt once, then one position per token, attending to the cache;
@@ -41,7 +44,13 @@ from common import blas_info, child_env, gpt_example, median_seconds
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-CONFIG = {"vocab": 100, "block": 64, "prompt": 10, "new": 30}
+CONFIGS = {
+    "fits": {"vocab": 100, "block": 64, "prompt": 10, "new": 30},
+    # examples/gpt.py's own sample: 80 characters after an 11-character prompt, block 32, so 59
+    # tokens run after the window starts to slide (the whole window again for each).
+    "slides": {"vocab": 100, "block": 32, "prompt": 11, "new": 80},
+}
+CONFIG = dict(CONFIGS["fits"])  # the one in use: --window makes it "slides"
 MODES = {
     "full": "tinyattn full prefix",
     "cache": "tinyattn KV cache",
@@ -91,6 +100,7 @@ def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
 
 def spawn(mode: str, threads: int, repeats: int, weights: Path) -> dict:
     command = [sys.executable, __file__, "--worker", mode, str(threads), str(repeats), str(weights)]
+    command += ["--window"] if CONFIG == CONFIGS["slides"] else []
     done = subprocess.run(command, env=child_env(threads), capture_output=True, text=True)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["(no message)"]
@@ -114,8 +124,14 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
     parser.add_argument("--rounds", type=int, help="rounds of the whole set (default 3, quick 1)")
+    parser.add_argument(
+        "--window",
+        action="store_true",
+        help="the example's own sample (block 32, 80 new tokens): most tokens slide the window",
+    )
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    CONFIG.update(CONFIGS["slides" if args.window else "fits"])
     if args.worker:
         mode, threads, repeats, weights = args.worker
         print(json.dumps(worker(mode, int(threads), int(repeats), weights)))
