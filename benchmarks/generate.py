@@ -147,8 +147,10 @@ def main() -> None:
         f"PyTorch {torch_version or 'not installed'}"
     )
     print(
-        "run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py "
-        "(every measurement process starts without those two variables, whatever this shell has)"
+        "run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py"
+        + (" --window" if args.window else "")
+        + " (every measurement process starts without those two variables, whatever this shell "
+        "has)"
     )
     print(
         f"model: examples/gpt.py GPT (2 blocks, 4 heads, width 64), vocab {CONFIG['vocab']}, "

@@ -1035,3 +1035,52 @@ def test_a_tape_keeps_only_its_buffers_of_the_recordings_arrays(monkeypatch):
     alive = [ref() for ref in refs if ref() is not None]
     assert alive, "the tape replays into its recording's arrays"
     assert all(id(a) in kept for a in alive), [a.shape for a in alive if id(a) not in kept]
+
+
+@pytest.mark.parametrize(
+    ("affine", "bias"), [(True, True), (True, False), (False, False)], ids=["wb", "w", "none"]
+)
+@pytest.mark.parametrize("shape", [(6,), (2, 3)], ids=["one-axis", "two-axes"])
+def test_layer_norm_replays_as_out_calls_equal_to_eager(device, affine, bias, shape):
+    """LayerNorm with a weight is lowered where out= exists: its forward writes x_hat and rstd
+    into the buffers its backward reads, with the forward's own calls, so the step equals eager
+    bit for bit."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 6)
+            self.norm = nn.LayerNorm(shape, elementwise_affine=affine, bias=bias)
+
+        def forward(self, x):
+            hidden = self.linear(x).reshape(x.shape[0], *shape)
+            return self.norm(hidden).reshape(x.shape[0], 6)
+
+    def make():
+        ta.manual_seed(0)
+        model = Net().to(device)
+        return model, optim.SGD(model.parameters(), lr=0.1)
+
+    def make_step(model, optimizer):
+        def step(x, y):
+            optimizer.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return step
+
+    rng = np.random.default_rng(3)
+    batches = [
+        (
+            ta.tensor(rng.standard_normal((5, 4)).astype("float32"), device=device),
+            ta.tensor(rng.standard_normal((5, 6)).astype("float32"), device=device),
+        )
+        for _ in range(6)
+    ]
+    eager, compiled = _same_training(make, make_step, batches)
+    _assert_same(eager, compiled)
+    labels = next(iter(compiled[2].tapes.values())).labels
+    with_out = device != "strict"  # the strict namespace has no out=
+    assert ("LayerNorm forward (out=)" in labels) == (affine and with_out), labels

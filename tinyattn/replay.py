@@ -54,18 +54,25 @@ def _fill(value: Any, env: list) -> Any:
     return value
 
 
-def _lowered(fn: Any, arrays: list, out: Any, kwargs: dict) -> Callable | None:
+def _lowered(
+    fn: Any, arrays: list, out: Any, kwargs: dict, saved: list | None = None
+) -> Callable | None:
     """A kernel ``kernel(out, *inputs)`` that writes `fn`'s forward result into `out` with the
     same array calls its forward makes (so the values are the same bit for bit), or None.
 
-    Only NumPy and CuPy take ``out=``; only ops whose forward is one or two such calls and keeps
-    nothing for backward are lowered. Every other op replays through its own ``forward``.
+    Only NumPy and CuPy take ``out=``; the ops lowered are those whose forward is one or two
+    such calls and keeps nothing for backward, and LayerNorm, which writes what it keeps into
+    the `saved` buffers. Every other op replays through its own ``forward``.
     """
-    if not backend.has_out(out) or getattr(fn, "_saved", None):
+    if not backend.has_out(out):
         return None
     u = backend.ufuncs_of(out)
     # By class, not by name: a user's own Function called "Exp" is not tinyattn's.
     kind = type(fn)
+    if saved:
+        if kind is ops.LayerNorm and len(saved) == 2:
+            return _lowered_layer_norm(u, fn, arrays, out, *saved)
+        return None
     if kind in _BINARY_UFUNCS and all(backend.has_out(a) for a in arrays):
         ufunc = getattr(u, _BINARY_UFUNCS[kind])
         return lambda o, a, b: ufunc(a, b, out=o)
@@ -90,6 +97,8 @@ def _lowered(fn: Any, arrays: list, out: Any, kwargs: dict) -> Callable | None:
         return _lowered_matmul(u, out, *arrays)
     if kind is ops.Linear:
         return _lowered_linear(u, out, arrays)
+    if kind is ops.Softmax and backend.has_out(arrays[0]):
+        return _lowered_softmax(u, arrays[0], out, fn.axis)
     return None
 
 
@@ -160,6 +169,90 @@ def _lowered_linear(u: Any, out: Any, arrays: list) -> Callable | None:
         u.add(rows, b, out=rows)
 
     return linear
+
+
+def _lowered_layer_norm(
+    u: Any, fn: Any, arrays: list, out: Any, x_hat: Any, rstd: Any
+) -> Callable | None:
+    """`ops.LayerNorm`'s forward (`fused._normalize`, then the weight and bias) as out= calls:
+    x_hat and rstd go into the buffers its backward reads, and the squares of the centred
+    values are made in `out` before the result overwrites them. The sums are `sum_array`'s
+    products with ones, the same calls in the same order as the forward, so the same bits."""
+    x = arrays[0]
+    if not (x.dtype == u.float32 or x.dtype == u.float64) or x.size == 0:
+        return None
+    if any(a.dtype != x.dtype for a in (*arrays, out, x_hat, rstd)) or len(arrays) < 2:
+        return None  # a promotion, or no affine part (then the result is x_hat itself)
+    axes = tuple(sorted(a % x.ndim for a in fn.axes))
+    if axes[0] != x.ndim - len(axes):
+        return None  # not the trailing axes: sum_array calls the library's sum
+    n = math.prod(x.shape[a] for a in axes)
+    rows_hat, rows_out = _rows_of(u, x_hat, n), _rows_of(u, out, n)
+    stat = u.reshape(rstd, (-1,))
+    if rows_hat is None or rows_out is None or not u.shares_memory(stat, rstd):
+        return None
+    column = u.reshape(stat, (-1, 1))  # (rows, 1): broadcast along each row
+    ones = kernels.ones_vector(backend.namespace(x), n, x.dtype, x.device)
+    eps, has_weight, one_axis = fn.eps, fn.has_weight, len(axes) == 1
+
+    def run(o: Any, x: Any, *affine: Any) -> None:
+        rows = u.reshape(x, (-1, n))
+        u.matmul(rows, ones, out=stat)  # the mean...
+        u.divide(stat, n, out=stat)
+        u.subtract(rows, column, out=rows_hat)  # ...taken away
+        u.multiply(rows_hat, rows_hat, out=rows_out)  # squares, in `out` for now
+        u.matmul(rows_out, ones, out=stat)
+        u.divide(stat, n, out=stat)
+        u.add(stat, eps, out=stat)
+        u.sqrt(stat, out=stat)
+        u.divide(1.0, stat, out=stat)  # rstd
+        u.multiply(rows_hat, column, out=rows_hat)  # x_hat
+        flat = affine if one_axis else [u.reshape(a, (-1,)) for a in affine]
+        if has_weight:
+            u.multiply(rows_hat, flat[0], out=rows_out)
+            if len(flat) == 2:
+                u.add(rows_out, flat[1], out=rows_out)
+        else:  # a bias alone
+            u.add(rows_hat, flat[0], out=rows_out)
+
+    return run
+
+
+def _lowered_softmax(u: Any, x: Any, out: Any, axis: int) -> Callable | None:
+    """`ops.Softmax`'s forward along the last axis as out= calls into the tape's own scratch
+    buffers: `kernels.row_shift`'s max (over a transposed copy for short rows, as
+    `kernels.max_along` takes it) with -inf maxima set to 0, the shifted exp, `sum_array`'s
+    product with ones, and the division by the sums (all-zero sums set to 1). The same calls
+    in the same order as the forward, so the same bits."""
+    if x.ndim < 2 or axis % x.ndim != x.ndim - 1 or x.size == 0 or x.dtype != out.dtype:
+        return None
+    if not (x.dtype == u.float32 or x.dtype == u.float64):
+        return None
+    n = x.shape[-1]
+    rows_out = _rows_of(u, out, n)
+    if rows_out is None:
+        return None
+    count = x.size // n
+    shift, total = u.empty((count,), dtype=x.dtype), u.empty((count,), dtype=x.dtype)
+    columns = u.empty((n, count), dtype=x.dtype) if n <= kernels.SHORT_ROW else None
+    ones = kernels.ones_vector(backend.namespace(x), n, x.dtype, x.device)
+    shift_column, total_column = u.reshape(shift, (-1, 1)), u.reshape(total, (-1, 1))
+
+    def run(o: Any, x: Any) -> None:
+        rows = u.reshape(x, (-1, n))
+        if columns is not None:  # each key's values in one row: an elementwise max of rows
+            u.copyto(columns, rows.T)
+            u.max(columns, axis=0, out=shift)
+        else:
+            u.max(rows, axis=1, out=shift)
+        u.copyto(shift, 0.0, where=shift == -math.inf)  # a fully masked row: exp(-inf) = 0
+        u.subtract(rows, shift_column, out=rows_out)
+        u.exp(rows_out, out=rows_out)
+        u.matmul(rows_out, ones, out=total)
+        u.copyto(total, 1.0, where=total == 0)
+        u.divide(rows_out, total_column, out=rows_out)
+
+    return run
 
 
 def _lowered_take(fn: Any, kwargs: dict, x: Any, out: Any, x_slot: int) -> Callable | None:
@@ -236,6 +329,8 @@ class Tape:
         self.graphs = backend.graph_runner(self.env[0]) if self.env and graphs else None
         self._made_by = {id(e[1]): e for e in self.entries if e[0] == "op"}
         self._drawing = recorder.drawing
+        # Ops whose backward is replayed as a rule: the rule reads their inputs and saved values.
+        self._ruled = {id(e[1]) for e in self.entries if e[0] == "rule"}
         self._owners = list(recorder.owners.items())  # (constant slot, the tensor holding it)
         self._let_go_of_the_recording()
         self._build()
@@ -255,10 +350,9 @@ class Tape:
         recording's arrays alive as long as the tape. Ops off the graph (run inside backward
         rules, or on constants) drop their inputs; graph nodes are released as a backward
         releases them (the recording kept them whole for the rules it might replay)."""
-        ruled = {id(entry[1]) for entry in self.entries if entry[0] == "rule"}
         for entry in self.entries:
             fn = entry[1]
-            if entry[0] != "op" or id(fn) in ruled:
+            if entry[0] != "op" or id(fn) in self._ruled:
                 continue
             if hasattr(fn, "_seq"):  # a graph node (Function.apply numbered it)
                 fn.release()
@@ -332,11 +426,13 @@ class Tape:
             if all(static[i] for i in in_slots) and not dynamic:
                 self.dropped += 1  # a view of arrays that stay where they are: it stays valid
                 return None
-        elif self._fresh(out) and not saved_slots:
+        elif self._fresh(out) and (saved := self._saved_buffers(fn, saved_slots)) is not None:
             if dynamic:  # the only lowered op with an array among its arguments: x[index]
-                run = _lowered_take(fn, kwargs, env[in_slots[0]], env[out], in_slots[0])
+                run = None
+                if not saved:
+                    run = _lowered_take(fn, kwargs, env[in_slots[0]], env[out], in_slots[0])
             else:
-                kernel = _lowered(fn, [env[i] for i in in_slots], env[out], kwargs)
+                kernel = _lowered(fn, [env[i] for i in in_slots], env[out], kwargs, saved)
                 run = None if kernel is None else _kernel_run(kernel, env[out], in_slots)
             if run is not None:
                 self.lowered += 1
@@ -354,6 +450,16 @@ class Tape:
                     keep(saved[position])
 
         return run
+
+    def _saved_buffers(self, fn: Any, saved_slots: list) -> list | None:
+        """The buffers a lowered kernel writes `fn`'s saved values into (none when it saves
+        none), or None when they must come from its `forward`: a replayed rule reads them from
+        ``fn._saved``, or a buffer is not the array's own memory."""
+        if not saved_slots:
+            return []
+        if id(fn) in self._ruled or not all(self._fresh(slot) for _, slot in saved_slots):
+            return None
+        return [self.env[slot] for _, slot in saved_slots]
 
     def _rule(self, entry: tuple) -> Callable:
         _, fn, grad_slot, output_slot, refresh, out_slots = entry
