@@ -63,6 +63,17 @@ def _same_training(make, make_step, batches):
     return results
 
 
+def _with_sgd(module_class, device):
+    """A `make` for `_same_training`: the module, made from seed 0, with plain SGD."""
+
+    def make():
+        ta.manual_seed(0)
+        model = module_class().to(device)
+        return model, optim.SGD(model.parameters(), lr=0.1)
+
+    return make
+
+
 def _assert_same(eager, compiled):
     (eager_losses, eager_model, _), (compiled_losses, compiled_model, step) = eager, compiled
     assert compiled_losses == eager_losses
@@ -185,10 +196,7 @@ def test_in_place_writes_inside_the_step_replay(device):
             keep[:, 0] = x.detach()[:, 1].tanh()  # an in-place write of values that change
             return self.linear(x - self.running) * keep
 
-    def make():
-        ta.manual_seed(0)
-        model = Averaging().to(device)
-        return model, optim.SGD(model.parameters(), lr=0.1)
+    make = _with_sgd(Averaging, device)
 
     def make_step(model, optimizer):
         def step(x, y):
@@ -1056,11 +1064,6 @@ def test_layer_norm_replays_as_out_calls_equal_to_eager(device, affine, bias, sh
             hidden = self.linear(x).reshape(x.shape[0], *shape)
             return self.norm(hidden).reshape(x.shape[0], 6)
 
-    def make():
-        ta.manual_seed(0)
-        model = Net().to(device)
-        return model, optim.SGD(model.parameters(), lr=0.1)
-
     def make_step(model, optimizer):
         def step(x, y):
             optimizer.zero_grad()
@@ -1079,7 +1082,7 @@ def test_layer_norm_replays_as_out_calls_equal_to_eager(device, affine, bias, sh
         )
         for _ in range(6)
     ]
-    eager, compiled = _same_training(make, make_step, batches)
+    eager, compiled = _same_training(_with_sgd(Net, device), make_step, batches)
     _assert_same(eager, compiled)
     labels = next(iter(compiled[2].tapes.values())).labels
     with_out = device != "strict"  # the strict namespace has no out=

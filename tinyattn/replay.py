@@ -73,18 +73,9 @@ def _lowered(
         if kind is ops.LayerNorm and len(saved) == 2:
             return _lowered_layer_norm(u, fn, arrays, out, *saved)
         return None
-    if kind in _BINARY_UFUNCS and all(backend.has_out(a) for a in arrays):
-        ufunc = getattr(u, _BINARY_UFUNCS[kind])
-        return lambda o, a, b: ufunc(a, b, out=o)
-    if kind in _UNARY_UFUNCS and backend.has_out(arrays[0]):
-        ufunc = getattr(u, _UNARY_UFUNCS[kind])
-        return lambda o, x: ufunc(x, out=o)
-    if kind is ops.Relu and backend.has_out(arrays[0]):
-        return lambda o, x: u.maximum(x, 0.0, out=o)  # its forward's own call
-    if kind in (ops.AddScalar, ops.MulScalar) and backend.has_out(arrays[0]):
-        ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
-        if isinstance(c, int | float) and not isinstance(c, bool):
-            return lambda o, x: ufunc(x, c, out=o)
+    elementwise = _lowered_elementwise(u, kind, arrays, kwargs)
+    if elementwise is not None:
+        return elementwise
     if kind in (ops.Sum, ops.Mean, ops.SumTo) and backend.has_out(arrays[0]):
         x = arrays[0]
         if kind is ops.SumTo:
@@ -99,6 +90,25 @@ def _lowered(
         return _lowered_linear(u, out, arrays)
     if kind is ops.Softmax and backend.has_out(arrays[0]):
         return _lowered_softmax(u, arrays[0], out, fn.axis)
+    return None
+
+
+def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Callable | None:
+    """The kernel of an op whose forward is one elementwise call, or None."""
+    if not all(backend.has_out(a) for a in arrays):
+        return None
+    if kind in _BINARY_UFUNCS:
+        ufunc = getattr(u, _BINARY_UFUNCS[kind])
+        return lambda o, a, b: ufunc(a, b, out=o)
+    if kind in _UNARY_UFUNCS:
+        ufunc = getattr(u, _UNARY_UFUNCS[kind])
+        return lambda o, x: ufunc(x, out=o)
+    if kind is ops.Relu:
+        return lambda o, x: u.maximum(x, 0.0, out=o)  # its forward's own call
+    if kind in (ops.AddScalar, ops.MulScalar):
+        ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
+        if isinstance(c, int | float) and not isinstance(c, bool):
+            return lambda o, x: ufunc(x, c, out=o)
     return None
 
 
