@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import autograd, backend
-from .replay import Slot, Tape, entry_name, reads_and_writes, rebuilt
+from .replay import Slot, Tape, entry_name, let_go, reads_and_writes, rebuilt
 from .tensor import Tensor
 
 
@@ -401,6 +401,7 @@ class CompiledStep:
         outputs = _encode_outputs(result, recorder)
         self.tapes[key] = Tape(recorder, outputs, inputs, graphs=self.cuda_graphs)
         _release_buffers(result, recorder)
+        let_go(first.tape)  # the first call's result may be kept (a list of losses)
         return result
 
     def _record(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> tuple[Recorder, Any]:

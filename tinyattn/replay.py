@@ -342,7 +342,7 @@ class Tape:
         # Ops whose backward is replayed as a rule: the rule reads their inputs and saved values.
         self._ruled = {id(e[1]) for e in self.entries if e[0] == "rule"}
         self._owners = list(recorder.owners.items())  # (constant slot, the tensor holding it)
-        self._let_go_of_the_recording()
+        let_go(self.entries, keep=self._ruled)
         self._build()
         # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
         # share memory, and the program is built again on the shared buffers.
@@ -353,21 +353,6 @@ class Tape:
         self.shared_buffers = plan.shared  # slots whose memory another slot also uses
         if self.graphs is None:
             self._release_after_last_use(plan.last_use)
-
-    def _let_go_of_the_recording(self) -> None:
-        """An op whose backward is not replayed as a rule is replayed by its `forward` alone,
-        which takes arrays: the input Tensors and saved values it recorded would keep the
-        recording's arrays alive as long as the tape. Ops off the graph (run inside backward
-        rules, or on constants) drop their inputs; graph nodes are released as a backward
-        releases them (the recording kept them whole for the rules it might replay)."""
-        for entry in self.entries:
-            fn = entry[1]
-            if entry[0] != "op" or id(fn) in self._ruled:
-                continue
-            if hasattr(fn, "_seq"):  # a graph node (Function.apply numbered it)
-                fn.release()
-            else:
-                fn.inputs = None
 
     def _build(self) -> None:
         """Turn the entries into program items on the current buffers (`env`)."""
@@ -544,6 +529,25 @@ class Tape:
                 for segment in self.segments:
                     segment.run(env, self.graphs)
         return rebuild(self.outputs, env)
+
+
+def let_go(entries: list[tuple], keep: set[int] | frozenset = frozenset()) -> None:
+    """Free what a recording's ops hold once their entries are only replayed (or dropped).
+
+    The recording keeps its graph whole (a rule it replays needs its node's inputs), and the
+    ops run inside backward rules keep the input Tensors they were called with: as long as the
+    tape, or a tensor the recording handed out, lived, so would the recording's arrays. Graph
+    nodes are released as a backward releases them; the other ops (replayed by `forward`, which
+    takes arrays) drop their inputs. `keep`: ids of the Functions whose rules are replayed.
+    """
+    for entry in entries:
+        fn = entry[1]
+        if entry[0] != "op" or id(fn) in keep:
+            continue
+        if hasattr(fn, "_seq"):  # a graph node (Function.apply numbered it)
+            fn.release()
+        else:
+            fn.inputs = None
 
 
 def reads_and_writes(entry: tuple, made_by: dict) -> tuple[set, set]:
