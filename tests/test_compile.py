@@ -1091,3 +1091,37 @@ def test_layer_norm_replays_as_out_calls_equal_to_eager(device, affine, bias, sh
     labels = next(iter(compiled[2].tapes.values())).labels
     with_out = device != "strict"  # the strict namespace has no out=
     assert ("LayerNorm forward (out=)" in labels) == (affine and with_out), labels
+
+
+def test_softmax_and_log_softmax_replay_as_out_calls_equal_to_eager(device):
+    """Both are lowered where out= exists, rows of 5 (short: the max over a transposed copy) and
+    of 70 (the plain max), a fully masked row included: its softmax is 0, never NaN."""
+    weight = ta.tensor(np.linspace(-1, 1, 20, dtype="float32").reshape(4, 5), device=device)
+    weight.requires_grad_(True)
+    wide = ta.tensor(np.linspace(-2, 2, 70, dtype="float32"), device=device)
+    wide.requires_grad_(True)
+    masked = ta.tensor([[True] * 5, [False, True, True, False, True]] * 2, device=device)
+
+    def step(x):
+        weight.grad = wide.grad = None
+        scores = (x * weight).masked_fill(~masked, float("-inf"))
+        short = F.softmax(scores, dim=-1) * 2.0 + F.log_softmax(x * weight, dim=-1)
+        long = F.log_softmax(x[:, :1] * wide, dim=-1) + F.softmax(x[:, 1:2] * wide, dim=-1)
+        loss = (short * short).sum() + (long * long).sum()
+        loss.backward()
+        return loss, weight.grad, wide.grad
+
+    masked[0] = False  # the first row fully masked
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((4, 5)).astype("float32") for _ in range(5)]
+    eager = [tuple(t.numpy() for t in step(ta.tensor(x, device=device))) for x in xs]
+    compiled = ta.compile(step)
+    for x, expected in zip(xs, eager, strict=True):
+        got = compiled(ta.tensor(x, device=device))
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b)
+    assert not np.isnan(eager[-1][0]).any()
+    labels = next(iter(compiled.tapes.values())).labels
+    with_out = device != "strict"  # the strict namespace has no out=
+    assert (labels.count("Softmax forward (out=)") == 2) == with_out, labels
+    assert (labels.count("LogSoftmax forward (out=)") == 2) == with_out, labels

@@ -88,8 +88,8 @@ def _lowered(
         return _lowered_matmul(u, out, *arrays)
     if kind is ops.Linear:
         return _lowered_linear(u, out, arrays)
-    if kind is ops.Softmax and backend.has_out(arrays[0]):
-        return _lowered_softmax(u, arrays[0], out, fn.axis)
+    if kind in (ops.Softmax, ops.LogSoftmax) and backend.has_out(arrays[0]):
+        return _lowered_softmax(u, arrays[0], out, fn.axis, log=kind is ops.LogSoftmax)
     return None
 
 
@@ -228,12 +228,13 @@ def _lowered_layer_norm(
     return run
 
 
-def _lowered_softmax(u: Any, x: Any, out: Any, axis: int) -> Callable | None:
-    """`ops.Softmax`'s forward along the last axis as out= calls into the tape's own scratch
-    buffers: `kernels.row_shift`'s max (over a transposed copy for short rows, as
-    `kernels.max_along` takes it) with -inf maxima set to 0, the shifted exp, `sum_array`'s
-    product with ones, and the division by the sums (all-zero sums set to 1). The same calls
-    in the same order as the forward, so the same bits."""
+def _lowered_softmax(u: Any, x: Any, out: Any, axis: int, log: bool) -> Callable | None:
+    """`ops.Softmax`'s (or, with `log`, `ops.LogSoftmax`'s) forward along the last axis as
+    out= calls into the tape's own scratch buffers: `kernels.row_shift`'s max (over a
+    transposed copy for short rows, as `kernels.max_along` takes it) with -inf maxima set to 0,
+    the shifted values, their exp, `sum_array`'s product with ones, and the division by the sums
+    (or the subtraction of their log), all-zero sums set to 1. The same calls in the same order
+    as the forward, so the same bits."""
     if x.ndim < 2 or axis % x.ndim != x.ndim - 1 or x.size == 0 or x.dtype != out.dtype:
         return None
     if not (x.dtype == u.float32 or x.dtype == u.float64):
@@ -245,6 +246,7 @@ def _lowered_softmax(u: Any, x: Any, out: Any, axis: int) -> Callable | None:
     count = x.size // n
     shift, total = u.empty((count,), dtype=x.dtype), u.empty((count,), dtype=x.dtype)
     columns = u.empty((n, count), dtype=x.dtype) if n <= kernels.SHORT_ROW else None
+    exps = u.empty((count, n), dtype=x.dtype) if log else rows_out  # log keeps the shifted x
     ones = kernels.ones_vector(backend.namespace(x), n, x.dtype, x.device)
     shift_column, total_column = u.reshape(shift, (-1, 1)), u.reshape(total, (-1, 1))
 
@@ -257,10 +259,14 @@ def _lowered_softmax(u: Any, x: Any, out: Any, axis: int) -> Callable | None:
             u.max(rows, axis=1, out=shift)
         u.copyto(shift, 0.0, where=shift == -math.inf)  # a fully masked row: exp(-inf) = 0
         u.subtract(rows, shift_column, out=rows_out)
-        u.exp(rows_out, out=rows_out)
-        u.matmul(rows_out, ones, out=total)
+        u.exp(rows_out, out=exps)
+        u.matmul(exps, ones, out=total)
         u.copyto(total, 1.0, where=total == 0)
-        u.divide(rows_out, total_column, out=rows_out)
+        if log:
+            u.log(total, out=total)
+            u.subtract(rows_out, total_column, out=rows_out)
+        else:
+            u.divide(rows_out, total_column, out=rows_out)
 
     return run
 
