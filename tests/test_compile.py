@@ -1029,10 +1029,27 @@ def test_a_tape_keeps_only_its_buffers_of_the_recordings_arrays(monkeypatch):
         original(self, inputs)
         recorders.append(self)
 
+    made_first = []
+    keep_for_checking = compiler.Recorder.keep_for_checking
+
+    def note_made(self):
+        arrays = zip(self.arrays, self.made, strict=True)
+        made_first.extend(weakref.ref(a) for a, m in arrays if m and isinstance(a, np.ndarray))
+        keep_for_checking(self)
+
     monkeypatch.setattr(compiler.Recorder, "__init__", keep)
+    monkeypatch.setattr(compiler.Recorder, "keep_for_checking", note_made)
     model, optimizer, scheduler = _mlp("cpu")
     step = ta.compile(_classifier_step(model, optimizer, scheduler))
-    losses = [step(x, y) for x, y in _batches("cpu", 4)]
+    batches = _batches("cpu", 4)
+    losses = [step(*batches[0])]
+    # While the next call records, the first recording holds none of the arrays it made: the
+    # live ones are what the call handed out (its loss, the gradients).
+    handed_out = {id(losses[0].array)} | {id(p.grad.array) for p in model.parameters()}
+    gc.collect()
+    assert made_first, "the first recording made arrays"
+    assert {id(ref()) for ref in made_first if ref() is not None} <= handed_out
+    losses += [step(x, y) for x, y in batches[1:]]
     refs = [
         [weakref.ref(a) for a in recorder.arrays if isinstance(a, np.ndarray)]
         for recorder in recorders

@@ -211,6 +211,13 @@ class Recorder:
         if not self.suspended and not any(o is owner and n == name for o, n in self.modes):
             self.modes.append((owner, name))
 
+    def keep_for_checking(self) -> None:
+        """Keep only what `check_same` compares with the next recording (the entries, which
+        arrays were made, the constants): the recording's arrays and graph are freed while the
+        next call records, as a backward would free them (the caller may keep the result)."""
+        let_go(self.tape)
+        self.arrays = [None if made else a for a, made in zip(self.arrays, self.made, strict=True)]
+
     def host_read(self, what: str) -> None:
         if not self.suspended:
             raise CompileError(
@@ -389,6 +396,7 @@ class CompiledStep:
         first = self._first.pop(key, None)
         if first is None or _switched_modes(first, recorder):
             self._first[key] = recorder  # the first recording (again, after a mode switch)
+            recorder.keep_for_checking()
             return result
         check_same(first, recorder)
         known = self._modes
@@ -401,7 +409,6 @@ class CompiledStep:
         outputs = _encode_outputs(result, recorder)
         self.tapes[key] = Tape(recorder, outputs, inputs, graphs=self.cuda_graphs)
         _release_buffers(result, recorder)
-        let_go(first.tape)  # the first call's result may be kept (a list of losses)
         return result
 
     def _record(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> tuple[Recorder, Any]:

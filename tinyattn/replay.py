@@ -552,8 +552,9 @@ def let_go(entries: list[tuple], keep: set[int] | frozenset = frozenset()) -> No
             continue
         if hasattr(fn, "_seq"):  # a graph node (Function.apply numbered it)
             fn.release()
-        else:
+        else:  # a replay sets its saved values again, right before it reads them
             fn.inputs = None
+            fn._saved = None
 
 
 def reads_and_writes(entry: tuple, made_by: dict) -> tuple[set, set]:
