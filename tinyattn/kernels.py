@@ -149,7 +149,7 @@ def in_pieces(function: Callable[[Any], Any], x: Any, elements: int = 32768) -> 
     and its four or five temporaries together outgrow the core's cache, so every pass goes to
     memory. On pieces of 32,768 values (256 KB per float64 temporary) they stay in cache: the
     normal CDF of GELU on a (1024, 256) float32 array took 10.6 ms whole and 3.2 - 3.3 ms in
-    pieces, with the same values (pieces of 16,384 and 49,152 values: 3.5 ms; one 2 MB L2 per
+    pieces, with the same values (pieces of 16,384 or 49,152 values: 3.5 - 3.7 ms; one 2 MB L2 per
     core). Arrays no larger than one piece take one call, and so do arrays off the host: on a
     GPU each piece would be another kernel launch per pass.
     Shapes: x any -> function(x)'s shape (the same).

@@ -60,9 +60,10 @@ def _lowered(
     """A kernel ``kernel(out, *inputs)`` that writes `fn`'s forward result into `out` with the
     same array calls its forward makes (so the values are the same bit for bit), or None.
 
-    Only NumPy and CuPy take ``out=``; the ops lowered are those whose forward is one or two
-    such calls and keeps nothing for backward, and LayerNorm, which writes what it keeps into
-    the `saved` buffers. Every other op replays through its own ``forward``.
+    Only NumPy and CuPy take ``out=``. The ops lowered are those whose forward is a few such
+    calls: the elementwise ones, sums and means, products, Linear, Softmax and LogSoftmax (none
+    of which keeps anything for backward), and LayerNorm with a weight, which writes what it
+    keeps into the `saved` buffers. Every other op replays through its own ``forward``.
     """
     if not backend.has_out(out):
         return None
@@ -191,8 +192,8 @@ def _lowered_layer_norm(
     x = arrays[0]
     if not (x.dtype == u.float32 or x.dtype == u.float64) or x.size == 0:
         return None
-    if any(a.dtype != x.dtype for a in (*arrays, out, x_hat, rstd)) or len(arrays) < 2:
-        return None  # a promotion, or no affine part (then the result is x_hat itself)
+    if any(a.dtype != x.dtype for a in (*arrays, out, x_hat, rstd)) or not fn.has_weight:
+        return None  # a promotion, or no weight (without an affine part, y is x_hat itself)
     axes = tuple(sorted(a % x.ndim for a in fn.axes))
     if axes[0] != x.ndim - len(axes):
         return None  # not the trailing axes: sum_array calls the library's sum
@@ -203,7 +204,7 @@ def _lowered_layer_norm(
         return None
     column = u.reshape(stat, (-1, 1))  # (rows, 1): broadcast along each row
     ones = kernels.ones_vector(backend.namespace(x), n, x.dtype, x.device)
-    eps, has_weight, one_axis = fn.eps, fn.has_weight, len(axes) == 1
+    eps, one_axis = fn.eps, len(axes) == 1
 
     def run(o: Any, x: Any, *affine: Any) -> None:
         rows = u.reshape(x, (-1, n))
@@ -218,12 +219,9 @@ def _lowered_layer_norm(
         u.divide(1.0, stat, out=stat)  # rstd
         u.multiply(rows_hat, column, out=rows_hat)  # x_hat
         flat = affine if one_axis else [u.reshape(a, (-1,)) for a in affine]
-        if has_weight:
-            u.multiply(rows_hat, flat[0], out=rows_out)
-            if len(flat) == 2:
-                u.add(rows_out, flat[1], out=rows_out)
-        else:  # a bias alone
-            u.add(rows_hat, flat[0], out=rows_out)
+        u.multiply(rows_hat, flat[0], out=rows_out)  # the weight...
+        if len(flat) == 2:
+            u.add(rows_out, flat[1], out=rows_out)  # ...and the bias
 
     return run
 
