@@ -61,9 +61,10 @@ def _lowered(
     same array calls its forward makes (so the values are the same bit for bit), or None.
 
     Only NumPy and CuPy take ``out=``. The ops lowered are those whose forward is a few such
-    calls: the elementwise ones, sums and means, products, Linear, Softmax and LogSoftmax (none
-    of which keeps anything for backward), and LayerNorm with a weight, which writes what it
-    keeps into the `saved` buffers. Every other op replays through its own ``forward``.
+    calls: the elementwise ones, sums and means, products, Linear, a Reshape that copied,
+    Softmax and LogSoftmax (none of which keeps anything for backward), and LayerNorm with a
+    weight, which writes what it keeps into the `saved` buffers. Every other op replays through
+    its own ``forward``.
     """
     if not backend.has_out(out):
         return None
@@ -89,6 +90,10 @@ def _lowered(
         return _lowered_matmul(u, out, *arrays)
     if kind is ops.Linear:
         return _lowered_linear(u, out, arrays)
+    if kind is ops.Reshape and backend.has_out(arrays[0]):
+        # A reshape that copied (its input was not contiguous): the same copy, into `out`.
+        view = u.reshape(out, arrays[0].shape)
+        return (lambda o, x: u.copyto(view, x)) if u.shares_memory(view, out) else None
     if kind in (ops.Softmax, ops.LogSoftmax) and backend.has_out(arrays[0]):
         return _lowered_softmax(u, arrays[0], out, fn.axis, log=kind is ops.LogSoftmax)
     return None

@@ -294,8 +294,9 @@ class Where(Function):
 
     def backward(self, grad: Any) -> tuple:
         cond, a, b = self.inputs
-        xp = namespace(cond.array)
-        chosen = grad * grad.constant(xp.astype(cond.array, grad.dtype))
+        # The mask as a Tensor op (a bool tensor multiplies as 0 or 1), as in Relu: a compiled
+        # step records the products and replays them as out= calls, not this rule as a call.
+        chosen = grad * cond
         return (
             None,
             chosen.sum_to(a.shape) if a.requires_grad else None,
