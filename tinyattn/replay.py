@@ -46,12 +46,17 @@ def rebuilt(value: tuple | list, items: list) -> tuple | list:
     return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
 
 
-def _fill(value: Any, env: list) -> Any:
+def _filler(value: Any) -> Callable[[list], Any]:
+    """``fill(env)``: `value` with each Slot replaced by its slot's current array. Only the
+    containers on the way to a Slot are made again on each call; the rest is `value`'s own
+    (an index key holds a dozen fields, and one or two of them hold the index array)."""
     if isinstance(value, Slot):
-        return env[value.index]
-    if isinstance(value, tuple | list):
-        return rebuilt(value, [_fill(v, env) for v in value])
-    return value
+        index = value.index
+        return lambda env: env[index]
+    if isinstance(value, tuple | list) and _slots_in(value):
+        parts = [_filler(v) for v in value]
+        return lambda env: rebuilt(value, [part(env) for part in parts])
+    return lambda env: value
 
 
 def _lowered(
@@ -444,9 +449,10 @@ class Tape:
         write = self._writer(out)
         saved_writes = [(position, self._writer(slot)) for position, slot in saved_slots]
         forward = fn.forward
+        fillers = {k: _filler(v) for k, v in kwargs.items()} if dynamic else {}
 
         def run(env: list) -> None:
-            args = kwargs if not dynamic else {k: _fill(v, env) for k, v in kwargs.items()}
+            args = kwargs if not dynamic else {k: fill(env) for k, fill in fillers.items()}
             write(forward(*[env[i] for i in in_slots], **args))
             if saved_writes:
                 saved = fn._saved
