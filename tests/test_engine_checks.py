@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-from tinyattn.autograd import ReleasedConstant, is_anomaly_enabled
+from tinyattn.autograd import KEPT_CONSTANT_SIZE, ReleasedConstant, is_anomaly_enabled
 
 
 def _leaf(values, device, dtype="float64"):
@@ -269,10 +269,11 @@ def test_release_keeps_a_skeleton_of_leaves_and_functions(device):
 
 def test_release_keeps_only_the_shape_of_a_large_constant(device):
     """A mask (no gradient reaches it) is freed with the graph: the skeleton keeps its shape and
-    dtype for drawing, while a leaf and a one-value constant are kept as they are."""
-    x = _leaf([1.0, 2.0, 3.0], device)
-    mask = ta.tensor([1.0, 0.0, 1.0], dtype="float64", device=device)
-    half = ta.tensor(0.5, dtype="float64", device=device)
+    dtype for drawing, while a leaf and a small constant are kept as they are."""
+    size = KEPT_CONSTANT_SIZE + 1
+    x = _leaf(np.ones(size), device)
+    mask = ta.tensor(np.arange(size) % 2, dtype="float64", device=device)
+    half = ta.tensor([0.5] * KEPT_CONSTANT_SIZE, dtype="float64", device=device)[:1]
     loss = (x * mask * half).sum()
     masked = loss._ctx.inputs[0]._ctx.inputs[0]._ctx  # x * mask
     scaled = loss._ctx.inputs[0]._ctx  # (x * mask) * half
@@ -280,11 +281,11 @@ def test_release_keeps_only_the_shape_of_a_large_constant(device):
     del mask
     loss.backward()
     kept = masked.released_inputs[1]
-    assert isinstance(kept, ReleasedConstant) and kept.shape == (3,) and kept.numel() == 3
+    assert isinstance(kept, ReleasedConstant) and kept.shape == (size,) and kept.numel() == size
     assert masked.released_inputs[0] is x and scaled.released_inputs[1] is half
     gc.collect()
     assert alive() is None, "the skeleton kept the mask alive"
-    np.testing.assert_array_equal(x.grad.numpy(), [0.5, 0.0, 0.5])
+    np.testing.assert_array_equal(x.grad.numpy(), 0.5 * (np.arange(size) % 2))
 
 
 class _Twice(ta.Function):

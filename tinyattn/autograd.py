@@ -230,7 +230,7 @@ class Function:
     values are dropped (that frees the memory), and ``released_inputs`` keeps a skeleton for
     drawing the graph: for each former input, the Function that produced it (whose own
     ``released_inputs`` continue the chain), else the input Tensor itself if a gradient reaches
-    it or it holds one value, else a `ReleasedConstant` (shape and dtype, not the values). The
+    it or it is small, else a `ReleasedConstant` (shape and dtype, not the values). The
     skeleton points only from newer nodes to older ones, so it makes no reference cycle.
     """
 
@@ -356,8 +356,9 @@ class Function:
 
 class ReleasedConstant:
     """What a released node keeps of a constant input (no gradient reaches it, and it holds more
-    than one value): its shape and dtype, to be drawn. A mask or a dropout pattern is as large
-    as the activations, and its values are freed with the rest of the graph."""
+    than `KEPT_CONSTANT_SIZE` values): its shape and dtype, to be drawn. A mask or a dropout
+    pattern is as large as the activations, and its values are freed with the rest of the
+    graph."""
 
     __slots__ = ("shape", "dtype")
     requires_grad = False
@@ -371,16 +372,23 @@ class ReleasedConstant:
         return math.prod(self.shape)
 
 
+# A constant of at most this many values is kept whole by a released node (the 2.0 of x * 2.0,
+# a bias-sized vector): it costs no memory to speak of, and making a stand-in for it on every
+# node would slow a chain of tiny ops by about 6%.
+KEPT_CONSTANT_SIZE = 64
+
+
 def _skeleton_of(tensor: Any) -> Any:
     """A released node's record of one input: the Function that made it, or the tensor itself
-    if it is a leaf a gradient reaches (a parameter) or holds one value (the 2.0 of x * 2.0),
-    else a `ReleasedConstant`. A Function is always truthy, so `_ctx or` picks the producer."""
+    if it is a leaf a gradient reaches (a parameter) or a small constant, else a
+    `ReleasedConstant`."""
     producer = tensor._ctx
     if producer is not None:
         return producer
-    if tensor.requires_grad or tensor.numel() == 1:
+    array = tensor.array  # its attributes, not the Tensor's properties: this runs on every node
+    if tensor.requires_grad or math.prod(array.shape) <= KEPT_CONSTANT_SIZE:
         return tensor
-    return ReleasedConstant(tensor.shape, tensor.dtype)
+    return ReleasedConstant(array.shape, array.dtype)
 
 
 def _versions_read(fn: Function, output: Any) -> tuple:

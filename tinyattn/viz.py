@@ -5,7 +5,7 @@ A tool above all the layers: it imports only `backend` (for dtype names), `autog
 a tensor, ``fn.inputs`` the tensors it read), iteratively, so deep graphs work. After a backward
 without ``retain_graph`` a Function keeps only the shape of the graph (``fn.released_inputs``:
 the Function that made each former input, or the input itself if it is a leaf a gradient
-reaches or a one-value constant; a larger constant keeps only its shape and dtype), so the
+reaches or a small constant; a larger constant keeps only its shape and dtype), so the
 picture still draws, with the leaves' values and gradients. ``trace(root)`` keeps every node's
 value and records its gradient with hooks, for a picture of everything, like micrograd's. It
 never imports the `graphviz` package at import time: ``to_dot`` needs nothing, ``render`` looks
