@@ -148,20 +148,28 @@ def _lowered_matmul(u: Any, out: Any, a: Any, b: Any) -> Callable | None:
     return lambda o, a, b: u.matmul(a, b, out=o)
 
 
+def _ones_for(u: Any, x: Any, n: int) -> Any:
+    """The vector of `n` ones `kernels.sum_array` sums `x`'s rows with, or None where it calls
+    the library's sum instead (a dtype other than float32 and float64)."""
+    if not (x.dtype == u.float32 or x.dtype == u.float64):
+        return None
+    return kernels.ones_vector(backend.namespace(x), n, x.dtype, x.device)
+
+
 def _lowered_sum(u: Any, x: Any, out: Any, axes: tuple, divisor: int | None) -> Callable | None:
     """`kernels.sum_array`'s product with a vector of ones, written into `out` (then divided by
     `divisor`, for a mean), where sum_array takes that path; None where it does not."""
     ndim, count = x.ndim, len(axes)
-    if not count or x.size == 0 or x.dtype not in (u.float32, u.float64):
+    if not count or x.size == 0:
         return None
     trailing = axes[0] == ndim - count
     if not trailing and axes[-1] != count - 1:
         return None  # neither trailing nor leading: sum_array calls the library's sum
     flat = u.reshape(out, (-1,))
-    if not u.shares_memory(flat, out):
-        return None
     summed = math.prod(x.shape[a] for a in axes)
-    ones = kernels.ones_vector(backend.namespace(x), summed, x.dtype, x.device)
+    ones = _ones_for(u, x, summed)
+    if ones is None or not u.shares_memory(flat, out):
+        return None
 
     def run(o: Any, x: Any) -> None:
         if trailing:  # (rows, summed) @ (summed,) -> (rows,)
@@ -200,7 +208,7 @@ def _lowered_layer_norm(
     values are made in `out` before the result overwrites them. The sums are `sum_array`'s
     products with ones, the same calls in the same order as the forward, so the same bits."""
     x = arrays[0]
-    if not (x.dtype == u.float32 or x.dtype == u.float64) or x.size == 0:
+    if x.size == 0:
         return None
     if any(a.dtype != x.dtype for a in (*arrays, out, x_hat, rstd)) or not fn.has_weight:
         return None  # a promotion, or no weight (without an affine part, y is x_hat itself)
@@ -208,12 +216,11 @@ def _lowered_layer_norm(
     if axes[0] != x.ndim - len(axes):
         return None  # not the trailing axes: sum_array calls the library's sum
     n = math.prod(x.shape[a] for a in axes)
-    rows_hat, rows_out = _rows_of(u, x_hat, n), _rows_of(u, out, n)
+    rows_hat, rows_out, ones = _rows_of(u, x_hat, n), _rows_of(u, out, n), _ones_for(u, x, n)
     stat = u.reshape(rstd, (-1,))
-    if rows_hat is None or rows_out is None or not u.shares_memory(stat, rstd):
+    if rows_hat is None or rows_out is None or ones is None or not u.shares_memory(stat, rstd):
         return None
     column = u.reshape(stat, (-1, 1))  # (rows, 1): broadcast along each row
-    ones = kernels.ones_vector(backend.namespace(x), n, x.dtype, x.device)
     eps, one_axis = fn.eps, len(axes) == 1
 
     def run(o: Any, x: Any, *affine: Any) -> None:
@@ -245,17 +252,14 @@ def _lowered_softmax(u: Any, x: Any, out: Any, axis: int, log: bool) -> Callable
     as the forward, so the same bits."""
     if x.ndim < 2 or axis % x.ndim != x.ndim - 1 or x.size == 0 or x.dtype != out.dtype:
         return None
-    if not (x.dtype == u.float32 or x.dtype == u.float64):
-        return None
     n = x.shape[-1]
-    rows_out = _rows_of(u, out, n)
-    if rows_out is None:
+    rows_out, ones = _rows_of(u, out, n), _ones_for(u, x, n)
+    if rows_out is None or ones is None:
         return None
     count = x.size // n
     shift, total = u.empty((count,), dtype=x.dtype), u.empty((count,), dtype=x.dtype)
     columns = u.empty((n, count), dtype=x.dtype) if n <= kernels.SHORT_ROW else None
     exps = u.empty((count, n), dtype=x.dtype) if log else rows_out  # log keeps the shifted x
-    ones = kernels.ones_vector(backend.namespace(x), n, x.dtype, x.device)
     shift_column, total_column = u.reshape(shift, (-1, 1)), u.reshape(total, (-1, 1))
 
     def run(o: Any, x: Any) -> None:
