@@ -167,6 +167,46 @@ def test_a_compiled_transformer_step_equals_the_eager_one(device):
     assert "Where backward" not in labels and "Where forward" in labels
 
 
+def test_a_tensor_passed_twice_is_not_replayed_for_two_tensors(device):
+    """step(a, a) records one buffer for both arguments; step(b, c) has another signature and
+    records its own, rather than replaying c's values in place of b's."""
+    ta.manual_seed(0)
+    lin = nn.Linear(2, 2).to(device)
+
+    def step(x, y):
+        return (lin(x) * y).sum()
+
+    compiled = ta.compile(step)
+    rng = np.random.default_rng(0)
+
+    def draw():
+        return ta.tensor(rng.standard_normal((2, 2)).astype("float32"), device=device)
+
+    for _ in range(3):
+        shared = draw()
+        assert float(compiled(shared, shared).numpy()) == float(step(shared, shared).numpy())
+    for _ in range(3):
+        b, c = draw(), draw()
+        assert float(compiled(b, c).numpy()) == float(step(b, c).numpy())
+    assert len(compiled.tapes) == 2
+
+
+def test_tensors_passed_by_keyword_are_inputs_too(device):
+    """A keyword tensor argument is copied into the replay like a positional one."""
+    ta.manual_seed(0)
+    lin = nn.Linear(3, 1).to(device)
+
+    def step(x, target=None):
+        return ((lin(x) - target) ** 2).mean()
+
+    compiled = ta.compile(step)
+    x = ta.ones(2, 3, device=device)
+    for value in (1.0, 2.0, 3.0, 4.0):
+        target = ta.full((2, 1), value, device=device)
+        assert float(compiled(x, target=target).numpy()) == float(step(x, target=target).numpy())
+    assert len(compiled.tapes) == 1
+
+
 def test_new_shapes_record_again_and_old_ones_still_replay(device):
     model, optimizer, scheduler = _mlp(device)
     step = ta.compile(_classifier_step(model, optimizer, scheduler))

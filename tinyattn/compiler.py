@@ -352,6 +352,13 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
     return tuple(key(a) for a in args) + tuple((k, key(v)) for k, v in sorted(kwargs.items()))
 
 
+def _tensor_inputs(args: tuple, kwargs: dict) -> list[Tensor]:
+    """The step's tensor arguments, positional ones first, then keyword ones by name: each new
+    call's values are copied into the recording's buffers for them."""
+    named = [kwargs[name] for name in sorted(kwargs) if isinstance(kwargs[name], Tensor)]
+    return [a for a in args if isinstance(a, Tensor)] + named
+
+
 class CompiledStep:
     """What `compile` returns: call it like the step. ``.tapes`` maps signatures to tapes."""
 
@@ -380,13 +387,18 @@ class CompiledStep:
         with self._lock:
             return self._call(args, kwargs)
 
-    def _key(self, args: tuple, kwargs: dict) -> tuple:
+    def _key(self, args: tuple, kwargs: dict, inputs: list[Tensor]) -> tuple:
         modes = tuple(getattr(owner, name) for owner, name in self._modes)
-        return (*_signature(args, kwargs), ("modes", autograd.is_grad_enabled(), modes))
+        # Which inputs are one tensor passed twice: a recording of step(a, a) reads one buffer
+        # for both, so step(b, c) must not replay it.
+        first: dict[int, int] = {}
+        same = tuple(first.setdefault(id(tensor), k) for k, tensor in enumerate(inputs))
+        signature = _signature(args, kwargs)
+        return (*signature, ("same", same), ("modes", autograd.is_grad_enabled(), modes))
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
-        key = self._key(args, kwargs)
-        inputs = [a for a in args if isinstance(a, Tensor)]
+        inputs = _tensor_inputs(args, kwargs)
+        key = self._key(args, kwargs, inputs)
         tape = self.tapes.get(key)
         if tape is not None:
             if tape.arrays_are_current():
@@ -403,7 +415,7 @@ class CompiledStep:
         new = [(o, n) for o, n in recorder.modes if not any(o is p and n == q for p, q in known)]
         if new:  # values first seen in these recordings: key this tape and later calls on them
             self._modes = known + new
-            key = self._key(args, kwargs)
+            key = self._key(args, kwargs, inputs)
         if len(self.tapes) >= self.max_signatures:
             self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
         outputs = _encode_outputs(result, recorder)
