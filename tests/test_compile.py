@@ -165,6 +165,36 @@ def test_a_compiled_transformer_step_equals_the_eager_one(device):
     # Where has its backward recorded as ops, not replayed as a call of the rule.
     assert ("Reshape forward (out=)" in labels) == (device != "strict"), labels
     assert "Where backward" not in labels and "Where forward" in labels
+    # Both embeddings' gradients are one-hot products into the tape's buffers where out= exists.
+    assert labels.count("IndexAdd forward (out=)") == (2 if device == "cpu" else 0), labels
+
+
+def test_a_replay_refuses_tokens_and_targets_out_of_range(device):
+    """The eager checks of a lookup and of cross-entropy's targets run while recording; a replay
+    gets new batches, and an index or target out of range is refused with the op's name, never
+    taken as some other row."""
+    vocab = 7
+    ta.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab)).to(device)
+    optimizer = optim.SGD(model.parameters(), lr=0.1)
+
+    def step(tokens, targets):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    step = ta.compile(step)
+    tokens, targets = ta.tensor([[1, 2, 3]], device=device), ta.tensor([[2, 3, 4]], device=device)
+    for _ in range(3):
+        step(tokens, targets)
+    with pytest.raises(IndexError, match="getitem: .*out of range for axis 0 of size 7"):
+        step(ta.tensor([[1, 7, 3]], device=device), targets)
+    for bad in (7, -1):
+        with pytest.raises(ValueError, match="cross_entropy: a target value is out of range"):
+            step(tokens, ta.tensor([[1, bad, 3]], device=device))
+    assert len(step.tapes) == 1, "the refusals came from replays"
 
 
 def test_a_tensor_passed_twice_is_not_replayed_for_two_tensors(device):

@@ -306,12 +306,52 @@ def _lowered_take(fn: Any, kwargs: dict, x: Any, out: Any, x_slot: int) -> Calla
     def run(env: list) -> None:
         try:
             take(env[x_slot], env[index_slot], axis=axis, out=out)
-        except IndexError as error:  # the library's words, with the op's name and the axis
-            size = env[x_slot].shape[axis]
-            raise IndexError(
-                f"getitem: an index is out of range for axis {axis} of size {size} in a replay "
-                f"of a compiled step ({error})"
-            ) from None
+        except IndexError as error:
+            raise _out_of_range(error, axis, env[x_slot].shape[axis]) from None
+
+    return run
+
+
+def _out_of_range(error: IndexError, axis: int, size: int) -> IndexError:
+    """The library's words for an index out of range, with the op's name and the axis."""
+    return IndexError(
+        f"getitem: an index is out of range for axis {axis} of size {size} in a replay of a "
+        f"compiled step ({error})"
+    )
+
+
+def _lowered_index_add(
+    fn: Any, kwargs: dict, grad: Any, out: Any, grad_slot: int
+) -> Callable | None:
+    """The adjoint of an embedding lookup (`ops.IndexAdd` of rows, on the host) as
+    `kernels.index_add_rows`'s two calls into scratch buffers: the one-hot rows taken from the
+    identity, then their transpose times the gradient rows, written into `out`. NumPy's take
+    refuses an index out of range and wraps a negative one, as the forward's check does."""
+    parsed, template = getattr(fn, "key", None), kwargs.get("key")
+    if parsed is None or parsed.index is None or not isinstance(template.index, Slot):
+        return None
+    if not all(part == slice(None) for part in parsed.full[1:]) or out.ndim == 0:
+        return None
+    if not (backend.is_host_array(out) and backend.is_host_array(grad)):
+        return None  # CuPy's take wraps an index out of range: the forward's check must run
+    rows, n = out.shape[0], parsed.index.size
+    columns = math.prod(out.shape[1:])
+    if n * rows > backend.ONE_HOT_LIMIT or grad.size != n * columns or grad.dtype != out.dtype:
+        return None  # index_add_rows calls scatter_add there
+    u = backend.ufuncs_of(out)
+    flat_out = _rows_of(u, out, columns)
+    if flat_out is None:
+        return None
+    identity = kernels.identity_rows(backend.namespace(out), rows, out.dtype, out.device)
+    one_hot = u.empty((n, rows), dtype=out.dtype)
+    index_slot = template.index.index
+
+    def run(env: list) -> None:
+        try:
+            u.take(identity, u.reshape(env[index_slot], (-1,)), axis=0, out=one_hot)
+        except IndexError as error:
+            raise _out_of_range(error, 0, rows) from None
+        u.matmul(one_hot.T, u.reshape(env[grad_slot], (n, columns)), out=flat_out)
 
     return run
 
@@ -440,10 +480,11 @@ class Tape:
                 self.dropped += 1  # a view of arrays that stay where they are: it stays valid
                 return None
         elif self._fresh(out) and (saved := self._saved_buffers(fn, saved_slots)) is not None:
-            if dynamic:  # the only lowered op with an array among its arguments: x[index]
+            if dynamic:  # lowered ops with an array among their arguments: x[index], its adjoint
                 run = None
                 if not saved:
-                    run = _lowered_take(fn, kwargs, env[in_slots[0]], env[out], in_slots[0])
+                    lower = _lowered_index_add if type(fn) is ops.IndexAdd else _lowered_take
+                    run = lower(fn, kwargs, env[in_slots[0]], env[out], in_slots[0])
             else:
                 kernel = _lowered(fn, [env[i] for i in in_slots], env[out], kwargs, saved)
                 run = None if kernel is None else _kernel_run(kernel, env[out], in_slots)
