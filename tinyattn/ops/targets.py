@@ -8,6 +8,7 @@ replays forwards, so new targets and new masks flow through a replay like any ot
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .. import backend
@@ -17,8 +18,11 @@ from ..autograd import Function
 class ClassWeights(Function):
     """w[..., c] = (1 - s) * [t == c] + s / C on rows whose target is kept, 0 on ignored rows.
 
-    The target distribution of cross-entropy with label smoothing s (PyTorch's). Targets are
-    integers, so there is no gradient. Shapes: targets (...) int -> (..., C) of `dtype`.
+    The target distribution of cross-entropy with label smoothing s (PyTorch's). Each row is
+    gathered from a table of the C possible rows and one zero row (for ignored targets): one
+    write per entry, where comparing every target with every class makes several passes over
+    (..., C). Targets are integers, so there is no gradient.
+    Shapes: targets (...) int -> (..., C) of `dtype`.
     """
 
     backward_reads = ()
@@ -27,15 +31,38 @@ class ClassWeights(Function):
         self, targets: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
     ) -> Any:
         xp = backend.namespace(targets)
-        kept = _kept(xp, targets, ignore_index)[..., None]  # (..., 1)
-        hits = targets[..., None] == xp.arange(classes, device=targets.device)  # (..., C)
-        weights = xp.astype(hits & kept, dtype) * (1.0 - smoothing)
-        if smoothing:
-            weights = weights + xp.astype(kept, dtype) * (smoothing / classes)
-        return weights
+        flat = xp.astype(xp.reshape(targets, (-1,)), xp.int64)  # room for C + 1 in any dtype
+        # cross_entropy checked the targets of an eager call; a compiled step's replay gets new
+        # ones unchecked, so a target out of range points past the table, and NumPy's take
+        # refuses it (CuPy's wraps it: there only the eager check stands).
+        index = xp.where((flat < 0) | (flat >= classes), classes + 1, flat)
+        if ignore_index is not None:
+            index = xp.where(flat == ignore_index, classes, index)  # the zero row
+        table = _target_rows(xp, classes, smoothing, dtype, targets.device)
+        try:
+            rows = xp.take(table, index, axis=0)
+        except IndexError:
+            ignored = "" if ignore_index is None else f" or ignore_index={ignore_index}"
+            raise ValueError(
+                f"cross_entropy: a target value is out of range for {classes} classes (expected "
+                f"0..{classes - 1}{ignored}) in a replay of a compiled step"
+            ) from None
+        return xp.reshape(rows, (*targets.shape, classes))
 
     def backward(self, grad: Any) -> None:
         return None
+
+
+@functools.lru_cache(maxsize=16)
+def _target_rows(xp: Any, classes: int, smoothing: float, dtype: Any, device: Any) -> Any:
+    """(C + 1, C): row c is the smoothed one-hot of class c, row C all zeros; the same
+    operations on the same values as a comparison with every class would make. Only ever read."""
+    rows = xp.astype(xp.eye(classes + 1, classes, dtype=xp.bool, device=device), dtype)
+    rows = rows * (1.0 - smoothing)
+    if smoothing:
+        kept = xp.astype(xp.arange(classes + 1, device=device) < classes, dtype)[:, None]
+        rows = rows + kept * (smoothing / classes)
+    return rows
 
 
 class KeptCount(Function):
