@@ -221,6 +221,42 @@ def test_a_tensor_passed_twice_is_not_replayed_for_two_tensors(device):
     assert len(compiled.tapes) == 2
 
 
+def test_tensors_inside_tuples_lists_and_dicts_are_inputs(device):
+    """``step(batch)`` with ``batch = (x, y)``, as a PyTorch loop writes it: every tensor in the
+    arguments is an input, wherever it sits, and the containers' layout is part of the
+    signature."""
+    ta.manual_seed(0)
+    lin = nn.Linear(3, 1).to(device)
+
+    def step(batch, extra):
+        x, y = batch
+        return ((lin(x) - y) ** 2).mean() + extra["scale"].sum()
+
+    compiled = ta.compile(step)
+    x = ta.ones(2, 3, device=device)
+    for value in (1.0, 2.0, 3.0, 4.0):
+        for container in (tuple, list):
+            batch = container([x, ta.full((2, 1), value, device=device)])
+            extra = {"scale": ta.full((1,), value, device=device)}
+            assert float(compiled(batch, extra).numpy()) == float(step(batch, extra).numpy())
+    assert len(compiled.tapes) == 2, "one tape for tuples, one for lists"
+
+
+def test_a_changing_python_argument_warns_that_nothing_replays(device):
+    """A Python number in the arguments is part of the signature: a new value on every call
+    records every call. The recordings kept for checking stay bounded, and a warning says why
+    nothing replays."""
+    ta.manual_seed(0)
+    lin = nn.Linear(3, 1).to(device)
+    compiled = ta.compile(lambda x, scale: lin(x).sum() * scale, max_signatures=2)
+    x = ta.ones(2, 3, device=device)
+    with pytest.warns(RuntimeWarning, match="called once and not again") as caught:
+        for k in range(6):
+            assert float(compiled(x, float(k)).numpy()) == float((lin(x).sum() * k).numpy())
+    assert len(caught) == 1, "warned once"
+    assert not compiled.tapes and len(compiled._first) <= 2
+
+
 def test_tensors_passed_by_keyword_are_inputs_too(device):
     """A keyword tensor argument is copied into the replay like a positional one."""
     ta.manual_seed(0)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -335,28 +336,31 @@ def _encode_outputs(value: Any, recorder: Recorder) -> Any:
 
 
 # -------------------------------------------------------------------------------------- compile
-def _signature(args: tuple, kwargs: dict) -> tuple:
-    """The cache key: tensors by shape, dtype and device; other arguments by value."""
+def _flattened(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor]]:
+    """(the cache key of a call, its tensor inputs). Tensors are inputs wherever they sit in the
+    arguments, inside tuples, lists and dicts too (``step(batch)`` with ``batch = (x, y)``), in
+    the order they are met, keyword arguments by name; the key holds each by shape, dtype and
+    device, the containers by type and layout, and other arguments by value."""
+    inputs: list[Tensor] = []
 
     def key(value: Any) -> Any:
         if isinstance(value, Tensor):
+            inputs.append(value)
             # The library first: dtypes of two libraries are never compared with each other.
             array = value.array
             return ("tensor", type(array), value.device, array.shape, array.dtype)
+        if isinstance(value, tuple | list):
+            return (type(value), tuple(key(v) for v in value))
+        if isinstance(value, dict):
+            return (type(value), tuple((k, key(v)) for k, v in value.items()))
         try:
             hash(value)
             return value
         except TypeError:
             return ("id", id(value))
 
-    return tuple(key(a) for a in args) + tuple((k, key(v)) for k, v in sorted(kwargs.items()))
-
-
-def _tensor_inputs(args: tuple, kwargs: dict) -> list[Tensor]:
-    """The step's tensor arguments, positional ones first, then keyword ones by name: each new
-    call's values are copied into the recording's buffers for them."""
-    named = [kwargs[name] for name in sorted(kwargs) if isinstance(kwargs[name], Tensor)]
-    return [a for a in args if isinstance(a, Tensor)] + named
+    signature = tuple(key(a) for a in args) + tuple((k, key(kwargs[k])) for k in sorted(kwargs))
+    return signature, inputs
 
 
 class CompiledStep:
@@ -377,7 +381,8 @@ class CompiledStep:
         self.cuda_graphs = cuda_graphs
         self._lock = threading.RLock()
         self.tapes: dict[tuple, Tape] = {}
-        self._first: dict[tuple, Recorder] = {}
+        self._first: dict[tuple, Recorder] = {}  # signatures recorded once, to check
+        self._warned = False
         # Values the recorded ops depend on (every called module's `_replay_key`), from all
         # recordings so far: their values at each call are part of the key, with grad mode.
         self._modes: list[tuple[Any, str]] = []
@@ -387,18 +392,17 @@ class CompiledStep:
         with self._lock:
             return self._call(args, kwargs)
 
-    def _key(self, args: tuple, kwargs: dict, inputs: list[Tensor]) -> tuple:
+    def _key(self, signature: tuple, inputs: list[Tensor]) -> tuple:
         modes = tuple(getattr(owner, name) for owner, name in self._modes)
         # Which inputs are one tensor passed twice: a recording of step(a, a) reads one buffer
         # for both, so step(b, c) must not replay it.
         first: dict[int, int] = {}
         same = tuple(first.setdefault(id(tensor), k) for k, tensor in enumerate(inputs))
-        signature = _signature(args, kwargs)
         return (*signature, ("same", same), ("modes", autograd.is_grad_enabled(), modes))
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
-        inputs = _tensor_inputs(args, kwargs)
-        key = self._key(args, kwargs, inputs)
+        signature, inputs = _flattened(args, kwargs)
+        key = self._key(signature, inputs)
         tape = self.tapes.get(key)
         if tape is not None:
             if tape.arrays_are_current():
@@ -407,6 +411,9 @@ class CompiledStep:
         recorder, result = self._record(inputs, args, kwargs)
         first = self._first.pop(key, None)
         if first is None or _switched_modes(first, recorder):
+            if len(self._first) >= self.max_signatures:
+                self._first.pop(next(iter(self._first)))  # bounded: the oldest goes
+                self._warn_unrepeated()
             self._first[key] = recorder  # the first recording (again, after a mode switch)
             recorder.keep_for_checking()
             return result
@@ -415,13 +422,25 @@ class CompiledStep:
         new = [(o, n) for o, n in recorder.modes if not any(o is p and n == q for p, q in known)]
         if new:  # values first seen in these recordings: key this tape and later calls on them
             self._modes = known + new
-            key = self._key(args, kwargs, inputs)
+            key = self._key(signature, inputs)
         if len(self.tapes) >= self.max_signatures:
             self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
         outputs = _encode_outputs(result, recorder)
         self.tapes[key] = Tape(recorder, outputs, inputs, graphs=self.cuda_graphs)
         _release_buffers(result, recorder)
         return result
+
+    def _warn_unrepeated(self) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"compile: more than {self.max_signatures} signatures have each been called "
+                "once and not again, so nothing replays: an argument that changes on every "
+                "call (a Python number such as a learning rate, a new object) is part of the "
+                "signature; pass it as a tensor, or keep it out of the step's arguments",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def _record(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> tuple[Recorder, Any]:
         if autograd.active_recorder() is not None:
