@@ -646,67 +646,125 @@ class MemoryPlan:
 
     A recording keeps every result in its own array, so a step touches all of them once per
     replay and little of it is still in cache when it is read again. A result lives from the
-    entry that writes it to the last entry that reads it; two buffers of the same shape, dtype
-    and library whose lives do not overlap can be one array. Left out of sharing, because they
-    are read or written where the tape cannot see: the inputs, arrays the step did not make
-    (parameters, optimizer state), the target of an in-place write, anything returned or handed
-    out as a gradient, results of Python calls and draws, arrays with views (their views would
-    be made on the old memory) and arrays that are views or not row-major. `last_use` gives, for
-    every slot with a known life, the entry position after which nothing reads it.
+    entry that writes it to the last entry that reads it, or reads a view of it (a reshape, the
+    heads of an attention, a transpose): an array and its views are one family with one life.
+    Two families whose arrays have the same shape, dtype and library and whose lives do not
+    overlap can be one array; the later family's views are then made again, once, on that
+    array. Left out of sharing, because they are read or written where the tape cannot see: the
+    inputs, arrays the step did not make (parameters, optimizer state), the target of an
+    in-place write, anything returned or handed out as a gradient, results of Python calls and
+    draws, and arrays that are not row-major or whose views the tape did not make (a view made
+    inside an op's forward). `last_use` gives, for every slot with a known life, the entry
+    position after which nothing reads it.
     """
 
     def __init__(self, tape: Tape, made: list[bool], inputs: int) -> None:
         self.env = list(tape.env)
         self.shared: set[int] = set()
-        first: dict[int, int] = {}  # slot -> the position of its first write
-        last: dict[int, int] = {}  # slot -> the position of its last read or write
-        read_first: set[int] = set()
-        pinned = set(range(inputs)) | {slot for slot, m in enumerate(made) if not m}
-        made_by = tape._made_by
-        for position, entry in enumerate(tape.entries):
-            kind = entry[0]
-            if kind in ("grad", "draw", "call"):
-                slot = entry[2] if kind == "grad" else entry[-1]
-                if slot is not None:
-                    pinned.add(slot)
-                continue
-            reads, writes = reads_and_writes(entry, made_by)
-            if kind == "rule" and id(entry[1]) in made_by:
-                # A rule may read anything its forward read or kept (its own state, not slots).
-                reads |= reads_and_writes(made_by[id(entry[1])], made_by)[0]
-            if kind == "store":
-                pinned.add(entry[1])
-            for slot in reads:
-                if slot not in first:
-                    read_first.add(slot)
-                last[slot] = position
-            for slot in writes:
-                first.setdefault(slot, position)
-                last[slot] = max(last.get(slot, position), position)
-        for slot in _slots_in(tape.outputs):
-            pinned.add(slot)
+        first, last, read_first, pinned = _lives(tape, made, inputs)
         self.last_use = {s: p for s, p in last.items() if s not in pinned and s not in read_first}
-        candidates = sorted(
-            (first[slot], last[slot], slot)
-            for slot in self.last_use
-            if slot in first
-            and tape.static[slot]
-            and not tape._shared[slot]
-            and backend.owns_plain_memory(tape.env[slot])
-        )
         free: dict[tuple, list[tuple[int, Any]]] = {}  # key -> (free after, buffer)
-        for start, end, slot in candidates:
-            array = tape.env[slot]
+        for start, end, owner, views in _families(tape, first, last, pinned | read_first):
+            array = tape.env[owner]
             key = (type(array), tuple(array.shape), str(array.dtype), str(array.device))
             pool = free.setdefault(key, [])
             found = next((k for k, (until, _) in enumerate(pool) if until < start), None)
-            if found is None:
+            made_again = None if found is None else self._views_on(owner, pool[found][1], views)
+            if made_again is None:
                 pool.append((end, array))  # a buffer of its own, which later slots may share
                 continue
-            buffer = pool[found][1]
-            pool[found] = (end, buffer)
-            self.env[slot] = buffer
-            self.shared.add(slot)
+            pool[found] = (end, pool[found][1])
+            for slot, value in made_again.items():  # the owner's new memory, and its views
+                self.env[slot] = value
+            self.shared.add(owner)
+
+    def _views_on(
+        self, owner: int, buffer: Any, views: list[tuple] | None
+    ) -> dict[int, Any] | None:
+        """{slot: array} for the family of `owner` moved to `buffer`: the owner's slot holds
+        `buffer`, and each view is made again on it by the op that made it (in tape order); or
+        None when that cannot be done (a view that would not land in `buffer`)."""
+        if views is None:
+            return None
+        root, made = backend.storage_root(buffer), {owner: buffer}
+        for entry in views:
+            _, fn, in_slots, kwargs, _, out, _ = entry
+            view = fn.forward(*[made.get(i, self.env[i]) for i in in_slots], **kwargs)
+            if not hasattr(view, "shape") or backend.storage_root(view) != root:
+                return None
+            made[out] = view
+        return made
+
+
+def _lives(tape: Tape, made: list[bool], inputs: int) -> tuple[dict, dict, set, set]:
+    """(first write, last read or write) of every slot the tape touches, by entry position; the
+    slots read before any write (state carried from call to call); and the pinned slots, read
+    or written where the tape cannot see (see `MemoryPlan`)."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    read_first: set[int] = set()
+    pinned = set(range(inputs)) | {slot for slot, m in enumerate(made) if not m}
+    made_by = tape._made_by
+    for position, entry in enumerate(tape.entries):
+        kind = entry[0]
+        if kind in ("grad", "draw", "call"):
+            slot = entry[2] if kind == "grad" else entry[-1]
+            if slot is not None:
+                pinned.add(slot)
+            continue
+        reads, writes = reads_and_writes(entry, made_by)
+        if kind == "rule" and id(entry[1]) in made_by:
+            # A rule may read anything its forward read or kept (its own state, not slots).
+            reads |= reads_and_writes(made_by[id(entry[1])], made_by)[0]
+        if kind == "store":
+            pinned.add(entry[1])
+        for slot in reads:
+            if slot not in first:
+                read_first.add(slot)
+            last[slot] = position
+        for slot in writes:
+            first.setdefault(slot, position)
+            last[slot] = max(last.get(slot, position), position)
+    pinned.update(_slots_in(tape.outputs))
+    return first, last, read_first, pinned
+
+
+def _families(tape: Tape, first: dict, last: dict, excluded: set) -> list[tuple]:
+    """(start, end, owner, views) for every array the tape makes that may share memory, by
+    start: the owner is the slot whose array owns the memory, start its first write, end the
+    last use of it or any view of it, and views the entries that made those views (dropped
+    from the program, made again on a new buffer), or None where one cannot be made again."""
+    members: dict[int, list[int]] = {}
+    for slot, root in enumerate(tape._roots):
+        if root is not None:
+            members.setdefault(root, []).append(slot)
+    view_entry = {}
+    for entry in tape.entries:
+        if entry[0] == "op" and _is_dropped_view(tape, entry):
+            view_entry[entry[5]] = entry
+    families = []
+    for root, slots in members.items():
+        owner = tape._first_of_root[root]
+        if any(s in excluded or s not in first or not tape.static[s] for s in slots):
+            continue
+        if not backend.owns_plain_memory(tape.env[owner]):
+            continue
+        views: list[tuple] | None = [view_entry.get(s) for s in slots if s != owner]
+        if any(entry is None for entry in views):
+            views = None  # a member the tape did not make as a view of the owner
+        end = max(last[s] for s in slots)
+        families.append((first[owner], end, owner, views))
+    families.sort(key=lambda family: family[:3])
+    return families
+
+
+def _is_dropped_view(tape: Tape, entry: tuple) -> bool:
+    """Whether `Tape._op` drops this entry: a view of arrays that stay where they are."""
+    _, _, in_slots, _, dynamic, out, saved_slots = entry
+    roots = tape._roots
+    if dynamic or saved_slots or roots[out] not in {roots[i] for i in in_slots}:
+        return False
+    return all(tape.static[i] for i in in_slots)
 
 
 def _slots_in(value: Any) -> list[int]:
