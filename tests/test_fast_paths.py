@@ -146,14 +146,16 @@ def test_contiguous_keeps_the_values_of_a_view(device, axes):
 
 @pytest.mark.parametrize(("rows", "count"), [(80, 256), (5, 1), (3, 0), (4, 40)])
 def test_index_add_rows_matches_scatter_into_zeros(device, monkeypatch, rows, count):
-    """Repeated indices add up; with the one-hot limit lowered, the plain scatter runs."""
+    """Repeated indices add up; with the identity's size lowered, the one-hot is compared, and
+    with the one-hot limit lowered, the plain scatter runs."""
     rng = np.random.default_rng(rows)
     indices = _array(rng.integers(0, rows, count), device)
     values = _array(rng.standard_normal((count, 6)), device)
     xp = backend.namespace(values)
     zeros = xp.zeros((rows, 6), dtype=values.dtype, device=values.device)
     plain = backend.scatter_add(zeros, indices, values)
-    for limit in (backend.ONE_HOT_LIMIT, 1):
+    for identity, limit in ((kernels.IDENTITY_ROWS, backend.ONE_HOT_LIMIT), (2, 1 << 20), (2, 1)):
+        monkeypatch.setattr(kernels, "IDENTITY_ROWS", identity)
         monkeypatch.setattr(kernels, "ONE_HOT_LIMIT", limit)
         got = kernels.index_add_rows(indices, values, rows)
         assert got.dtype == values.dtype and tuple(got.shape) == (rows, 6)
@@ -370,3 +372,8 @@ def test_in_pieces_matches_the_whole_call(device, shape, elements):
     pieces = -(-max(x.size, 1) // elements)
     # Pieces on the host only: off it (the strict stand-in for a GPU) one call, as on CuPy.
     assert len(calls) == (pieces if xp is np else 1)
+
+
+def test_identity_rows_is_bounded():
+    with pytest.raises(ValueError, match="more than IDENTITY_ROWS"):
+        kernels.identity_rows(np, kernels.IDENTITY_ROWS + 1, np.float32, "cpu")

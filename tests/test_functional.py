@@ -135,6 +135,34 @@ def test_cross_entropy_matches_numpy_with_leading_axes(device, reduction, smooth
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("ignore_index", [None, -100, 2])
+@pytest.mark.parametrize("smoothing", [0.0, 0.3])
+def test_cross_entropy_target_rows_from_the_table_equal_the_compared_ones(
+    device, monkeypatch, ignore_index, smoothing
+):
+    """Up to IDENTITY_ROWS classes the target rows are gathered from a table; past it they are
+    compared. The two give the same loss and gradient, bit for bit."""
+    from tinyattn import kernels
+
+    logits = RNG.standard_normal((4, 6, 5)).astype("float32")
+    targets = RNG.integers(0, 5, (4, 6))
+    targets[0, :2] = -100 if ignore_index is None else ignore_index
+    if ignore_index is None:
+        targets[0, :2] = 1
+    results = []
+    for identity in (kernels.IDENTITY_ROWS, 4):
+        monkeypatch.setattr(kernels, "IDENTITY_ROWS", identity)
+        z = ta.tensor(logits, device=device, requires_grad=True)
+        loss = F.cross_entropy(
+            z, ta.tensor(targets, device=device), ignore_index, label_smoothing=smoothing
+        )
+        loss.backward()
+        results.append((loss.numpy(), z.grad.numpy()))
+    (loss_a, grad_a), (loss_b, grad_b) = results
+    np.testing.assert_array_equal(loss_a, loss_b)
+    np.testing.assert_array_equal(grad_a, grad_b)
+
+
 def test_cross_entropy_gradcheck(device):
     logits = leaf(device, 4, 3)
     targets = ta.tensor([0, 2, 1, 1], device=device)

@@ -336,8 +336,10 @@ def _lowered_index_add(
         return None  # CuPy's take wraps an index out of range: the forward's check must run
     rows, n = out.shape[0], parsed.index.size
     columns = math.prod(out.shape[1:])
-    if n * rows > backend.ONE_HOT_LIMIT or grad.size != n * columns or grad.dtype != out.dtype:
-        return None  # index_add_rows calls scatter_add there
+    if n * rows > backend.ONE_HOT_LIMIT or rows > kernels.IDENTITY_ROWS:
+        return None  # index_add_rows calls scatter_add, or compares, there
+    if grad.size != n * columns or grad.dtype != out.dtype:
+        return None
     u = backend.ufuncs_of(out)
     flat_out = _rows_of(u, out, columns)
     if flat_out is None:

@@ -11,18 +11,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .. import backend
+from .. import backend, kernels
 from ..autograd import Function
 
 
 class ClassWeights(Function):
     """w[..., c] = (1 - s) * [t == c] + s / C on rows whose target is kept, 0 on ignored rows.
 
-    The target distribution of cross-entropy with label smoothing s (PyTorch's). Each row is
-    gathered from a table of the C possible rows and one zero row (for ignored targets): one
-    write per entry, where comparing every target with every class makes several passes over
-    (..., C). Targets are integers, so there is no gradient.
-    Shapes: targets (...) int -> (..., C) of `dtype`.
+    The target distribution of cross-entropy with label smoothing s (PyTorch's). For up to
+    `kernels.IDENTITY_ROWS` classes each row is gathered from a table of the C possible rows
+    and one zero row (for ignored targets): one write per entry, where comparing every target
+    with every class makes several passes over (..., C). For more classes the table would
+    outgrow the result, and the targets are compared. Both give the same values. Targets are
+    integers, so there is no gradient. Shapes: targets (...) int -> (..., C) of `dtype`.
     """
 
     backward_reads = ()
@@ -31,6 +32,8 @@ class ClassWeights(Function):
         self, targets: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
     ) -> Any:
         xp = backend.namespace(targets)
+        if classes > kernels.IDENTITY_ROWS:
+            return _compared(xp, targets, classes, ignore_index, smoothing, dtype)
         flat = xp.astype(xp.reshape(targets, (-1,)), xp.int64)  # room for C + 1 in any dtype
         # cross_entropy checked the targets of an eager call; a compiled step's replay gets new
         # ones unchecked, so a target out of range points past the table, and NumPy's take
@@ -56,13 +59,26 @@ class ClassWeights(Function):
 @functools.lru_cache(maxsize=16)
 def _target_rows(xp: Any, classes: int, smoothing: float, dtype: Any, device: Any) -> Any:
     """(C + 1, C): row c is the smoothed one-hot of class c, row C all zeros; the same
-    operations on the same values as a comparison with every class would make. Only ever read."""
+    operations on the same values as `_compared` makes. Only ever read."""
     rows = xp.astype(xp.eye(classes + 1, classes, dtype=xp.bool, device=device), dtype)
     rows = rows * (1.0 - smoothing)
     if smoothing:
         kept = xp.astype(xp.arange(classes + 1, device=device) < classes, dtype)[:, None]
         rows = rows + kept * (smoothing / classes)
     return rows
+
+
+def _compared(
+    xp: Any, targets: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
+) -> Any:
+    """The target rows by comparing every target with every class (an out-of-range target
+    matches none)."""
+    kept = _kept(xp, targets, ignore_index)[..., None]  # (..., 1)
+    hits = targets[..., None] == xp.arange(classes, device=targets.device)  # (..., C)
+    weights = xp.astype(hits & kept, dtype) * (1.0 - smoothing)
+    if smoothing:
+        weights = weights + xp.astype(kept, dtype) * (smoothing / classes)
+    return weights
 
 
 class KeptCount(Function):
