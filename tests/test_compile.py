@@ -197,6 +197,45 @@ def test_a_replay_refuses_tokens_and_targets_out_of_range(device):
     assert len(step.tapes) == 1, "the refusals came from replays"
 
 
+@pytest.mark.parametrize("identity_rows", [1024, 4])
+def test_an_embedding_gradient_replays_as_its_forward_computes_it(
+    device, monkeypatch, identity_rows
+):
+    """Up to IDENTITY_ROWS rows the gradient is the one-hot product, lowered to out= calls on
+    NumPy; past it (here a vocabulary of 7 over a limit of 4) the forward compares indices with
+    rows, and the replay calls that forward. Either way compiled equals eager."""
+    from tinyattn import kernels
+
+    monkeypatch.setattr(kernels, "IDENTITY_ROWS", identity_rows)
+    vocab = 7
+
+    def make():
+        ta.manual_seed(0)
+        model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab)).to(device)
+        return model, optim.SGD(model.parameters(), lr=0.1)
+
+    def make_step(model, optimizer):
+        def step(tokens, targets):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return step
+
+    rng = np.random.default_rng(0)
+    batches = [
+        tuple(ta.tensor(rng.integers(0, vocab, (4, 5)), device=device) for _ in "xy")
+        for _ in range(8)
+    ]
+    eager, compiled = _same_training(make, make_step, batches)
+    _assert_same(eager, compiled)
+    labels = next(iter(compiled[2].tapes.values())).labels
+    lowered = device == "cpu" and identity_rows >= vocab
+    assert ("IndexAdd forward (out=)" in labels) == lowered, labels
+
+
 def test_a_tensor_passed_twice_is_not_replayed_for_two_tensors(device):
     """step(a, a) records one buffer for both arguments; step(b, c) has another signature and
     records its own, rather than replaying c's values in place of b's."""
