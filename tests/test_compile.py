@@ -289,7 +289,7 @@ def test_a_changing_python_argument_warns_that_nothing_replays(device):
     lin = nn.Linear(3, 1).to(device)
     compiled = ta.compile(lambda x, scale: lin(x).sum() * scale, max_signatures=2)
     x = ta.ones(2, 3, device=device)
-    with pytest.warns(RuntimeWarning, match="called once and not again") as caught:
+    with pytest.warns(RuntimeWarning, match="no later call repeated") as caught:
         for k in range(6):
             assert float(compiled(x, float(k)).numpy()) == float((lin(x).sum() * k).numpy())
     assert len(caught) == 1, "warned once"
@@ -1194,6 +1194,45 @@ def test_model_eval_and_no_grad_record_again_instead_of_replaying_the_other_mode
     assert len(forward.tapes) == 3, "back in training mode, the first tape replays"
 
 
+def test_a_changed_module_setting_records_again(device):
+    """PyTorch habits that change a module's plain Python settings after compiling: dropout's
+    ``p`` raised mid-training, a scale kept on a module. Its forward reads them as constants, so
+    each module's settings are part of the key, as torch.compile guards on them: the call
+    records again and equals eager, and setting a value back replays the first tape."""
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(3, 2)
+            self.drop = nn.Dropout(0.0)
+            self.scale = 2.0
+
+        def forward(self, x):
+            return self.drop(self.linear(x)) * self.scale
+
+    ta.manual_seed(0)
+    model = Scaled().to(device)
+    forward = ta.compile(lambda x: model(x))
+    x = ta.tensor(np.linspace(-1, 1, 12, dtype="float32").reshape(4, 3), device=device)
+
+    def same():
+        for seed in range(3):
+            ta.manual_seed(seed)
+            got = forward(x).numpy()
+            ta.manual_seed(seed)
+            np.testing.assert_array_equal(got, model(x).numpy())
+
+    same()
+    model.scale = 5.0
+    same()
+    model.drop.p = 0.5
+    same()
+    assert len(forward.tapes) == 3
+    model.scale, model.drop.p = 2.0, 0.0
+    same()
+    assert len(forward.tapes) == 3, "the first settings replay the first tape"
+
+
 def test_a_replaced_parameter_or_layer_records_again(device):
     """PyTorch habits that give a tensor or a module new storage after compiling: ``p.data =
     t``, a layer swapped for a new one. The tape would read the old arrays; instead the call
@@ -1231,6 +1270,16 @@ def test_a_mode_switch_between_the_two_recordings_starts_over(device):
     for _ in range(3):
         np.testing.assert_array_equal(forward(x).numpy(), model(x).numpy())
     assert len(forward.tapes) == 1
+    # Switching on every call (a validation batch after each training step): each mode's
+    # recording is confirmed by the next call in that mode, and both replay from then on.
+    alternating = ta.compile(lambda x: model(x))
+    for k in range(8):
+        model.train() if k % 2 == 0 else model.eval()
+        ta.manual_seed(k)
+        got = alternating(x).numpy()
+        ta.manual_seed(k)
+        np.testing.assert_array_equal(got, model(x).numpy())
+    assert len(alternating.tapes) == 2
 
     fresh = ta.compile(lambda x: nn.Linear(4, 2).to(device)(x))
     fresh(x)

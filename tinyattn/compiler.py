@@ -383,6 +383,7 @@ class CompiledStep:
         self.tapes: dict[tuple, Tape] = {}
         self._first: dict[tuple, Recorder] = {}  # signatures recorded once, to check
         self._warned = False
+        self._unrepeated = 0  # recordings in a row that no second recording confirmed
         # Values the recorded ops depend on (every called module's `_replay_key`), from all
         # recordings so far: their values at each call are part of the key, with grad mode.
         self._modes: list[tuple[Any, str]] = []
@@ -411,18 +412,19 @@ class CompiledStep:
         recorder, result = self._record(inputs, args, kwargs)
         first = self._first.pop(key, None)
         if first is None or _switched_modes(first, recorder):
+            if first is not None:  # the same modules in another mode: key on their modes now
+                key = self._learn_modes(recorder, signature, inputs, key)
+            self._unrepeated += 1
             if len(self._first) >= self.max_signatures:
                 self._first.pop(next(iter(self._first)))  # bounded: the oldest goes
+            if self._unrepeated > self.max_signatures:
                 self._warn_unrepeated()
             self._first[key] = recorder  # the first recording (again, after a mode switch)
             recorder.keep_for_checking()
             return result
         check_same(first, recorder)
-        known = self._modes
-        new = [(o, n) for o, n in recorder.modes if not any(o is p and n == q for p, q in known)]
-        if new:  # values first seen in these recordings: key this tape and later calls on them
-            self._modes = known + new
-            key = self._key(signature, inputs)
+        self._unrepeated = 0
+        key = self._learn_modes(recorder, signature, inputs, key)
         if len(self.tapes) >= self.max_signatures:
             self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
         outputs = _encode_outputs(result, recorder)
@@ -430,14 +432,28 @@ class CompiledStep:
         _release_buffers(result, recorder)
         return result
 
+    def _learn_modes(
+        self, recorder: Recorder, signature: tuple, inputs: list[Tensor], key: tuple
+    ) -> tuple:
+        """The call's key once the recording's modes are part of every key (a recording that
+        met modules not seen before adds their modes)."""
+        known = self._modes
+        new = [(o, n) for o, n in recorder.modes if not any(o is p and n == q for p, q in known)]
+        if not new:
+            return key
+        self._modes = known + new
+        return self._key(signature, inputs)
+
     def _warn_unrepeated(self) -> None:
         if not self._warned:
             self._warned = True
             warnings.warn(
-                f"compile: more than {self.max_signatures} signatures have each been called "
-                "once and not again, so nothing replays: an argument that changes on every "
+                f"compile: {self._unrepeated} calls in a row recorded a signature that no "
+                "later call repeated, so nothing replays: an argument that changes on every "
                 "call (a Python number such as a learning rate, a new object) is part of the "
-                "signature; pass it as a tensor, or keep it out of the step's arguments",
+                "signature, and so are the called modules' modes and plain settings (a counter "
+                "a forward keeps on its module); pass such a value as a tensor, or keep it out "
+                "of the step's arguments and modules",
                 RuntimeWarning,
                 stacklevel=4,
             )

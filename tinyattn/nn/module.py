@@ -48,6 +48,16 @@ class _Held:
     changes = 0
 
 
+_PLAIN = (bool, int, float, complex, str, type(None))
+
+
+def _is_plain(value: Any) -> bool:
+    """A plain Python value (a number, a string, None, or a tuple of them): a module setting."""
+    if isinstance(value, tuple):
+        return all(isinstance(item, _PLAIN) for item in value)
+    return isinstance(value, _PLAIN)
+
+
 class Module:
     """Base class of layers: assign Parameters and Modules as attributes and they are tracked.
 
@@ -89,6 +99,11 @@ class Module:
             _Held.changes += 1
             self._buffers[name] = value
         else:
+            if _is_plain(value) and not name.startswith("_"):
+                # A setting its forward may read (dropout's p, a scale): part of _replay_key.
+                old = self.__dict__.get(name, _Held)
+                if old is _Held or not _is_plain(old) or old != value:
+                    _Held.changes += 1
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:
@@ -359,13 +374,20 @@ class Module:
     @property
     def _replay_key(self) -> tuple:
         """What a compiled step's recording depends on in this module (`ta.compile` keys its
-        tapes on it): the mode, and which parameters, buffers and submodules it holds, by
-        identity, so ``model.eval()`` or a replaced layer records again instead of replaying.
-        The second part is read again only after some module's holdings changed."""
+        tapes on it): the mode; which parameters, buffers and submodules it holds, by
+        identity; and its settings, the public attributes holding plain Python values (numbers,
+        strings, None, tuples of them), so ``model.eval()``, a replaced layer or a new dropout
+        ``p`` records again instead of replaying. The last two parts are read again only after
+        some module's holdings or settings changed."""
         cached = self.__dict__.get("_held_key")
         if cached is None or cached[0] != _Held.changes:
             held = (*self._parameters.values(), *self._buffers.values(), *self._modules.values())
-            cached = (_Held.changes, tuple(map(id, held)))
+            settings = tuple(
+                (name, value)
+                for name, value in self.__dict__.items()
+                if not name.startswith("_") and name != "training" and _is_plain(value)
+            )
+            cached = (_Held.changes, (tuple(map(id, held)), settings))
             object.__setattr__(self, "_held_key", cached)
         return self.training, cached[1]
 
