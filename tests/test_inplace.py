@@ -284,3 +284,23 @@ def test_optimizer_step_bumps_the_version_of_a_kept_graph(device):
     assert w._version == 1
     with pytest.raises(RuntimeError, match="Mul's input 0 of shape \\(2, 3\\) is at version 1"):
         loss.backward()
+
+
+def test_a_tensor_built_or_moved_from_an_array_never_shares_its_memory(device):
+    """``ta.tensor(array)`` and ``.to(device)`` make new tensors, as torch.tensor and ``.to``
+    do: writing into one leaves the other as it was (the strict stand-in wraps NumPy memory,
+    so it must be asked for copies)."""
+    host = BASE.copy()
+    built = ta.tensor(host, device=device)
+    built.add_(1.0)
+    np.testing.assert_array_equal(host, BASE)
+    source = ta.tensor(BASE, device=device)
+    for target in ("cpu", device):
+        moved = source.to(target)
+        if moved is source:
+            continue  # already there: .to returns the tensor itself, as in PyTorch
+        moved.mul_(0.0)
+        np.testing.assert_array_equal(source.numpy(), BASE)
+        back = moved.to(device)
+        back.add_(5.0)
+        np.testing.assert_array_equal(moved.numpy(), 0.0)

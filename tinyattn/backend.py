@@ -361,6 +361,15 @@ def asarray(data: Any, dtype: Any = None, device: Any = None) -> Any:
         return host.astype(dtype, copy=True) if dtype is not None else host.copy()
     if dtype is not None:
         host = host.astype(dtype_name(dtype))
+    return _onto(xp, host, native)
+
+
+def _onto(xp: Any, host: np.ndarray, native: Any) -> Any:
+    """A device array with `host`'s values, never sharing its memory: CuPy copies to the GPU;
+    the strict stand-in wraps NumPy memory, so it is asked for a copy (a tensor built from an
+    array, or moved to a device, is a new tensor there, as in PyTorch)."""
+    if xp is sys.modules.get("array_api_strict"):
+        return xp.asarray(host, device=native, copy=True)
     return xp.asarray(host, device=native)
 
 
@@ -376,12 +385,21 @@ def to_numpy(array: Any) -> np.ndarray:
     return np.asarray(strict.asarray(array, device=strict.Device("CPU_DEVICE")))
 
 
+def is_on(array: Any, device: Any) -> bool:
+    """Whether `array` is already on the device a spec names ('strict' is 'strict:device1')."""
+    xp, native = resolve_device(device)
+    return namespace(array) is xp and device_of(array) == native
+
+
 def to_device(array: Any, device: Any) -> Any:
     """Move an array to another device (through the host when the libraries differ)."""
     xp, native = resolve_device(device)
     if namespace(array) is xp and device_of(array) == native:
         return array
-    return xp.asarray(to_numpy(array), device=native) if xp is not np else to_numpy(array)
+    if xp is not np:
+        return _onto(xp, to_numpy(array), native)
+    host = to_numpy(array)  # CuPy's is a copy; the stand-in's may be its own memory
+    return host if _is_cupy_array(array) else host.copy()
 
 
 def device_of(array: Any) -> Any:

@@ -351,7 +351,9 @@ class Tensor:
         Both are differentiable: the gradient flows back to this tensor's device and dtype.
         """
         if isinstance(target, str) and target not in backend.DTYPE_NAMES:
-            return self if target == self.device else ToDevice.apply(self, device=target)
+            if target == self.device or backend.is_on(self.array, target):
+                return self  # already there, as PyTorch returns the tensor itself
+            return ToDevice.apply(self, device=target)
         if isinstance(target, bool | int | float) or target is None:
             raise TypeError(
                 f"to: expected a device ('cpu', 'cuda', 'cuda:N') or a dtype name "
