@@ -296,6 +296,59 @@ def test_a_changing_python_argument_warns_that_nothing_replays(device):
     assert not compiled.tapes and len(compiled._first) <= 2
 
 
+def test_an_input_that_requires_grad_gets_its_gradient_on_every_replay(device):
+    """Whether an input requires grad is part of the signature: a step recorded on plain inputs
+    has no gradient for them on its tape, so an input that requires grad records its own tape,
+    and every call hands it the gradient eager gives (and a plain input none)."""
+    ta.manual_seed(0)
+    lin = nn.Linear(3, 1).to(device)
+
+    def step(x):
+        lin.zero_grad()
+        loss = (lin(x) ** 2).sum()
+        loss.backward()
+        return loss
+
+    compiled = ta.compile(step)
+    rng = np.random.default_rng(0)
+    for wants_grad in (False, False, False, True, True, True, False):
+        data = rng.standard_normal((2, 3)).astype("float32")
+        x = ta.tensor(data, device=device, requires_grad=wants_grad)
+        twin = ta.tensor(data, device=device, requires_grad=wants_grad)
+        compiled(x)
+        step(twin)
+        if wants_grad:
+            np.testing.assert_array_equal(x.grad.numpy(), twin.grad.numpy())
+        else:
+            assert x.grad is None
+    assert len(compiled.tapes) == 2
+
+
+def test_in_place_writes_into_the_inputs_reach_the_callers_tensors(device):
+    """A step that writes into its inputs (``x.add_``, ``y[0] = v``, or through a view,
+    ``x[1:].mul_``) leaves the caller's tensors as eager does, on the recorded calls and on
+    every replay, and their versions go up as many times."""
+
+    def step(x, y):
+        x.add_(1.0)
+        y[0] = 7.0
+        x[1:].mul_(3.0)
+        return (x * y).sum()
+
+    compiled = ta.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        data = rng.standard_normal((2, 3)).astype("float32")
+        x, y = (ta.tensor(data, device=device) for _ in "xy")
+        x_eager, y_eager = (ta.tensor(data, device=device) for _ in "xy")
+        got, want = compiled(x, y), step(x_eager, y_eager)
+        assert float(got.numpy()) == float(want.numpy())
+        np.testing.assert_array_equal(x.numpy(), x_eager.numpy())
+        np.testing.assert_array_equal(y.numpy(), y_eager.numpy())
+        assert (x._version, y._version) == (x_eager._version, y_eager._version)
+    assert len(compiled.tapes) == 1
+
+
 def test_tensors_passed_by_keyword_are_inputs_too(device):
     """A keyword tensor argument is copied into the replay like a positional one."""
     ta.manual_seed(0)

@@ -45,7 +45,15 @@ from collections.abc import Callable
 from typing import Any
 
 from . import autograd, backend
-from .replay import Slot, Tape, entry_name, let_go, reads_and_writes, rebuilt
+from .replay import (
+    Slot,
+    Tape,
+    entry_name,
+    let_go,
+    reads_and_writes,
+    rebuilt,
+    written_inputs,
+)
 from .tensor import Tensor
 
 
@@ -339,16 +347,25 @@ def _encode_outputs(value: Any, recorder: Recorder) -> Any:
 def _flattened(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor]]:
     """(the cache key of a call, its tensor inputs). Tensors are inputs wherever they sit in the
     arguments, inside tuples, lists and dicts too (``step(batch)`` with ``batch = (x, y)``), in
-    the order they are met, keyword arguments by name; the key holds each by shape, dtype and
-    device, the containers by type and layout, and other arguments by value."""
+    the order they are met, keyword arguments by name; the key holds each by shape, dtype,
+    device and requires_grad, the containers by type and layout, and other arguments by
+    value."""
     inputs: list[Tensor] = []
 
     def key(value: Any) -> Any:
         if isinstance(value, Tensor):
             inputs.append(value)
             # The library first: dtypes of two libraries are never compared with each other.
+            # requires_grad too: whether backward hands the input a gradient is on the tape.
             array = value.array
-            return ("tensor", type(array), value.device, array.shape, array.dtype)
+            return (
+                "tensor",
+                type(array),
+                value.device,
+                array.shape,
+                array.dtype,
+                value.requires_grad,
+            )
         if isinstance(value, tuple | list):
             return (type(value), tuple(key(v) for v in value))
         if isinstance(value, dict):
@@ -474,7 +491,7 @@ class CompiledStep:
         finally:
             autograd.set_recorder(previous)
             recorder.mode_values = [getattr(owner, name) for owner, name in recorder.modes]
-            written = {e[1] for e in recorder.tape if e[0] == "store"}
+            written = dict(written_inputs(recorder.tape, recorder.arrays, len(inputs)))
             for position, (tensor, array) in enumerate(zip(inputs, given, strict=True)):
                 if position in written:
                     backend.copy_into(array, tensor.array)  # the step wrote into its input

@@ -402,6 +402,7 @@ class Tape:
         # Ops whose backward is replayed as a rule: the rule reads their inputs and saved values.
         self._ruled = {id(e[1]) for e in self.entries if e[0] == "rule"}
         self._owners = list(recorder.owners.items())  # (constant slot, the tensor holding it)
+        self._written_inputs = written_inputs(self.entries, self.env, len(inputs))
         let_go(self.entries, keep=self._ruled)
         self._build()
         # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
@@ -590,7 +591,26 @@ class Tape:
             with autograd.no_grad():
                 for segment in self.segments:
                     segment.run(env, self.graphs)
+            for position, writes in self._written_inputs:
+                # The step wrote into this input in place: so does its replay, as eager would.
+                backend.copy_into(inputs[position].array, env[position])
+                inputs[position]._version_counter[0] += writes
         return rebuild(self.outputs, env)
+
+
+def written_inputs(entries: list[tuple], arrays: list, inputs: int) -> list[tuple[int, int]]:
+    """(position, writes) for each of the first `inputs` slots that the recorded in-place
+    writes reach, directly or through a view of it (``x.add_(1)``, ``x[1:].zero_()``), with the
+    number of such writes: the caller's tensor gets the new values and its version goes up as
+    many times, as eager would."""
+    roots = [backend.storage_root(arrays[p]) for p in range(inputs)]
+    writes = [0] * inputs
+    for entry in entries:
+        if entry[0] == "store":
+            target = backend.storage_root(arrays[entry[1]])
+            for position, root in enumerate(roots):
+                writes[position] += root == target
+    return [(position, count) for position, count in enumerate(writes) if count]
 
 
 def let_go(entries: list[tuple], keep: set[int] | frozenset = frozenset()) -> None:
