@@ -548,6 +548,21 @@ def test_sampling_inside_a_step_is_refused(device):
         ta.compile(step)(ta.tensor([[0.2, 0.8]], device=device))
 
 
+@pytest.mark.parametrize("reseed", ["manual_seed", "set_rng_state"])
+def test_seeding_inside_a_step_is_refused(device, reseed):
+    """A step that seeds the generator draws the same dropout mask on every eager call; a
+    replay would not seed and would draw on, so the recording refuses it, saying why."""
+    state = ta.get_rng_state()
+    dropout = nn.Dropout(0.5)
+
+    def step(x):
+        ta.manual_seed(0) if reseed == "manual_seed" else ta.set_rng_state(state)
+        return dropout(x)
+
+    with pytest.raises(ta.CompileError, match="seeds or sets the random generator"):
+        ta.compile(step)(ta.ones(8, device=device))
+
+
 def test_an_unsupported_result_is_refused(device):
     with pytest.raises(ta.CompileError, match="returned a"):
         ta.compile(lambda x: {1, 2})(ta.ones(2, device=device))

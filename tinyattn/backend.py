@@ -464,8 +464,19 @@ def check_floating(op: str, array: Any) -> None:
 # ------------------------------------------------------------------------------------------- RNG
 def manual_seed(seed: int) -> None:
     """Seed the host generator that every random factory and init draws from."""
-    global _host_rng
+    global _host_rng, _reseeds
     _host_rng = np.random.default_rng(seed)
+    _reseeds += 1
+
+
+# How many times the generator was seeded or set: a compiled step refuses a step that does it
+# (a replay would not, and would draw on from where the last draw left off).
+_reseeds = 0
+
+
+def reseeds() -> int:
+    """How many times `manual_seed` or `set_rng_state` has run in this process."""
+    return _reseeds
 
 
 def get_rng_state() -> dict[str, Any]:
@@ -494,6 +505,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
         _host_rng.bit_generator.state = state
     except (TypeError, ValueError, KeyError, OverflowError) as exc:
         raise ValueError(f"set_rng_state: not a valid generator state: {exc}") from None
+    global _reseeds
+    _reseeds += 1
 
 
 def host_rng() -> np.random.Generator:

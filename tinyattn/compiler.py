@@ -485,9 +485,16 @@ class CompiledStep:
             tensor.array = backend.copied(tensor.array)
         recorder = Recorder(inputs)
         previous = autograd.set_recorder(recorder)
+        reseeds = backend.reseeds()
         try:
             result = self.step(*args, **kwargs)
             _encode_outputs(result, recorder)  # an unsupported result fails now, not later
+            if backend.reseeds() != reseeds:
+                raise CompileError(
+                    "compile: the step seeds or sets the random generator (manual_seed, "
+                    "set_rng_state); a replay would not, and would draw other numbers than "
+                    "eager; seed before calling the step instead"
+                )
         finally:
             autograd.set_recorder(previous)
             recorder.mode_values = [getattr(owner, name) for owner, name in recorder.modes]
