@@ -563,6 +563,31 @@ def test_seeding_inside_a_step_is_refused(device, reseed):
         ta.compile(step)(ta.ones(8, device=device))
 
 
+def test_a_returned_python_number_that_changes_is_refused(device):
+    """A replay returns the step's Python values as recorded: a float norm from
+    optim.clip_grad_norm would be frozen at its first value, so two recordings that returned
+    different ones are refused; values that stay the same replay as they are."""
+    ta.manual_seed(0)
+    lin = nn.Linear(3, 1).to(device)
+    sgd = optim.SGD(lin.parameters(), lr=0.1)
+
+    def step(x, clip):
+        sgd.zero_grad()
+        loss = (lin(x) ** 2).sum()
+        loss.backward()
+        norm = optim.clip_grad_norm(lin.parameters(), 1e9)
+        sgd.step()
+        return (loss, norm) if clip else (loss, "done")
+
+    compiled = ta.compile(step)
+    for k in range(4):
+        loss, label = compiled(ta.full((2, 3), float(k), device=device), False)
+        assert label == "done"
+    with pytest.raises(ta.CompileError, match="returned Python values that changed"):
+        for k in range(2):
+            compiled(ta.full((2, 3), float(k + 1), device=device), True)
+
+
 def test_an_unsupported_result_is_refused(device):
     with pytest.raises(ta.CompileError, match="returned a"):
         ta.compile(lambda x: {1, 2})(ta.ones(2, device=device))

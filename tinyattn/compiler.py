@@ -75,6 +75,7 @@ class Recorder:
         self.drawing: set[int] = set()  # tape positions of ops whose forward draws (dropout)
         self.modes: list[tuple[Any, str]] = []  # (object, attribute): flags the ops depend on
         self.mode_values: list[Any] = []  # their values when the recording ended
+        self.returned: list[Any] = []  # the Python values (not tensors) the step returned
         self.owners: dict[int, Tensor] = {}  # constant slot -> the tensor it was read from
         for tensor in inputs:
             self._new_slot(tensor.array, made=True)
@@ -328,6 +329,17 @@ def _same_kwargs(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
 
 
+def _returned_values(value: Any) -> list[Any]:
+    """The Python values among a step's results (a replay returns them as recorded)."""
+    if isinstance(value, Tensor):
+        return []
+    if isinstance(value, tuple | list):
+        return [v for item in value for v in _returned_values(item)]
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in _returned_values(item)]
+    return [value]
+
+
 def _encode_outputs(value: Any, recorder: Recorder) -> Any:
     if isinstance(value, Tensor):
         return Slot(recorder._slot(value.array))
@@ -440,6 +452,12 @@ class CompiledStep:
             recorder.keep_for_checking()
             return result
         check_same(first, recorder)
+        if first.returned != recorder.returned:
+            raise CompileError(
+                f"compile: the step returned Python values that changed between calls "
+                f"({first.returned} and {recorder.returned}); a replay would return the first "
+                "ones again: return them as tensors (a norm from clip_grad_norm_, not a float)"
+            )
         self._unrepeated = 0
         key = self._learn_modes(recorder, signature, inputs, key)
         if len(self.tapes) >= self.max_signatures:
@@ -489,6 +507,7 @@ class CompiledStep:
         try:
             result = self.step(*args, **kwargs)
             _encode_outputs(result, recorder)  # an unsupported result fails now, not later
+            recorder.returned = _returned_values(result)
             if backend.reseeds() != reseeds:
                 raise CompileError(
                     "compile: the step seeds or sets the random generator (manual_seed, "
