@@ -1350,6 +1350,49 @@ def test_a_replaced_parameter_or_layer_records_again(device):
     assert len(forward.tapes) == 2  # the swapped layer changed the key; the new array did not
 
 
+def test_a_layer_frozen_after_compiling_gets_no_gradient(device):
+    """Fine-tuning habit: ``requires_grad_(False)`` on a layer after some compiled steps. The
+    tape would still compute and hand it a gradient, and the optimizer would move it; the call
+    records again instead, and the frozen layer stays as it was, as in eager."""
+
+    def make():
+        ta.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)).to(device)
+        return model, optim.SGD(model.parameters(), lr=0.1)
+
+    def make_step(model, sgd):
+        def step(x):
+            sgd.zero_grad()
+            loss = (model(x) ** 2).sum()
+            loss.backward()
+            sgd.step()
+            return loss
+
+        return step
+
+    rng = np.random.default_rng(0)
+    batches = [ta.tensor(rng.standard_normal((2, 3)).astype("float32"), device=device)]
+    batches *= 4
+    runs = []
+    for compiled in (False, True):
+        model, sgd = make()
+        step = make_step(model, sgd)
+        step = ta.compile(step) if compiled else step
+        for x in batches:
+            step(x)
+        for p in model[0].parameters():
+            p.requires_grad_(False)
+        frozen = [p.numpy().copy() for p in model[0].parameters()]
+        losses = [float(step(x).numpy()) for x in batches]
+        for p, before in zip(model[0].parameters(), frozen):
+            np.testing.assert_array_equal(p.numpy(), before)
+            assert p.grad is None
+        runs.append((losses, [p.numpy() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_mode_switch_between_the_two_recordings_starts_over(device):
     """model.eval() between the first and the second call: the second recording is a first
     one in the new mode, not a mismatch; a module made anew inside the step on every call is
