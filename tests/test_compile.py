@@ -1393,6 +1393,37 @@ def test_a_layer_frozen_after_compiling_gets_no_gradient(device):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_gradient_hook_registered_after_compiling_runs_on_replays(device):
+    """``p.register_hook(fn)`` after some compiled steps (clipping or logging one parameter's
+    gradient): the call records again, so the hook runs as in eager; removing it records
+    again without it."""
+    ta.manual_seed(0)
+    lin = nn.Linear(3, 1).to(device)
+
+    def step(x):
+        lin.zero_grad()
+        loss = (lin(x) ** 2).sum()
+        loss.backward()
+        return loss
+
+    compiled = ta.compile(step)
+    x = ta.ones(2, 3, device=device)
+
+    def grads():
+        compiled(x)
+        got = lin.weight.grad.numpy()
+        step(x)
+        np.testing.assert_array_equal(got, lin.weight.grad.numpy())
+        return got
+
+    plain = [grads() for _ in range(3)][-1]
+    handle = lin.weight.register_hook(lambda g: g * 0.5)
+    hooked = [grads() for _ in range(3)][-1]
+    np.testing.assert_array_equal(hooked, plain * 0.5)
+    handle.remove()
+    np.testing.assert_array_equal([grads() for _ in range(3)][-1], plain)
+
+
 def test_a_mode_switch_between_the_two_recordings_starts_over(device):
     """model.eval() between the first and the second call: the second recording is a first
     one in the new mode, not a mismatch; a module made anew inside the step on every call is

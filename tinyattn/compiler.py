@@ -435,9 +435,9 @@ class CompiledStep:
         key = self._key(signature, inputs)
         tape = self.tapes.get(key)
         if tape is not None:
-            if tape.arrays_are_current():
+            if tape.reads_what_it_recorded():
                 return tape.replay(inputs)
-            del self.tapes[key]  # a parameter's array was replaced (p.data = t): record again
+            del self.tapes[key]  # a parameter was given new storage, frozen or hooked since
         recorder, result = self._record(inputs, args, kwargs)
         first = self._first.pop(key, None)
         if first is None or _switched_modes(first, recorder):

@@ -401,8 +401,10 @@ class Tape:
         self._drawing = recorder.drawing
         # Ops whose backward is replayed as a rule: the rule reads their inputs and saved values.
         self._ruled = {id(e[1]) for e in self.entries if e[0] == "rule"}
-        # (constant slot, the tensor holding it, whether it required grad)
-        self._owners = [(slot, t, t.requires_grad) for slot, t in recorder.owners.items()]
+        # (constant slot, the tensor holding it, whether it required grad, its hooks)
+        self._owners = [
+            (slot, t, t.requires_grad, list(t._hooks or ())) for slot, t in recorder.owners.items()
+        ]
         self._written_inputs = written_inputs(self.entries, self.env, len(inputs))
         let_go(self.entries, keep=self._ruled)
         self._build()
@@ -576,15 +578,18 @@ class Tape:
         return run
 
     # ------------------------------------------------------------------------- replaying
-    def arrays_are_current(self) -> bool:
-        """Whether every parameter and buffer the tape reads still holds the array it recorded
-        (``p.data = t`` or ``module.to(...)`` gives a tensor a new one: the tape would read the
-        old one), and still requires grad as it did (a layer frozen after compiling must get
-        no gradient, and the tape would hand it one)."""
+    def reads_what_it_recorded(self) -> bool:
+        """Whether every parameter and buffer the tape reads is as it was recorded: it still
+        holds the array it recorded (``p.data = t`` or ``module.to(...)`` gives a tensor a new
+        one: the tape would read the old one), still requires grad as it did (a layer frozen
+        after compiling must get no gradient, and the tape would hand it one), and has the
+        same gradient hooks (one registered later would not run in a replay)."""
         env = self.env
         return all(
-            tensor.array is env[slot] and tensor.requires_grad == wanted
-            for slot, tensor, wanted in self._owners
+            tensor.array is env[slot]
+            and tensor.requires_grad == wanted
+            and (tensor._hooks == hooks if tensor._hooks or hooks else True)
+            for slot, tensor, wanted, hooks in self._owners
         )
 
     def replay(self, inputs: list[Tensor]) -> Any:
