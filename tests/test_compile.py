@@ -50,6 +50,41 @@ def _classifier_step(model, optimizer, scheduler):
     return step
 
 
+def _squared_linear(device):
+    """(a Linear(3, 1), a step: its gradients zeroed, then those of sum(lin(x)^2))."""
+    ta.manual_seed(0)
+    lin = nn.Linear(3, 1).to(device)
+
+    def step(x):
+        lin.zero_grad()
+        loss = (lin(x) ** 2).sum()
+        loss.backward()
+        return loss
+
+    return lin, step
+
+
+def _token_model(device, vocab, optimizer=optim.SGD, lr=0.1):
+    """(an embedding-and-linear model over `vocab` tokens, its optimizer), seeded."""
+    ta.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab)).to(device)
+    return model, optimizer(model.parameters(), lr=lr)
+
+
+def _token_step(model, optimizer):
+    """A training step of `_token_model`'s model: cross-entropy of the next tokens."""
+    vocab = model[1].out_features
+
+    def step(tokens, targets):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
 def _same_training(make, make_step, batches):
     """Train eagerly and compiled from the same seed; return both loss lists and models."""
     results = []
@@ -173,19 +208,7 @@ def test_a_replay_refuses_tokens_and_targets_out_of_range(device):
     """The eager checks of a lookup and of cross-entropy's targets run while recording; a replay
     gets new batches, and an index or target out of range is refused with the op's name, never
     taken as some other row."""
-    vocab = 7
-    ta.manual_seed(0)
-    model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab)).to(device)
-    optimizer = optim.SGD(model.parameters(), lr=0.1)
-
-    def step(tokens, targets):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    step = ta.compile(step)
+    step = ta.compile(_token_step(*_token_model(device, 7)))
     tokens, targets = ta.tensor([[1, 2, 3]], device=device), ta.tensor([[2, 3, 4]], device=device)
     for _ in range(3):
         step(tokens, targets)
@@ -208,28 +231,12 @@ def test_an_embedding_gradient_replays_as_its_forward_computes_it(
 
     monkeypatch.setattr(kernels, "IDENTITY_ROWS", identity_rows)
     vocab = 7
-
-    def make():
-        ta.manual_seed(0)
-        model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab)).to(device)
-        return model, optim.SGD(model.parameters(), lr=0.1)
-
-    def make_step(model, optimizer):
-        def step(tokens, targets):
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
-            loss.backward()
-            optimizer.step()
-            return loss
-
-        return step
-
     rng = np.random.default_rng(0)
     batches = [
         tuple(ta.tensor(rng.integers(0, vocab, (4, 5)), device=device) for _ in "xy")
         for _ in range(8)
     ]
-    eager, compiled = _same_training(make, make_step, batches)
+    eager, compiled = _same_training(lambda: _token_model(device, vocab), _token_step, batches)
     _assert_same(eager, compiled)
     labels = next(iter(compiled[2].tapes.values())).labels
     lowered = device == "cpu" and identity_rows >= vocab
@@ -300,15 +307,7 @@ def test_an_input_that_requires_grad_gets_its_gradient_on_every_replay(device):
     """Whether an input requires grad is part of the signature: a step recorded on plain inputs
     has no gradient for them on its tape, so an input that requires grad records its own tape,
     and every call hands it the gradient eager gives (and a plain input none)."""
-    ta.manual_seed(0)
-    lin = nn.Linear(3, 1).to(device)
-
-    def step(x):
-        lin.zero_grad()
-        loss = (lin(x) ** 2).sum()
-        loss.backward()
-        return loss
-
+    lin, step = _squared_linear(device)
     compiled = ta.compile(step)
     rng = np.random.default_rng(0)
     for wants_grad in (False, False, False, True, True, True, False):
@@ -989,18 +988,7 @@ def test_ops_that_read_values_back_stay_out_of_graphs(device, monkeypatch):
     device: such an op runs between graphs, and the rest of the pass is still one graph."""
     _with_fake_graphs(monkeypatch)
     vocab = 11
-    ta.manual_seed(0)
-    model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab)).to(device)
-    optimizer = optim.Adam(model.parameters(), lr=1e-2)
-
-    def step(tokens, targets):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    step = ta.compile(step)
+    step = ta.compile(_token_step(*_token_model(device, vocab, optim.Adam, lr=1e-2)))
     rng = np.random.default_rng(0)
     for _ in range(4):
         tokens = ta.tensor(rng.integers(0, vocab, (4, 5)), device=device)
@@ -1397,15 +1385,7 @@ def test_a_gradient_hook_registered_after_compiling_runs_on_replays(device):
     """``p.register_hook(fn)`` after some compiled steps (clipping or logging one parameter's
     gradient): the call records again, so the hook runs as in eager; removing it records
     again without it."""
-    ta.manual_seed(0)
-    lin = nn.Linear(3, 1).to(device)
-
-    def step(x):
-        lin.zero_grad()
-        loss = (lin(x) ** 2).sum()
-        loss.backward()
-        return loss
-
+    lin, step = _squared_linear(device)
     compiled = ta.compile(step)
     x = ta.ones(2, 3, device=device)
 
