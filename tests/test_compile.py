@@ -507,6 +507,7 @@ def test_python_state_that_changes_the_ops_is_refused(device):
     compiled = ta.compile(step)
     x = _batches(device, 1)[0][0]
     compiled(x)
+    compiled(x)  # differs from the first: compared again with the next (a first call may differ)
     with pytest.raises(ta.CompileError, match="differs between two calls"):
         compiled(x)
 
@@ -521,6 +522,7 @@ def test_a_constant_made_from_changing_python_values_is_refused(device):
     compiled = ta.compile(step)
     x = _batches(device, 1)[0][0]
     compiled(x)
+    compiled(x)  # differs from the first: compared again with the next (a first call may differ)
     with pytest.raises(ta.CompileError, match="changes between calls but is not made"):
         compiled(x)
 
@@ -535,6 +537,7 @@ def test_a_python_number_that_changes_is_refused(device):
     compiled = ta.compile(step)
     x = _batches(device, 1)[0][0]
     compiled(x)
+    compiled(x)  # differs from the first: compared again with the next (a first call may differ)
     with pytest.raises(ta.CompileError, match="differs between two calls"):
         compiled(x)
 
@@ -583,7 +586,7 @@ def test_a_returned_python_number_that_changes_is_refused(device):
         loss, label = compiled(ta.full((2, 3), float(k), device=device), False)
         assert label == "done"
     with pytest.raises(ta.CompileError, match="returned Python values that changed"):
-        for k in range(2):
+        for k in range(3):  # the first two differ, and so do the second and the third
             compiled(ta.full((2, 3), float(k + 1), device=device), True)
 
 
@@ -910,10 +913,35 @@ def test_gradients_accumulated_across_calls_are_refused_with_the_cause(device):
         return loss
 
     compiled = ta.compile(step)
-    batches = _batches(device, 2)
+    batches = _batches(device, 3)
     compiled(*batches[0])
-    with pytest.raises(ta.CompileError, match="zero them inside the step"):
-        compiled(*batches[1])
+    compiled(*batches[1])  # None on the first call: compared again with the next
+    with pytest.raises(ta.CompileError, match="set them to None inside the step"):
+        compiled(*batches[2])
+
+
+def test_gradients_zeroed_in_place_replay_after_a_first_call_that_differs(device):
+    """``zero_grad(set_to_none=False)``, the habit of older PyTorch: on the first call the
+    gradients are None and backward makes them; from the second on they are zeroed in place
+    and added to. The first two recordings differ, so a third is compared with the second, and
+    the step replays from the fourth call, equal to eager."""
+
+    def make():
+        model, optimizer, _ = _mlp(device)
+        return model, optimizer
+
+    def make_step(model, optimizer):
+        def step(x, y):
+            optimizer.zero_grad(set_to_none=False)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return step
+
+    eager, compiled = _same_training(make, make_step, _batches(device, 8))
+    _assert_same(eager, compiled)
 
 
 def test_masks_and_indices_computed_from_values_are_computed_again(device):
@@ -1429,6 +1457,7 @@ def test_a_mode_switch_between_the_two_recordings_starts_over(device):
     assert len(alternating.tapes) == 2
 
     fresh = ta.compile(lambda x: nn.Linear(4, 2).to(device)(x))
+    fresh(x)
     fresh(x)
     with pytest.raises(ta.CompileError, match="changes between calls"):
         fresh(x)

@@ -6,14 +6,17 @@ feel: a Tensor object per result, argument checks, graph nodes, the engine's boo
 training step does the same array work every time its inputs have the same shapes, so it can be
 written down once and replayed:
 
-- **Recording.** The first two calls with a new signature (the shapes, dtypes and devices of the
-  tensor arguments, the other arguments' values, grad mode, and the mode and the parameters,
-  buffers and submodules of every module the step calls) run eagerly, on private copies of the
+- **Recording.** The first two calls with a new signature (the shapes, dtypes, devices and
+  ``requires_grad`` of the tensor arguments, wherever they sit in the arguments, the other
+  arguments' values, grad mode, and the mode, settings, parameters, buffers and submodules of
+  every module the step calls) run eagerly, on private copies of the
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
   backward rule, every gradient stored on a leaf, every in-place write, every random draw made
   outside an op, and calls that must run as Python on every step (``optimizer.step``, gradient
   clipping, a scheduler's ``step``).
-- **Checking.** The two tapes must agree: the same ops with the same arguments, and every array
+- **Checking.** The two tapes must agree (if they do not, a third call is recorded and compared
+  with the second, once: a first call may differ through state made on first use, such as
+  gradients that were None): the same ops with the same arguments, and every array
   that no recorded op made (a parameter, a constant mask) either the same array in both calls or
   equal in value. An array that changes between calls without a recorded op making it was made
   by code the tape cannot see (raw array code, or a Python number read from a tensor), and
@@ -21,7 +24,7 @@ written down once and replayed:
   Reading a tensor's value into Python (``.item()``, ``bool(x)``, ``.numpy()``) inside the step
   is refused while recording for the same reason, and so are results whose shape depends on
   values (``nonzero``, ``x[mask]``).
-- **Replaying.** From the third call on, `replay.Tape` replays the second recording: its arrays are
+- **Replaying.** From then on, `replay.Tape` replays the last recording: its arrays are
   the buffers, each written again in place by the entry that made it. Views of buffers stay
   valid and are not made again; simple ops write with ``out=`` (NumPy, CuPy); the others call
   their ``forward`` and copy the result in; buffers never alive at once share memory. No Tensor
@@ -270,12 +273,19 @@ def _same_argument(x: Any, y: Any) -> bool:
 
 _GRAD_HINT = (
     " (a common cause: gradients that start as None on the first call and are added to on the "
-    "next; zero them inside the step, as optimizer.zero_grad() does)"
+    "next; set them to None inside the step, as optimizer.zero_grad() does by default, not "
+    "zero_grad(set_to_none=False), which keeps them to add to)"
 )
 
 
 def check_same(first: Recorder, second: Recorder) -> None:
     """Raise CompileError unless two recordings of one signature can share one tape."""
+    if first.returned != second.returned:
+        raise CompileError(
+            f"compile: the step returned Python values that changed between calls "
+            f"({first.returned} and {second.returned}); a replay would return the first ones "
+            "again: return them as tensors (a norm from clip_grad_norm_, not a float)"
+        )
     if len(first.tape) != len(second.tape):
         raise CompileError(
             f"compile: two calls with the same input shapes ran different operations "
@@ -310,8 +320,9 @@ def check_same(first: Recorder, second: Recorder) -> None:
             raise CompileError(
                 f"compile: an input of {user} (shape {tuple(b.shape)}) changes between calls but "
                 "is not made by a recorded operation (raw array code, a new tensor made from a "
-                "Python value, or a parameter replaced instead of updated in place); it would be "
-                "replayed stale"
+                "Python value, a parameter replaced instead of updated in place, or gradients "
+                "added up across calls: set them to None inside the step, as "
+                "optimizer.zero_grad() does by default); it would be replayed stale"
             )
 
 
@@ -413,6 +424,7 @@ class CompiledStep:
         self._first: dict[tuple, Recorder] = {}  # signatures recorded once, to check
         self._warned = False
         self._unrepeated = 0  # recordings in a row that no second recording confirmed
+        self._started_over: set[tuple] = set()  # signatures whose first two recordings differed
         # Values the recorded ops depend on (every called module's `_replay_key`), from all
         # recordings so far: their values at each call are part of the key, with grad mode.
         self._modes: list[tuple[Any, str]] = []
@@ -451,13 +463,18 @@ class CompiledStep:
             self._first[key] = recorder  # the first recording (again, after a mode switch)
             recorder.keep_for_checking()
             return result
-        check_same(first, recorder)
-        if first.returned != recorder.returned:
-            raise CompileError(
-                f"compile: the step returned Python values that changed between calls "
-                f"({first.returned} and {recorder.returned}); a replay would return the first "
-                "ones again: return them as tensors (a norm from clip_grad_norm_, not a float)"
-            )
+        try:
+            check_same(first, recorder)
+        except CompileError:
+            if key in self._started_over:
+                raise
+            # The first call of a signature may differ from the later ones through state made
+            # on first use: gradients that were None (and from then on are zeroed in place, by
+            # zero_grad(set_to_none=False)), a buffer built lazily. Compare the next two.
+            self._started_over.add(key)
+            self._first[key] = recorder
+            recorder.keep_for_checking()
+            return result
         self._unrepeated = 0
         key = self._learn_modes(recorder, signature, inputs, key)
         if len(self.tapes) >= self.max_signatures:
@@ -564,7 +581,8 @@ def compile(  # noqa: A001
     """Record `step` and replay it on later calls with the same input shapes.
 
     ``step = ta.compile(train_step)`` (or ``@ta.compile``): the first two calls for each new
-    signature run eagerly while recording and checking; later calls replay the recording. On
+    signature run eagerly while recording and checking (three, when the first call differs
+    from the second through state made on first use); later calls replay the recording. On
     CuPy, with `cuda_graphs`, each run of array work between Python calls (the optimizer's step)
     is captured once as a CUDA graph and then launched as one. See docs/performance.md, "How the
     fast path works".
