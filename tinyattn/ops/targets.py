@@ -31,13 +31,16 @@ class ClassWeights(Function):
     def forward(
         self, targets: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
     ) -> Any:
+        # cross_entropy checked the targets of an eager call; a compiled step's replay gets new
+        # ones unchecked. On the host they are checked here too (CuPy's take wraps an index
+        # out of range, and a check would wait for the device: there only the eager one stands).
         xp = backend.namespace(targets)
         if classes > kernels.IDENTITY_ROWS:
+            if backend.is_host_array(targets) and _any_out_of_range(targets, classes, ignore_index):
+                raise _out_of_range(classes, ignore_index)
             return _compared(xp, targets, classes, ignore_index, smoothing, dtype)
         flat = xp.astype(xp.reshape(targets, (-1,)), xp.int64)  # room for C + 1 in any dtype
-        # cross_entropy checked the targets of an eager call; a compiled step's replay gets new
-        # ones unchecked, so a target out of range points past the table, and NumPy's take
-        # refuses it (CuPy's wraps it: there only the eager check stands).
+        # A target out of range points past the table, and NumPy's take refuses it.
         index = xp.where((flat < 0) | (flat >= classes), classes + 1, flat)
         if ignore_index is not None:
             index = xp.where(flat == ignore_index, classes, index)  # the zero row
@@ -45,15 +48,26 @@ class ClassWeights(Function):
         try:
             rows = xp.take(table, index, axis=0)
         except IndexError:
-            ignored = "" if ignore_index is None else f" or ignore_index={ignore_index}"
-            raise ValueError(
-                f"cross_entropy: a target value is out of range for {classes} classes (expected "
-                f"0..{classes - 1}{ignored}) in a replay of a compiled step"
-            ) from None
+            raise _out_of_range(classes, ignore_index) from None
         return xp.reshape(rows, (*targets.shape, classes))
 
     def backward(self, grad: Any) -> None:
         return None
+
+
+def _any_out_of_range(targets: Any, classes: int, ignore_index: Any) -> bool:
+    bad = (targets < 0) | (targets >= classes)
+    if ignore_index is not None:
+        bad = bad & (targets != ignore_index)
+    return bool(bad.any())
+
+
+def _out_of_range(classes: int, ignore_index: Any) -> ValueError:
+    ignored = "" if ignore_index is None else f" or ignore_index={ignore_index}"
+    return ValueError(
+        f"cross_entropy: a target value is out of range for {classes} classes (expected "
+        f"0..{classes - 1}{ignored}) in a replay of a compiled step"
+    )
 
 
 @functools.lru_cache(maxsize=16)
