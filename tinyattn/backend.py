@@ -393,9 +393,9 @@ def is_on(array: Any, device: Any) -> bool:
 
 def to_device(array: Any, device: Any) -> Any:
     """Move an array to another device (through the host when the libraries differ)."""
-    xp, native = resolve_device(device)
-    if namespace(array) is xp and device_of(array) == native:
+    if is_on(array, device):
         return array
+    xp, native = resolve_device(device)
     if xp is not np:
         return _onto(xp, to_numpy(array), native)
     host = to_numpy(array)  # CuPy's is a copy; the stand-in's may be its own memory

@@ -24,6 +24,7 @@ from .ops import (
     KeptCount,
     LogSoftmax,
     Softmax,
+    bad_targets,
     broadcast_shapes,
 )
 from .tensor import Tensor, arange, where
@@ -115,10 +116,7 @@ def _check_targets(logits: Tensor, targets: Any, ignore_index: int | None) -> Te
         )
     classes = logits.shape[-1]
     values = targets.array
-    bad = (values < 0) | (values >= classes)
-    if ignore_index is not None:
-        bad = bad & (values != ignore_index)
-    flat_bad = xp.reshape(bad, (-1,))
+    flat_bad = xp.reshape(bad_targets(xp, values, classes, ignore_index), (-1,))
     if flat_bad.shape[0] and bool(xp.any(flat_bad)):
         first = int(xp.argmax(xp.astype(flat_bad, xp.int32)))
         value = int(xp.reshape(values, (-1,))[first])
@@ -155,8 +153,8 @@ def cross_entropy(
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     targets = _check_targets(logits, targets, ignore_index)
     log_probs = log_softmax(logits, axis=-1)
-    # The target distribution as an op of the targets (a one-hot comparison, not a gather:
-    # portable, and ignored rows simply match nothing), so compiled steps replay it too.
+    # The target distribution as an op of the targets (rows gathered from a table, with a zero
+    # row for ignored targets), so compiled steps compute it again from each batch.
     weights = ClassWeights.apply(
         targets,
         classes=logits.shape[-1],

@@ -479,10 +479,9 @@ class Tape:
 
     def _op(self, entry: tuple) -> Callable | None:
         _, fn, in_slots, kwargs, dynamic, out, saved_slots = entry
-        env, static = self.env, self.static
-        in_roots = {self._roots[i] for i in in_slots}
-        if self._roots[out] in in_roots and not saved_slots:
-            if all(static[i] for i in in_slots) and not dynamic:
+        env = self.env
+        if _is_view_of_input(self, entry):
+            if _is_dropped_view(self, entry):
                 self.dropped += 1  # a view of arrays that stay where they are: it stays valid
                 return None
         elif self._fresh(out) and (saved := self._saved_buffers(fn, saved_slots)) is not None:
@@ -790,13 +789,17 @@ def _families(tape: Tape, first: dict, last: dict, excluded: set) -> list[tuple]
     return families
 
 
+def _is_view_of_input(tape: Tape, entry: tuple) -> bool:
+    """Whether an op entry's result shares memory with one of its inputs (and keeps nothing)."""
+    _, _, in_slots, _, _, out, saved_slots = entry
+    roots = tape._roots
+    return not saved_slots and roots[out] in {roots[i] for i in in_slots}
+
+
 def _is_dropped_view(tape: Tape, entry: tuple) -> bool:
     """Whether `Tape._op` drops this entry: a view of arrays that stay where they are."""
-    _, _, in_slots, _, dynamic, out, saved_slots = entry
-    roots = tape._roots
-    if dynamic or saved_slots or roots[out] not in {roots[i] for i in in_slots}:
-        return False
-    return all(tape.static[i] for i in in_slots)
+    _, _, in_slots, _, dynamic, _, _ = entry
+    return _is_view_of_input(tape, entry) and not dynamic and all(tape.static[i] for i in in_slots)
 
 
 def _slots_in(value: Any) -> list[int]:

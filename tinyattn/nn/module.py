@@ -49,6 +49,7 @@ class _Held:
 
 
 _PLAIN = (bool, int, float, complex, str, type(None))
+_MISSING = object()  # an attribute not set before
 
 
 def _is_plain(value: Any) -> bool:
@@ -101,8 +102,8 @@ class Module:
         else:
             if _is_plain(value) and not name.startswith("_"):
                 # A setting its forward may read (dropout's p, a scale): part of _replay_key.
-                old = self.__dict__.get(name, _Held)
-                if old is _Held or not _is_plain(old) or old != value:
+                old = self.__dict__.get(name, _MISSING)
+                if old is _MISSING or not _is_plain(old) or old != value:
                     _Held.changes += 1
             object.__setattr__(self, name, value)
 

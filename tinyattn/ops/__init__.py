@@ -106,9 +106,9 @@ from .computed import Computed, computed  # noqa: E402
 from .movement import Clone, Flip  # noqa: E402
 from .rounding import Ceil, Floor, FloorDivide, Remainder, Round  # noqa: E402
 from .scan import Cumsum  # noqa: E402
-from .targets import ClassWeights, Dropout, KeptCount  # noqa: E402
+from .targets import ClassWeights, Dropout, KeptCount, bad_targets  # noqa: E402
 from .trig import Cos, Sin  # noqa: E402
 
 __all__ += ["Ceil", "Clone", "Cos", "Cumsum", "Flip", "Floor", "FloorDivide", "Remainder"]
 __all__ += ["Round", "Sin"]
-__all__ += ["ClassWeights", "Computed", "Dropout", "KeptCount", "computed"]
+__all__ += ["ClassWeights", "Computed", "Dropout", "KeptCount", "bad_targets", "computed"]

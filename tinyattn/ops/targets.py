@@ -36,7 +36,8 @@ class ClassWeights(Function):
         # out of range, and a check would wait for the device: there only the eager one stands).
         xp = backend.namespace(targets)
         if classes > kernels.IDENTITY_ROWS:
-            if backend.is_host_array(targets) and _any_out_of_range(targets, classes, ignore_index):
+            out_of_range = bad_targets(xp, targets, classes, ignore_index)
+            if backend.is_host_array(targets) and bool(xp.any(out_of_range)):
                 raise _out_of_range(classes, ignore_index)
             return _compared(xp, targets, classes, ignore_index, smoothing, dtype)
         flat = xp.astype(xp.reshape(targets, (-1,)), xp.int64)  # room for C + 1 in any dtype
@@ -55,11 +56,12 @@ class ClassWeights(Function):
         return None
 
 
-def _any_out_of_range(targets: Any, classes: int, ignore_index: Any) -> bool:
+def bad_targets(xp: Any, targets: Any, classes: int, ignore_index: Any) -> Any:
+    """The mask of targets that are neither a class in 0..C-1 nor `ignore_index`."""
     bad = (targets < 0) | (targets >= classes)
     if ignore_index is not None:
         bad = bad & (targets != ignore_index)
-    return bool(bad.any())
+    return bad
 
 
 def _out_of_range(classes: int, ignore_index: Any) -> ValueError:
