@@ -1602,3 +1602,39 @@ def test_softmax_and_log_softmax_replay_as_out_calls_equal_to_eager(device):
     with_out = device != "strict"  # the strict namespace has no out=
     assert (labels.count("Softmax forward (out=)") == 2) == with_out, labels
     assert (labels.count("LogSoftmax forward (out=)") == 2) == with_out, labels
+
+
+def test_masks_and_casts_replay_as_out_calls_equal_to_eager(device):
+    """A comparison (`x > 0`, ReLU's mask in its backward), a logical function of masks and a
+    cast are lowered where out= exists: each writes into its buffer, and a replay on new values
+    gives eager's bits. A float times a bool mask multiplies without a float copy of the mask
+    where the library mixes the two (NumPy, CuPy); the strict stand-in casts it first."""
+    weight = ta.tensor(np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4), device=device)
+    weight.requires_grad_(True)
+
+    def step(x):
+        weight.grad = None
+        hidden = F.relu(x @ weight)  # its backward multiplies by the mask [x > 0]
+        kept = (hidden > 0.1) & ~(x[:, :1] > 1.0)  # a comparison, a logical and a not
+        loss = (hidden * kept).sum() + (hidden * kept.to(ta.float32)).mean()
+        loss.backward()
+        return loss, weight.grad, kept
+
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal((5, 3)).astype("float32") for _ in range(5)]
+    eager = [tuple(t.numpy() for t in step(ta.tensor(x, device=device))) for x in xs]
+    compiled = ta.compile(step)
+    for x, expected in zip(xs, eager, strict=True):
+        got = compiled(ta.tensor(x, device=device))
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b)
+    assert len({e[2].tobytes() for e in eager}) > 1  # the masks changed with the values
+    labels = next(iter(compiled.tapes.values())).labels
+    with_out = device != "strict"  # the strict namespace has no out=
+    computed = [label for label in labels if label.startswith("Computed")]
+    assert len(computed) == 5, labels  # relu's mask, >, >, ~, &
+    assert all(label.endswith("(out=)") == with_out for label in computed), labels
+    casts = [label for label in labels if label.startswith("Cast")]
+    # The cast asked for, and on the strict stand-in the masks cast to multiply them.
+    assert len(casts) == (1 if with_out else 3), labels
+    assert all(label.endswith("(out=)") == with_out for label in casts), labels

@@ -377,3 +377,30 @@ def test_in_pieces_matches_the_whole_call(device, shape, elements):
 def test_identity_rows_is_bounded():
     with pytest.raises(ValueError, match="more than IDENTITY_ROWS"):
         kernels.identity_rows(np, kernels.IDENTITY_ROWS + 1, np.float32, "cpu")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_float_times_bool_mask_multiplies_without_a_float_copy(device, dtype):
+    """``x * mask`` keeps x's dtype and equals x times the mask as 0 or 1, with the gradient
+    ``g * mask`` for x, either way round. NumPy and CuPy multiply a float by a bool as it is,
+    so no Cast op (a float copy of the mask) joins the graph; the strict stand-in refuses to mix
+    them, and the mask is cast first."""
+    if dtype == "float16" and device == "strict":
+        pytest.skip("the array API (and so the strict stand-in) has no float16")
+    rng = np.random.default_rng(4)
+    host = rng.standard_normal((3, 4)).astype(dtype)
+    host_mask = host > 0.2
+    for flip in (False, True):
+        x = ta.tensor(host, device=device).requires_grad_(True)
+        mask = ta.tensor(host_mask, device=device)
+        y = mask * x if flip else x * mask
+        assert y.dtype == x.dtype
+        np.testing.assert_array_equal(y.numpy(), host * host_mask.astype(dtype))
+        mixes = device != "strict"
+        inputs = [t.array.dtype for t in y.grad_fn.inputs]
+        assert (inputs.count(mask.array.dtype) == 1) == mixes, inputs  # the mask itself
+        y.backward(ta.full((3, 4), 2.0, dtype=dtype, device=device))
+        np.testing.assert_array_equal(x.grad.numpy(), 2.0 * host_mask.astype(dtype))
+    counts = ta.tensor(np.arange(4), device=device)  # an integer tensor still promotes
+    product = counts * ta.tensor(np.array([True, False, True, True]), device=device)
+    assert product.dtype == counts.dtype and product.tolist() == [0, 0, 2, 3]

@@ -120,6 +120,14 @@ def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Call
         ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
         if isinstance(c, int | float) and not isinstance(c, bool):
             return lambda o, x: ufunc(x, c, out=o)
+    if kind is ops.Cast:  # astype's conversion, into the buffer (a mask made float, say)
+        return lambda o, x: u.copyto(o, x, casting="unsafe")
+    if kind is ops.Computed and kwargs.get("function") is ops.array_call:
+        # A comparison or logical function (`x > 0`): its result was a new array on every
+        # replay, so a fresh bool array each time; the same ufunc writes into a buffer instead.
+        ufunc = getattr(u, dict(kwargs.get("options", ())).get("name", ""), None)
+        if isinstance(ufunc, u.ufunc):
+            return lambda o, *arrays: ufunc(*arrays, out=o)
     return None
 
 

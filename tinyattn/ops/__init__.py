@@ -102,7 +102,7 @@ __all__ = [
 ]
 
 # Functions added for PyTorch's names, one idea per file (registered in ops/table.py).
-from .computed import Computed, computed  # noqa: E402
+from .computed import Computed, array_call, computed  # noqa: E402
 from .movement import Clone, Flip  # noqa: E402
 from .rounding import Ceil, Floor, FloorDivide, Remainder, Round  # noqa: E402
 from .scan import Cumsum  # noqa: E402
@@ -111,4 +111,12 @@ from .trig import Cos, Sin  # noqa: E402
 
 __all__ += ["Ceil", "Clone", "Cos", "Cumsum", "Flip", "Floor", "FloorDivide", "Remainder"]
 __all__ += ["Round", "Sin"]
-__all__ += ["ClassWeights", "Computed", "Dropout", "KeptCount", "bad_targets", "computed"]
+__all__ += [
+    "ClassWeights",
+    "Computed",
+    "Dropout",
+    "KeptCount",
+    "array_call",
+    "bad_targets",
+    "computed",
+]

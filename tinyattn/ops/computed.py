@@ -41,3 +41,9 @@ def computed(function: Callable, *tensors: Any, **options: Any) -> Any:
     """
     inputs = [t.detach() if t.requires_grad else t for t in tensors]
     return Computed.apply(*inputs, function=function, options=tuple(options.items()))
+
+
+def array_call(xp: Any, *arrays: Any, name: str) -> Any:
+    """``xp.<name>(*arrays)``: a comparison, a bitwise or a logical function. A compiled step
+    replays it as the same function writing into a buffer (``out=``), where one exists."""
+    return getattr(xp, name)(*arrays)
