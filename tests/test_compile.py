@@ -910,21 +910,102 @@ def test_the_annotated_transformer_compiles_exactly(device):
             step(*batch)
 
 
-def test_gradients_accumulated_across_calls_are_refused_with_the_cause(device):
-    model, optimizer, _ = _mlp(device)
+def test_a_step_without_zero_grad_adds_to_the_gradients_as_eager_does(device):
+    """No zero_grad: each call adds its gradients to those of all earlier calls. The gradients
+    held before a call are an input of the tape: None on the first call (a tape of its own)
+    and held from then on, so the step replays from the fourth call, equal to eager."""
 
-    def step(x, y):  # no zero_grad: the first call's .grad is None, the second adds to it
-        loss = F.cross_entropy(model(x), y)
+    def make():
+        model, optimizer, _ = _mlp(device)
+        return model, optimizer
+
+    def make_step(model, optimizer):
+        def step(x, y):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return step
+
+    eager, compiled = _same_training(make, make_step, _batches(device, 8))
+    _assert_same(eager, compiled)
+    for p, q in zip(eager[1].parameters(), compiled[1].parameters()):
+        np.testing.assert_array_equal(q.grad.numpy(), p.grad.numpy())
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_gradient_accumulation_over_calls_replays_equal_to_eager(device, set_to_none):
+    """PyTorch's gradient accumulation: the compiled step runs forward and backward on a
+    micro-batch, and every third call the optimizer steps and zeroes the gradients outside it.
+    A call starting from None and one adding to held gradients are two tapes; with
+    ``set_to_none=False`` the gradients are held on every call after the first, so one tape.
+    A gradient tensor taken before a replay keeps its values (the replay hands out a new one,
+    as eager's backward does)."""
+    every = 3
+
+    def train(compiled):
+        model, optimizer, _ = _mlp(device)
+
+        def micro(x, y):
+            loss = F.cross_entropy(model(x), y) / every
+            loss.backward()
+            return loss
+
+        step = ta.compile(micro) if compiled else micro
+        losses, kept = [], []
+        for number, batch in enumerate(_batches(device, 15)):
+            losses.append(float(step(*batch).numpy()))
+            if number == 10:  # held from the call before: the replay must not write into it
+                kept.append((model[0].weight.grad, model[0].weight.grad.numpy().copy()))
+            if number % every == every - 1:
+                grads = [p.grad.numpy().copy() for p in model.parameters()]
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=set_to_none)
+        for tensor, values in kept:
+            np.testing.assert_array_equal(tensor.numpy(), values)
+        return losses, model, step, grads
+
+    eager, compiled = train(False), train(True)
+    assert compiled[0] == eager[0]
+    for p, q in zip(eager[1].parameters(), compiled[1].parameters()):
+        np.testing.assert_array_equal(q.numpy(), p.numpy())
+    for a, b in zip(eager[3], compiled[3]):
+        np.testing.assert_array_equal(b, a)  # the accumulated gradients of the last window
+    assert len(compiled[2].tapes) == (2 if set_to_none else 1)
+
+
+def test_an_inputs_gradient_held_from_before_the_call_is_added_to(device):
+    """A step input that requires grad and already holds a gradient (its own, from the
+    caller's earlier backward): the replay adds to that tensor's gradient, found by the input's
+    position, as eager does; a new input tensor without one takes the other tape."""
+    weight = ta.tensor(np.linspace(-1, 1, 6, dtype="float32").reshape(3, 2), device=device)
+
+    def step(x):
+        loss = ((x @ weight) ** 2).sum()
         loss.backward()
-        optimizer.step()
         return loss
 
+    rng = np.random.default_rng(5)
+    hosts = [rng.standard_normal((4, 3)).astype("float32") for _ in range(6)]
+    results, compiled = [], ta.compile(step)
+    for run in (step, compiled):
+        grads = []
+        for host in hosts:
+            x = ta.tensor(host, device=device).requires_grad_(True)
+            run(x)  # None before: the gradient is made
+            run(x)  # held: added to
+            grads.append(x.grad.numpy())
+        results.append(grads)
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(b, a)
+        assert np.abs(a).sum() > 0
+    assert len(compiled.tapes) == 2  # from None, and adding to the input's gradient
     compiled = ta.compile(step)
-    batches = _batches(device, 3)
-    compiled(*batches[0])
-    compiled(*batches[1])  # None on the first call: compared again with the next
-    with pytest.raises(ta.CompileError, match="set them to None inside the step"):
-        compiled(*batches[2])
+    x = ta.tensor(hosts[0], device=device).requires_grad_(True)
+    for _ in range(4):
+        compiled(x)
+    np.testing.assert_allclose(x.grad.numpy(), 4 * results[0][0] / 2, rtol=1e-6)
 
 
 def test_gradients_zeroed_in_place_replay_after_a_first_call_that_differs(device):

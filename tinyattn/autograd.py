@@ -548,6 +548,8 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
         else:
             # Gradients may share arrays (Add passes one gradient to both inputs): tinyattn
             # never updates a .grad array in place, so sharing is safe and saves a copy.
+            if leaf.grad is not None and _recorder is not None:
+                _recorder.read_grad(leaf, leaf.grad)  # a gradient from before: the tape's input
             leaf.grad = grad if leaf.grad is None else leaf.grad + grad
             if _recorder is not None:
                 _recorder.set_grad(leaf, leaf.grad)
@@ -717,6 +719,18 @@ class _ThisThread:
             recorder.set_grad(leaf, grad)
 
     @staticmethod
+    def read_grad(leaf: Any, grad: Any) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.read_grad(leaf, grad)
+
+    @staticmethod
+    def grad_set(tensor: Any) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.grad_set(tensor)
+
+    @staticmethod
     def draw(function: Any, args: tuple, result: Any) -> None:
         recorder = _recording.get(threading.get_ident())
         if recorder is not None:
@@ -779,6 +793,13 @@ def note_store(target: Any, source: Any, op: str = "in-place write") -> None:
     that a replay writes again, into the same array, at the same point of the step."""
     if _recorder is not None:
         _recorder.store(target, source, op)
+
+
+def note_grad_set(tensor: Any) -> None:
+    """Called when a tensor's ``.grad`` is assigned: a recording tells a gradient held from
+    before the call (an input of the tape) from one the step made (``zero_grad``)."""
+    if _recorder is not None:
+        _recorder.grad_set(tensor)
 
 
 def note_mode(owner: Any, name: str) -> None:

@@ -80,6 +80,11 @@ class Recorder:
         self.mode_values: list[Any] = []  # their values when the recording ended
         self.returned: list[Any] = []  # the Python values (not tensors) the step returned
         self.owners: dict[int, Tensor] = {}  # constant slot -> the tensor it was read from
+        # (leaf, slot): a gradient the leaf held before the call, which backward added to. Like
+        # an input, each replay reads the leaf's gradient of the moment into this slot.
+        self.grads_read: list[tuple[Tensor, int]] = []
+        self.grads_set: dict[int, Tensor] = {}  # tensors whose .grad the step assigned
+        self.inputs = inputs
         for tensor in inputs:
             self._new_slot(tensor.array, made=True)
 
@@ -124,9 +129,10 @@ class Recorder:
         if self.suspended:
             return data
         in_slots = [self._slot(a) for a in arrays]
+        read_grads = {slot for _, slot in self.grads_read}
         for tensor, slot in zip(inputs, in_slots):
-            if not self.made[slot]:  # a parameter, a buffer: its tensor must keep this array
-                self.owners.setdefault(slot, tensor)
+            if not self.made[slot] and slot not in read_grads:
+                self.owners.setdefault(slot, tensor)  # a parameter, a buffer: it must keep this
         template, dynamic = self._kwargs(kwargs)
         out = self._new_slot(data, made=True)
         saved = getattr(fn, "_saved", None) or ()
@@ -179,6 +185,19 @@ class Recorder:
         """The engine stored `grad` as ``leaf.grad``."""
         if not self.suspended:
             self.tape.append(("grad", leaf, self._slot(grad.array)))
+
+    def read_grad(self, leaf: Tensor, grad: Tensor) -> None:
+        """Backward is about to add to `leaf`'s gradient: one from before the call (gradient
+        accumulation over several calls) is an input of the tape, read anew by every replay."""
+        if self.suspended or id(leaf) in self.grads_set:
+            return  # a gradient the step set (zero_grad(set_to_none=False)): a constant
+        slot = self._slot(grad.array)
+        if not self.made[slot] and all(s != slot for _, s in self.grads_read):
+            self.grads_read.append((leaf, slot))
+
+    def grad_set(self, tensor: Tensor) -> None:
+        if not self.suspended:
+            self.grads_set[id(tensor)] = tensor
 
     def draw(self, function: Callable, args: tuple, result: Any) -> None:
         """A random draw: replayed as a new draw, unless an op's forward made it (the op's own
@@ -271,13 +290,6 @@ def _same_argument(x: Any, y: Any) -> bool:
         return False
 
 
-_GRAD_HINT = (
-    " (a common cause: gradients that start as None on the first call and are added to on the "
-    "next; set them to None inside the step, as optimizer.zero_grad() does by default, not "
-    "zero_grad(set_to_none=False), which keeps them to add to)"
-)
-
-
 def check_same(first: Recorder, second: Recorder) -> None:
     """Raise CompileError unless two recordings of one signature can share one tape."""
     if first.returned != second.returned:
@@ -290,7 +302,7 @@ def check_same(first: Recorder, second: Recorder) -> None:
         raise CompileError(
             f"compile: two calls with the same input shapes ran different operations "
             f"({len(first.tape)} and {len(second.tape)} recorded steps): the step branches on "
-            "values or Python state, so no single recording can replay it" + _GRAD_HINT
+            "values or Python state, so no single recording can replay it"
         )
     for position, (a, b) in enumerate(zip(first.tape, second.tape)):
         same = a[0] == b[0] and (type(a[1]) is type(b[1]) if a[0] in ("op", "rule") else True)
@@ -304,13 +316,22 @@ def check_same(first: Recorder, second: Recorder) -> None:
             raise CompileError(
                 f"compile: operation {position} differs between two calls with the same input "
                 f"shapes ({entry_name(a)} vs {entry_name(b)}): the step depends on values or "
-                "Python state the tape cannot see" + _GRAD_HINT
+                "Python state the tape cannot see"
             )
     if len(first.arrays) != len(second.arrays):
         raise CompileError("compile: the two recordings use different numbers of arrays")
+    read_grads = _grad_holders(first)
+    if read_grads != _grad_holders(second):
+        raise CompileError(
+            "compile: two calls with the same input shapes added to the gradients of different "
+            "tensors held from before the call"
+        )
+    inputs_of_grads = {slot for _, slot in first.grads_read}  # read anew by every replay
     for slot, (a, b) in enumerate(zip(first.arrays, second.arrays)):
         if first.made[slot] != second.made[slot]:
             raise CompileError(f"compile: array {slot} is made by the step in one call only")
+        if slot in inputs_of_grads:
+            continue
         if not first.made[slot] and not _same_constant(a, b):
             made_by = {id(e[1]): e for e in second.tape if e[0] == "op"}
             user = next(
@@ -320,10 +341,18 @@ def check_same(first: Recorder, second: Recorder) -> None:
             raise CompileError(
                 f"compile: an input of {user} (shape {tuple(b.shape)}) changes between calls but "
                 "is not made by a recorded operation (raw array code, a new tensor made from a "
-                "Python value, a parameter replaced instead of updated in place, or gradients "
-                "added up across calls: set them to None inside the step, as "
-                "optimizer.zero_grad() does by default); it would be replayed stale"
+                "Python value, or a parameter replaced instead of updated in place); it would be "
+                "replayed stale"
             )
+
+
+def _grad_holders(recorder: Recorder) -> list[tuple]:
+    """Whose earlier gradient each read slot held: a step input by position, else the tensor."""
+    holders = []
+    for leaf, slot in recorder.grads_read:
+        position = next((k for k, t in enumerate(recorder.inputs) if t is leaf), None)
+        holders.append((("input", position) if position is not None else id(leaf), slot))
+    return holders
 
 
 def _same_kwargs(a: dict, b: dict) -> bool:
@@ -428,33 +457,60 @@ class CompiledStep:
         # Values the recorded ops depend on (every called module's `_replay_key`), from all
         # recordings so far: their values at each call are part of the key, with grad mode.
         self._modes: list[tuple[Any, str]] = []
+        # The tensors whose gradient from before a call some recording added to (gradient
+        # accumulation), a step input by its position: whether each holds one, and of what
+        # shape and dtype, is part of the key (the tape reads it, or starts it from None).
+        self._grad_holders: list[Tensor | int] = []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # One call at a time: a replay writes into buffers that another call would share.
         with self._lock:
             return self._call(args, kwargs)
 
-    def _key(self, signature: tuple, inputs: list[Tensor]) -> tuple:
+    def _key(self, signature: tuple, inputs: list[Tensor], grads: tuple) -> tuple:
         modes = tuple(getattr(owner, name) for owner, name in self._modes)
         # Which inputs are one tensor passed twice: a recording of step(a, a) reads one buffer
         # for both, so step(b, c) must not replay it.
         first: dict[int, int] = {}
         same = tuple(first.setdefault(id(tensor), k) for k, tensor in enumerate(inputs))
-        return (*signature, ("same", same), ("modes", autograd.is_grad_enabled(), modes))
+        mode = ("modes", autograd.is_grad_enabled(), modes)
+        return (*signature, ("same", same), mode, ("grads", grads))
+
+    def _grads(self, inputs: list[Tensor]) -> tuple:
+        """What the known gradient holders hold before this call: None, or the kind of array."""
+        holders = (inputs[h] if isinstance(h, int) else h for h in self._grad_holders)
+        return tuple(_grad_kind(holder.grad) for holder in holders)
+
+    def _learn_grads(self, recorder: Recorder, inputs: list[Tensor], grads: tuple) -> tuple:
+        """The grads part of the call's key once the tensors whose earlier gradient this
+        recording added to are known holders (before the call, each new one held the gradient
+        the recording read)."""
+        for leaf, slot in recorder.grads_read:
+            position = next((k for k, t in enumerate(inputs) if t is leaf), None)
+            holder = leaf if position is None else position
+            if not any(h is holder for h in self._grad_holders):
+                self._grad_holders.append(holder)
+                array = recorder.arrays[slot]
+                grads += ((type(array), backend.device_of(array), array.shape, array.dtype),)
+        return grads
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
         signature, inputs = _flattened(args, kwargs)
-        key = self._key(signature, inputs)
+        grads = self._grads(inputs)
+        key = self._key(signature, inputs, grads)
         tape = self.tapes.get(key)
         if tape is not None:
             if tape.reads_what_it_recorded():
                 return tape.replay(inputs)
             del self.tapes[key]  # a parameter was given new storage, frozen or hooked since
         recorder, result = self._record(inputs, args, kwargs)
+        learned = self._learn_grads(recorder, inputs, grads)
+        if learned != grads:  # the key of this call, now that its gradient holders are known
+            grads, key = learned, self._key(signature, inputs, learned)
         first = self._first.pop(key, None)
         if first is None or _switched_modes(first, recorder):
             if first is not None:  # the same modules in another mode: key on their modes now
-                key = self._learn_modes(recorder, signature, inputs, key)
+                key = self._learn_modes(recorder, signature, inputs, grads, key)
             self._unrepeated += 1
             if len(self._first) >= self.max_signatures:
                 self._first.pop(next(iter(self._first)))  # bounded: the oldest goes
@@ -476,7 +532,7 @@ class CompiledStep:
             recorder.keep_for_checking()
             return result
         self._unrepeated = 0
-        key = self._learn_modes(recorder, signature, inputs, key)
+        key = self._learn_modes(recorder, signature, inputs, grads, key)
         if len(self.tapes) >= self.max_signatures:
             self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
         outputs = _encode_outputs(result, recorder)
@@ -485,7 +541,7 @@ class CompiledStep:
         return result
 
     def _learn_modes(
-        self, recorder: Recorder, signature: tuple, inputs: list[Tensor], key: tuple
+        self, recorder: Recorder, signature: tuple, inputs: list[Tensor], grads: tuple, key: tuple
     ) -> tuple:
         """The call's key once the recording's modes are part of every key (a recording that
         met modules not seen before adds their modes)."""
@@ -494,7 +550,7 @@ class CompiledStep:
         if not new:
             return key
         self._modes = known + new
-        return self._key(signature, inputs)
+        return self._key(signature, inputs, grads)
 
     def _warn_unrepeated(self) -> None:
         if not self._warned:
@@ -540,6 +596,13 @@ class CompiledStep:
                     backend.copy_into(array, tensor.array)  # the step wrote into its input
                 tensor.array = array
         return recorder, result
+
+
+def _grad_kind(grad: Tensor | None) -> tuple | None:
+    if grad is None:
+        return None
+    array = grad.array
+    return (type(array), backend.device_of(array), array.shape, array.dtype)
 
 
 def _switched_modes(first: Recorder, second: Recorder) -> bool:

@@ -393,6 +393,15 @@ class Tape:
         self.entries = recorder.tape
         self.outputs = outputs  # the step's result, with Tensors replaced by slots
         self.env = list(recorder.arrays)  # slot -> its buffer (or its latest array, if dynamic)
+        # Gradients from before the call that backward added to: each replay copies the leaf's
+        # gradient of the moment into the slot, a private copy (the recorded array is the old
+        # gradient tensor's, which its holder may still read).
+        self._grads_read = [
+            (leaf, slot, next((k for k, t in enumerate(inputs) if t is leaf), None))
+            for leaf, slot in recorder.grads_read
+        ]
+        for _, slot, _ in self._grads_read:
+            self.env[slot] = backend.copied(self.env[slot])
         self._inputs = inputs  # the recorded call's tensors: a gradient of one goes to the new
         self._replayed_inputs: list[Tensor] = inputs
         self._roots = [backend.storage_root(a) if hasattr(a, "shape") else None for a in self.env]
@@ -410,8 +419,11 @@ class Tape:
         # Ops whose backward is replayed as a rule: the rule reads their inputs and saved values.
         self._ruled = {id(e[1]) for e in self.entries if e[0] == "rule"}
         # (constant slot, the tensor holding it, whether it required grad, its hooks)
+        read_grads = {slot for _, slot, _ in self._grads_read}
         self._owners = [
-            (slot, t, t.requires_grad, list(t._hooks or ())) for slot, t in recorder.owners.items()
+            (slot, t, t.requires_grad, list(t._hooks or ()))
+            for slot, t in recorder.owners.items()
+            if slot not in read_grads
         ]
         self._written_inputs = written_inputs(self.entries, self.env, len(inputs))
         let_go(self.entries, keep=self._ruled)
@@ -605,6 +617,9 @@ class Tape:
         with self.graphs if self.graphs is not None else contextlib.nullcontext():
             for position, tensor in enumerate(inputs):
                 backend.copy_into(env[position], tensor.array)
+            for leaf, slot, position in self._grads_read:
+                holder = leaf if position is None else inputs[position]
+                backend.copy_into(env[slot], holder.grad.array)
             with autograd.no_grad():
                 for segment in self.segments:
                     segment.run(env, self.graphs)

@@ -26,6 +26,7 @@ from .autograd import (
     default_root_grad,
     is_grad_enabled,
     no_grad,
+    note_grad_set,
     note_store,
     run_backward,
 )
@@ -223,6 +224,7 @@ class Tensor:
             and value.array.dtype == self.array.dtype
         ):  # NumPy gradients from the engine pass the quick test above; the rest is checked
             _check_assigned_grad(self, value)
+        note_grad_set(self)
         self._grad = value
 
     @property
