@@ -1719,3 +1719,65 @@ def test_masks_and_casts_replay_as_out_calls_equal_to_eager(device):
     # The cast asked for, and on the strict stand-in the masks cast to multiply them.
     assert len(casts) == (1 if with_out else 3), labels
     assert all(label.endswith("(out=)") == with_out for label in casts), labels
+
+
+def test_a_learning_rate_set_by_hand_inside_the_step_is_refused_and_outside_replays(device):
+    """``group["lr"] = ...`` inside the step is Python a replay would not run: the learning rate
+    would silently stay at its recorded value, so the recording refuses it. Set between calls,
+    outside the step, the replayed ``optimizer.step()`` reads it, equal to eager; a scheduler's
+    ``step()`` inside the step is replayed and may set it."""
+    model, optimizer, _ = _mlp(device)
+
+    def by_hand(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * 0.5
+        optimizer.step()
+        return loss
+
+    batches = _batches(device, 3)
+    with pytest.raises(ta.CompileError, match="sets a parameter group's 'lr'"):
+        ta.compile(by_hand)(*batches[0])
+    with pytest.raises(ta.CompileError, match="parameter group's options"):
+        ta.compile(lambda x, y: optimizer.param_groups[0].update(lr=0.1))(*batches[0])
+
+    results = []
+    for compiled in (False, True):
+        model, optimizer, _ = _mlp(device)
+        step = _plain_step(model, optimizer)
+        run = ta.compile(step) if compiled else step
+        losses = []
+        for number, batch in enumerate(_batches(device, 8)):
+            optimizer.param_groups[0]["lr"] = 0.05 / (1 + number)  # outside the step
+            losses.append(float(run(*batch).numpy()))
+        results.append((losses, model, run))
+    _assert_same(*results)
+
+
+def _plain_step(model, optimizer):
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def test_param_groups_stay_dicts_that_copy_and_pickle():
+    import copy
+    import pickle
+
+    optimizer = optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    group = optimizer.param_groups[0]
+    assert isinstance(group, dict) and group["lr"] == 0.1
+    for clone in (copy.deepcopy(optimizer), pickle.loads(pickle.dumps(optimizer))):
+        assert type(clone.param_groups[0]) is type(group)
+        assert clone.param_groups[0]["lr"] == 0.1
+    state = optimizer.state_dict()
+    optimizer.load_state_dict(state)
+    optimizer.param_groups[0]["lr"] = 0.2  # no recording: a plain assignment
+    assert optimizer.param_groups[0]["lr"] == 0.2

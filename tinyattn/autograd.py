@@ -749,6 +749,12 @@ class _ThisThread:
             recorder.host_read(what)
 
     @staticmethod
+    def python_write(what: str) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.python_write(what)
+
+    @staticmethod
     def mode(owner: Any, name: str) -> None:
         recorder = _recording.get(threading.get_ident())
         if recorder is not None:
@@ -814,6 +820,13 @@ def check_host_read(what: str) -> None:
     """Called where a tensor's value reaches Python (item, bool, numpy): refused in a recording."""
     if _recorder is not None:
         _recorder.host_read(what)
+
+
+def check_python_write(what: str) -> None:
+    """Called where the step sets Python state that replayed calls read (an optimizer's
+    learning rate): refused in a recording, outside the calls a replay runs as Python."""
+    if _recorder is not None:
+        _recorder.python_write(what)
 
 
 __all__ = [

@@ -250,6 +250,15 @@ class Recorder:
         let_go(self.tape)
         self.arrays = [None if made else a for a, made in zip(self.arrays, self.made, strict=True)]
 
+    def python_write(self, what: str) -> None:
+        if not self.suspended:
+            raise CompileError(
+                f"compile: the step sets {what} while it is recorded; a replay runs no Python "
+                "of the step and would keep the recorded value (a learning rate set by hand "
+                "would never change again). Set it outside the step, before calling it, or use "
+                "an lr_scheduler, whose step() is replayed"
+            )
+
     def host_read(self, what: str) -> None:
         if not self.suspended:
             raise CompileError(

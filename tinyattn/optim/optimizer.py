@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import backend
-from ..autograd import enable_grad, replayed_call
+from ..autograd import check_python_write, enable_grad, replayed_call
 from ..tensor import Tensor
 from .flat import FlatGroup, into, same_kind, write_param
 
@@ -74,6 +74,23 @@ def _check_foreach(op: str, value: Any) -> None:
 _GROUP_KEYS = {"params", "initial_lr"}
 
 
+class ParamGroup(dict):
+    """One entry of ``optimizer.param_groups``: a dict, as in PyTorch. Setting an option while
+    a compiled step records (``group["lr"] = lr`` inside the step) is refused: a replay runs
+    none of the step's Python, so the learning rate would silently stay at its recorded value.
+    A scheduler's ``step()``, which a replay runs as Python, may set it."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        check_python_write(f"a parameter group's {key!r}")
+        super().__setitem__(key, value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        check_python_write("a parameter group's options (update)")
+        super().update(*args, **kwargs)
+
+
 # --------------------------------------------------------------------------------- Optimizer
 
 
@@ -122,7 +139,7 @@ class Optimizer:
             raise ValueError(
                 f"{self.name}: unknown option(s) {sorted(unknown)} in a parameter group"
             )
-        full = {**self.defaults, **group, "params": params}
+        full = ParamGroup({**self.defaults, **group, "params": params})
         self._validate(full)
         self.param_groups.append(full)
 
@@ -278,7 +295,7 @@ class Optimizer:
                     f"the checkpoint but {len(mine['params'])} here"
                 )
             options = {k: _plain(v) for k, v in saved.items() if k != "params"}
-            new_group = {**mine, **options, "params": mine["params"]}
+            new_group = ParamGroup({**mine, **options, "params": mine["params"]})
             self._validate(new_group)
             new_groups.append(new_group)
         new_state = self._converted_state(op, state_dict["state"])
