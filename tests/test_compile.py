@@ -1781,3 +1781,25 @@ def test_param_groups_stay_dicts_that_copy_and_pickle():
     optimizer.load_state_dict(state)
     optimizer.param_groups[0]["lr"] = 0.2  # no recording: a plain assignment
     assert optimizer.param_groups[0]["lr"] == 0.2
+
+
+def test_a_gradient_holder_learned_from_an_input_position_does_not_break_shorter_calls(device):
+    """An input at position 1 whose gradient a call added to is a holder from then on; a later
+    call of the same step with one tensor argument has no position 1 and still runs, as eager."""
+    weight = ta.tensor(np.ones((3, 2), dtype="float32"), device=device).requires_grad_(True)
+
+    def step(x, *more):
+        weight.grad = None
+        loss = (x @ weight).sum() + sum((m * m).sum() for m in more)
+        loss.backward()
+        return loss
+
+    compiled = ta.compile(step)
+    x = ta.tensor(np.ones((4, 3), dtype="float32"), device=device)
+    extra = ta.tensor(np.ones(2, dtype="float32"), device=device).requires_grad_(True)
+    compiled(x, extra)
+    compiled(x, extra)  # extra holds a gradient now: added to
+    np.testing.assert_array_equal(extra.grad.numpy(), [4.0, 4.0])
+    for _ in range(3):
+        assert float(compiled(x).numpy()) == 24.0
+    np.testing.assert_array_equal(weight.grad.numpy(), np.full((3, 2), 4.0))

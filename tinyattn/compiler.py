@@ -486,9 +486,17 @@ class CompiledStep:
         return (*signature, ("same", same), mode, ("grads", grads))
 
     def _grads(self, inputs: list[Tensor]) -> tuple:
-        """What the known gradient holders hold before this call: None, or the kind of array."""
-        holders = (inputs[h] if isinstance(h, int) else h for h in self._grad_holders)
-        return tuple(_grad_kind(holder.grad) for holder in holders)
+        """What the known gradient holders hold before this call: None, or the kind of array
+        ("absent" for an input position this call does not have)."""
+        kinds = []
+        for holder in self._grad_holders:
+            if isinstance(holder, int):
+                if holder >= len(inputs):
+                    kinds.append("absent")
+                    continue
+                holder = inputs[holder]
+            kinds.append(_grad_kind(holder.grad))
+        return tuple(kinds)
 
     def _learn_grads(self, recorder: Recorder, inputs: list[Tensor], grads: tuple) -> tuple:
         """The grads part of the call's key once the tensors whose earlier gradient this
