@@ -8,6 +8,8 @@ run in the same order), on every backend.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -78,6 +80,26 @@ def _token_step(model, optimizer):
     def step(tokens, targets):
         optimizer.zero_grad()
         loss = F.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def _mlp_and_optimizer(device):
+    model, optimizer, _ = _mlp(device)
+    return model, optimizer
+
+
+def _plain_step(model, optimizer, zero_grad="none"):
+    """Cross-entropy, backward and the optimizer's step; the gradients first set to None
+    (``"none"``), zeroed in place (``"zeros"``), or kept to add to (None)."""
+
+    def step(x, y):
+        if zero_grad is not None:
+            optimizer.zero_grad(set_to_none=zero_grad == "none")
+        loss = F.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
         return loss
@@ -915,19 +937,8 @@ def test_a_step_without_zero_grad_adds_to_the_gradients_as_eager_does(device):
     held before a call are an input of the tape: None on the first call (a tape of its own)
     and held from then on, so the step replays from the fourth call, equal to eager."""
 
-    def make():
-        model, optimizer, _ = _mlp(device)
-        return model, optimizer
-
-    def make_step(model, optimizer):
-        def step(x, y):
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss
-
-        return step
-
+    make = functools.partial(_mlp_and_optimizer, device)
+    make_step = functools.partial(_plain_step, zero_grad=None)
     eager, compiled = _same_training(make, make_step, _batches(device, 8))
     _assert_same(eager, compiled)
     for p, q in zip(eager[1].parameters(), compiled[1].parameters()):
@@ -1014,20 +1025,8 @@ def test_gradients_zeroed_in_place_replay_after_a_first_call_that_differs(device
     and added to. The first two recordings differ, so a third is compared with the second, and
     the step replays from the fourth call, equal to eager."""
 
-    def make():
-        model, optimizer, _ = _mlp(device)
-        return model, optimizer
-
-    def make_step(model, optimizer):
-        def step(x, y):
-            optimizer.zero_grad(set_to_none=False)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss
-
-        return step
-
+    make = functools.partial(_mlp_and_optimizer, device)
+    make_step = functools.partial(_plain_step, zero_grad="zeros")
     eager, compiled = _same_training(make, make_step, _batches(device, 8))
     _assert_same(eager, compiled)
 
@@ -1651,6 +1650,21 @@ def test_layer_norm_replays_as_out_calls_equal_to_eager(device, affine, bias, sh
     assert ("LayerNorm forward (out=)" in labels) == (affine and with_out), labels
 
 
+def _replayed_like_eager(step, shape, seed, device, calls=5):
+    """Run `step` on `calls` random float32 inputs of `shape` eagerly, then compiled on the same
+    inputs (two recordings, then replays): every result equal bit for bit. Returns the eager
+    results (as host arrays) and the tape's program labels."""
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(shape).astype("float32") for _ in range(calls)]
+    eager = [tuple(t.numpy() for t in step(ta.tensor(x, device=device))) for x in xs]
+    compiled = ta.compile(step)
+    for x, expected in zip(xs, eager, strict=True):
+        got = compiled(ta.tensor(x, device=device))
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b)
+    return eager, next(iter(compiled.tapes.values())).labels
+
+
 def test_softmax_and_log_softmax_replay_as_out_calls_equal_to_eager(device):
     """Both are lowered where out= exists, rows of 5 (short: the max over a transposed copy) and
     of 70 (the plain max), a fully masked row included: its softmax is 0, never NaN."""
@@ -1670,16 +1684,8 @@ def test_softmax_and_log_softmax_replay_as_out_calls_equal_to_eager(device):
         return loss, weight.grad, wide.grad
 
     masked[0] = False  # the first row fully masked
-    rng = np.random.default_rng(7)
-    xs = [rng.standard_normal((4, 5)).astype("float32") for _ in range(5)]
-    eager = [tuple(t.numpy() for t in step(ta.tensor(x, device=device))) for x in xs]
-    compiled = ta.compile(step)
-    for x, expected in zip(xs, eager, strict=True):
-        got = compiled(ta.tensor(x, device=device))
-        for a, b in zip(got, expected, strict=True):
-            np.testing.assert_array_equal(a.numpy(), b)
+    eager, labels = _replayed_like_eager(step, (4, 5), seed=7, device=device)
     assert not np.isnan(eager[-1][0]).any()
-    labels = next(iter(compiled.tapes.values())).labels
     with_out = device != "strict"  # the strict namespace has no out=
     assert (labels.count("Softmax forward (out=)") == 2) == with_out, labels
     assert (labels.count("LogSoftmax forward (out=)") == 2) == with_out, labels
@@ -1701,16 +1707,8 @@ def test_masks_and_casts_replay_as_out_calls_equal_to_eager(device):
         loss.backward()
         return loss, weight.grad, kept
 
-    rng = np.random.default_rng(11)
-    xs = [rng.standard_normal((5, 3)).astype("float32") for _ in range(5)]
-    eager = [tuple(t.numpy() for t in step(ta.tensor(x, device=device))) for x in xs]
-    compiled = ta.compile(step)
-    for x, expected in zip(xs, eager, strict=True):
-        got = compiled(ta.tensor(x, device=device))
-        for a, b in zip(got, expected, strict=True):
-            np.testing.assert_array_equal(a.numpy(), b)
+    eager, labels = _replayed_like_eager(step, (5, 3), seed=11, device=device)
     assert len({e[2].tobytes() for e in eager}) > 1  # the masks changed with the values
-    labels = next(iter(compiled.tapes.values())).labels
     with_out = device != "strict"  # the strict namespace has no out=
     computed = [label for label in labels if label.startswith("Computed")]
     assert len(computed) == 5, labels  # relu's mask, >, >, ~, &
@@ -1754,17 +1752,6 @@ def test_a_learning_rate_set_by_hand_inside_the_step_is_refused_and_outside_repl
             losses.append(float(run(*batch).numpy()))
         results.append((losses, model, run))
     _assert_same(*results)
-
-
-def _plain_step(model, optimizer):
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return step
 
 
 def test_param_groups_stay_dicts_that_copy_and_pickle():
