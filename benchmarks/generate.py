@@ -6,8 +6,8 @@ Run by hand, never as a test:
 
 The model is examples/gpt.py's GPT with its defaults (2 blocks, 4 heads, width 64), vocabulary
 100 and block size 64, so that a 10-token prompt and 30 new tokens (batch 1, greedy) fit in one
-block and the cache serves every token. Five modes time one ``generate(prompt, 30)`` call. With
-``--window``, the example's own sample instead: block 32, an 11-token prompt and 80 new tokens,
+block and the cache serves every token. Five modes time one ``generate(prompt, 30)`` call,
+and a sixth times its matrix products alone. With ``--window``, the example's own sample instead: block 32, an 11-token prompt and 80 new tokens,
 so that from the 22nd new token on the window slides and each token runs the whole window again
 (compiled: a second recorded step, replayed):
 
@@ -16,7 +16,11 @@ so that from the 22nd new token on the window slides and each token runs the who
 - tinyattn KV cache compiled: the same, with the per-token step recorded once and replayed
   (``ta.compile``; the step and its caches are kept between calls, so the timed calls replay);
 - PyTorch full prefix and PyTorch KV cache: the very same file run under PyTorch, its three
-  import lines swapped (what the example promises), on the same weights.
+  import lines swapped (what the example promises), on the same weights;
+- NumPy GEMM floor: every matrix product the cached, compiled generation makes (the prompt's
+  step, each token's step over the cache's rows, and past the block each window's whole
+  forward), on preallocated float32 arrays with ``out=``, and nothing else: the limit the
+  products alone set.
 
 Every (mode, threads) measurement runs in its own process, with OpenBLAS's native kernel for this
 CPU (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the children's environment), the
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import inspect
 import json
 import os
 import platform
@@ -57,7 +62,65 @@ MODES = {
     "compiled": "tinyattn KV cache compiled",
     "torch-full": "PyTorch full prefix",
     "torch-cache": "PyTorch KV cache",
+    "floor": "NumPy GEMM floor",
 }
+
+
+def _forward_products(rows: int, keys: int, sizes: dict, rng: np.random.Generator) -> list:
+    """(a, b, out) for every matrix product of one forward of the example's model over `rows`
+    new positions that attend to `keys` positions (batch 1): per block the fused q, k, v
+    projection, Q K^T and P V per head, the output projection and the MLP's two; then the head,
+    on every row (as the example's step computes it)."""
+    C, H, V = sizes["n_embd"], sizes["n_head"], CONFIG["vocab"]
+    D = C // H
+
+    def arr(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    products = []
+
+    def linear(n_in: int, n_out: int) -> None:
+        products.append((arr(rows, n_in), arr(n_out, n_in).T, np.empty((rows, n_out), np.float32)))
+
+    for _ in range(sizes["n_layer"]):
+        linear(C, 3 * C)
+        q, k, v, p = (
+            arr(1, H, rows, D),
+            arr(1, H, keys, D),
+            arr(1, H, keys, D),
+            arr(1, H, rows, keys),
+        )
+        products.append((q, k.transpose(0, 1, 3, 2), np.empty((1, H, rows, keys), np.float32)))
+        products.append((p, v, np.empty((1, H, rows, D), np.float32)))
+        linear(C, C)
+        linear(C, 4 * C)
+        linear(4 * C, C)
+    linear(C, V)
+    return products
+
+
+def floor_generation(sizes: dict):
+    """A `generate` call's matrix products, as the cached generation meets them token by token
+    (the same branches as the example's `_decoder`), forwards of one shape sharing arrays."""
+    prompt, new, block = CONFIG["prompt"], CONFIG["new"], CONFIG["block"]
+    cache_rows = min(block, prompt + new)
+    rng, made, plan = np.random.default_rng(0), {}, []
+    for length in range(prompt, prompt + new):  # the sequence's length before each token
+        if length > cache_rows:
+            shape = (block, block)  # the window slides: the whole window again
+        else:
+            shape = (prompt if length == prompt else 1, cache_rows)
+        if shape not in made:
+            made[shape] = _forward_products(*shape, sizes, rng)
+        plan.extend(made[shape])
+    matmul = np.matmul
+
+    def run() -> list[int]:
+        for a, b, out in plan:
+            matmul(a, b, out=out)
+        return []
+
+    return run, len(plan)
 
 
 def write_weights(path: Path) -> None:
@@ -78,6 +141,15 @@ def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
     limit = threadpool_limits(threads) if threadpool_limits else None
     library = "torch" if mode.startswith("torch") else "tinyattn"
     gpt = gpt_example(library)
+    if mode == "floor":
+        defaults = inspect.signature(gpt.GPT).parameters
+        sizes = {name: defaults[name].default for name in ("n_layer", "n_head", "n_embd")}
+        run, products = floor_generation(sizes)
+        median = median_seconds(run, warmup=3, repeats=repeats)
+        info = blas_info()
+        if limit is not None:
+            limit.unregister()
+        return {"median": median, "blas": info, "products": products}
     torch = gpt.torch
     if library == "torch":
         torch.set_num_threads(threads)
@@ -163,7 +235,7 @@ def main() -> None:
     results: dict[tuple, list[float]] = {}
     tokens: dict[str, list[int]] = {}
     errors: dict[tuple, str] = {}
-    kernel = None
+    kernel, products = None, None
     with tempfile.TemporaryDirectory() as folder:
         weights = Path(folder) / "weights.npz"
         write_weights(weights)
@@ -178,7 +250,9 @@ def main() -> None:
                         errors[mode, threads] = got["error"]
                         continue
                     results.setdefault((mode, threads), []).append(got["median"])
-                    tokens.setdefault(mode, got["tokens"])
+                    if "tokens" in got:
+                        tokens.setdefault(mode, got["tokens"])
+                    products = got.get("products", products)
                     kernel = kernel or got["blas"]
             print(f"round {r + 1}/{rounds} done", flush=True)
     if kernel:
@@ -189,9 +263,11 @@ def main() -> None:
     same = {mode: tokens[mode] == tokens.get("full") for mode in tokens}
     print("same tokens as tinyattn full prefix: " + ", ".join(f"{m} {s}" for m, s in same.items()))
 
+    if products:
+        print(f"the floor: {products} matrix products per generate call")
     print(f"\nms per generate call ({CONFIG['new']} tokens), median over {rounds} rounds\n")
     header = ["threads"] + [MODES[m] for m in modes]
-    header += ["cache/full", "compiled/PyTorch full", "compiled/PyTorch cache"]
+    header += ["cache/full", "compiled/PyTorch full", "compiled/PyTorch cache", "compiled/floor"]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for threads in (1, 2):
@@ -207,6 +283,7 @@ def main() -> None:
             ratio(results, threads, "cache", "full"),
             ratio(results, threads, "compiled", "torch-full"),
             ratio(results, threads, "compiled", "torch-cache"),
+            ratio(results, threads, "compiled", "floor"),
         ]
         print("| " + " | ".join(cells) + " |")
     for (mode, threads), message in errors.items():
