@@ -7,9 +7,10 @@ Run by hand, never as a test:
 The model is examples/gpt.py's GPT with its defaults (2 blocks, 4 heads, width 64), vocabulary
 100 and block size 64, so that a 10-token prompt and 30 new tokens (batch 1, greedy) fit in one
 block and the cache serves every token. Five modes time one ``generate(prompt, 30)`` call,
-and a sixth times its matrix products alone. With ``--window``, the example's own sample instead: block 32, an 11-token prompt and 80 new tokens,
-so that from the 22nd new token on the window slides and each token runs the whole window again
-(compiled: a second recorded step, replayed):
+and a sixth times its matrix products alone. With ``--window``, the example's own sample
+instead: block 32, an 11-token prompt and 80 new tokens, so that from the 22nd new token on the
+window slides and each token runs the whole window again (compiled: a second recorded step,
+replayed):
 
 - tinyattn full prefix: the whole sequence through the model for every token (minGPT's way);
 - tinyattn KV cache: the prompt once, then one position per token, attending to the cache;
