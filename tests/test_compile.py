@@ -1790,3 +1790,83 @@ def test_a_gradient_holder_learned_from_an_input_position_does_not_break_shorter
     for _ in range(3):
         assert float(compiled(x).numpy()) == 24.0
     np.testing.assert_array_equal(weight.grad.numpy(), np.full((3, 2), 4.0))
+
+
+def test_gradient_hooks_kept_for_their_side_effects_run_on_every_replay(device):
+    """A hook that returns None is there for what it does with the gradient (keeps it, logs a
+    norm with ``.item()``): a replay calls it, with that call's gradient, as eager's backward
+    does, on an intermediate tensor (a lambda registered inside the step, a new object on every
+    call) and on a parameter. A hook that returns a new gradient is replayed by its ops, and one
+    that also reads a value into Python is refused."""
+
+    def train(compiled):
+        ta.manual_seed(0)
+        first, second = nn.Linear(4, 8).to(device), nn.Linear(8, 3).to(device)
+        optimizer = optim.SGD([*first.parameters(), *second.parameters()], lr=0.1)
+        kept, norms = [], []
+        second.weight.register_hook(lambda g: norms.append(float((g * g).sum().item())))
+
+        def step(x, y):
+            optimizer.zero_grad()
+            hidden = first(x)
+            hidden.register_hook(lambda g: kept.append(g))  # kept for a look after the step
+            scaled = hidden.tanh()
+            scaled.register_hook(lambda g: g * 0.5)  # a new gradient: replayed by its ops
+            loss = F.cross_entropy(second(scaled), y)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        run = ta.compile(step) if compiled else step
+        losses = [float(run(*batch).numpy()) for batch in _batches(device, 6, width=4, classes=3)]
+        return losses, [g.numpy() for g in kept], norms, run
+
+    eager, compiled = train(False), train(True)
+    assert compiled[0] == eager[0] and compiled[2] == eager[2] and len(eager[2]) == 6
+    assert len(compiled[1]) == 6 and len({g.tobytes() for g in compiled[1]}) == 6
+    for a, b in zip(eager[1], compiled[1], strict=True):
+        np.testing.assert_array_equal(b, a)
+    labels = next(iter(compiled[3].tapes.values())).labels
+    assert sum(label.startswith("hook") for label in labels) == 2, labels
+
+    weight = ta.tensor(np.ones((3, 2), dtype="float32"), device=device).requires_grad_(True)
+
+    def reads_and_returns(x):
+        weight.grad = None
+        hidden = x @ weight
+        hidden.register_hook(lambda g: g * float(g.sum().item()))
+        hidden.sum().backward()
+        return weight.grad
+
+    with pytest.raises(ta.CompileError, match="reads a tensor's value into Python and returns"):
+        ta.compile(reads_and_returns)(ta.ones(4, 3, device=device))
+
+
+def test_a_tensor_the_recording_handed_out_keeps_its_values(device):
+    """``history.append(hidden.detach())`` inside the step is a Python side effect, done on the
+    recorded calls only; what it kept must keep the values eager had. The recording's arrays
+    become no tape buffers, so the replays that follow never write into such a tensor."""
+    history = []
+
+    def train(compiled):
+        history.clear()
+        model, optimizer, _ = _mlp(device)
+
+        def step(x, y):
+            optimizer.zero_grad()
+            hidden = model[0](x)
+            history.append(hidden.detach())
+            loss = F.cross_entropy(model[1:](hidden), y)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        run = ta.compile(step) if compiled else step
+        for batch in _batches(device, 6):
+            run(*batch)
+        return [h.numpy().copy() for h in history]
+
+    eager, compiled = train(False), train(True)
+    assert len(eager) == 6 and len(compiled) == 2  # appended while recording only
+    for a, b in zip(eager, compiled):
+        np.testing.assert_array_equal(b, a)

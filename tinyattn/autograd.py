@@ -558,7 +558,7 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
 def _run_hooks(tensor: Any, grad: Any) -> Any:
     """Call the tensor's hooks in order; a Tensor a hook returns replaces the gradient."""
     for hook in list(tensor._hooks or ()):  # a copy: a hook may remove itself
-        result = hook(grad)
+        result = hook(grad) if _recorder is None else _recorder.hook(hook, grad)
         if result is not None:
             _check_hook_result(tensor, hook, result)
             grad = result
@@ -723,6 +723,11 @@ class _ThisThread:
         recorder = _recording.get(threading.get_ident())
         if recorder is not None:
             recorder.read_grad(leaf, grad)
+
+    @staticmethod
+    def hook(hook: Callable, grad: Any) -> Any:
+        recorder = _recording.get(threading.get_ident())
+        return hook(grad) if recorder is None else recorder.hook(hook, grad)
 
     @staticmethod
     def grad_set(tensor: Any) -> None:

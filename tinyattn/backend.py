@@ -257,6 +257,11 @@ def _copyto_of(array: Any) -> Any:
     return cupy.copyto
 
 
+def empty_like(array: Any) -> Any:
+    """A new array of `array`'s shape, dtype and device, its values not set."""
+    return namespace(array).empty_like(array)
+
+
 def copied(array: Any) -> Any:
     """A new array with `array`'s values (a NumPy scalar stays as it is: it cannot change)."""
     if isinstance(array, np.generic):

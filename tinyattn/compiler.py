@@ -84,6 +84,9 @@ class Recorder:
         # an input, each replay reads the leaf's gradient of the moment into this slot.
         self.grads_read: list[tuple[Tensor, int]] = []
         self.grads_set: dict[int, Tensor] = {}  # tensors whose .grad the step assigned
+        self.in_hook = 0  # > 0 while a gradient hook runs
+        self.hooked: list[Tensor] = []  # gradients handed to hooks replayed as calls
+        self.hook_host_reads = 0  # values hooks read into Python
         self.inputs = inputs
         for tensor in inputs:
             self._new_slot(tensor.array, made=True)
@@ -181,6 +184,34 @@ class Recorder:
             return slot
         return self._new_slot(array, made=True)
 
+    def hook(self, hook: Callable, grad: Tensor) -> Any:
+        """Run a gradient hook. One that returns a new gradient is recorded like a rule, by the
+        ops it runs; one that returns None is kept for its side effects (it stores or logs the
+        gradient), so its ops are dropped and a replay calls it, with that call's gradient."""
+        if self.suspended:
+            return hook(grad)
+        mark, first_slot = len(self.tape), len(self.arrays)
+        self.in_hook += 1  # reading values into Python is allowed in a hook replayed as a call
+        reads_before = self.hook_host_reads
+        try:
+            result = hook(grad)
+        finally:
+            self.in_hook -= 1
+        if result is not None:
+            if self.hook_host_reads != reads_before:
+                raise CompileError(
+                    f"compile: the gradient hook {getattr(hook, '__qualname__', hook)} reads a "
+                    "tensor's value into Python and returns a new gradient; the replay could "
+                    "not follow what it computed from the value"
+                )
+            return result
+        del self.tape[mark:]
+        for slot in range(first_slot, len(self.arrays)):
+            self.made[slot] = True  # arrays of the dropped entries: nothing reads them now
+        self.tape.append(("hook", hook, self._slot(grad.array)))
+        self.hooked.append(grad)  # the hook may keep it: it gets a copy if this becomes a tape
+        return None
+
     def set_grad(self, leaf: Tensor, grad: Tensor) -> None:
         """The engine stored `grad` as ``leaf.grad``."""
         if not self.suspended:
@@ -260,6 +291,9 @@ class Recorder:
             )
 
     def host_read(self, what: str) -> None:
+        if self.in_hook:
+            self.hook_host_reads += 1
+            return
         if not self.suspended:
             raise CompileError(
                 f"compile: the step reads a tensor's value into Python ({what}) while it is "
@@ -317,6 +351,8 @@ def check_same(first: Recorder, second: Recorder) -> None:
         same = a[0] == b[0] and (type(a[1]) is type(b[1]) if a[0] in ("op", "rule") else True)
         if a[0] == "op" and same:
             same = a[2] == b[2] and _same_kwargs(a[3], b[3])
+        if a[0] == "hook" and same:  # a lambda made in the step is a new object each call
+            same = a[1] is b[1] or getattr(a[1], "__code__", a) is getattr(b[1], "__code__", b)
         if a[0] == "call" and same:
             same = a[1] == b[1] and _same_argument(a[2], b[2])
             same = same and a[3].keys() == b[3].keys()
@@ -636,10 +672,12 @@ def _switched_modes(first: Recorder, second: Recorder) -> bool:
 
 def _release_buffers(result: Any, recorder: Recorder) -> None:
     """After the recording that became a tape: the tensors it handed out (its result, the
-    gradients) get copies of their arrays, which are now buffers that every replay rewrites."""
+    gradients, those given to hooks) get copies of their arrays, which are now buffers that
+    every replay rewrites."""
     made = {id(a) for a, m in zip(recorder.arrays, recorder.made) if m}
     tensors = [t for t in _tensors_in(result)]
     tensors += [e[1].grad for e in recorder.tape if e[0] == "grad" and e[1].grad is not None]
+    tensors += recorder.hooked
     for tensor in tensors:
         if id(tensor.array) in made:
             tensor.array = backend.copied(tensor.array)

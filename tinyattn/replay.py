@@ -38,6 +38,8 @@ def entry_name(entry: tuple) -> str:
         return f"call of {getattr(entry[1], '__qualname__', entry[1])}"
     if kind == "store":
         return f"the in-place {entry[3]}"
+    if kind == "hook":
+        return f"hook {getattr(entry[1], '__qualname__', entry[1])}"
     return kind
 
 
@@ -431,7 +433,7 @@ class Tape:
         # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
         # share memory, and the program is built again on the shared buffers.
         plan = MemoryPlan(self, recorder.made, len(inputs))
-        if plan.shared:
+        if plan.shared or plan.moved:
             self.env = plan.env
             self._build()
         self.shared_buffers = plan.shared  # slots whose memory another slot also uses
@@ -445,7 +447,7 @@ class Tape:
         self.dropped = 0  # entries replaced by the views they recorded
         self.lowered = 0  # ops replayed as out= kernels
         builders = {"op": self._op, "rule": self._rule, "grad": self._grad, "store": self._store}
-        builders.update(draw=self._draw, call=self._call)
+        builders.update(draw=self._draw, call=self._call, hook=self._hook)
         self.labels: list[str] = []  # what each program item replays, for reading and profiling
         self._item_of: dict[int, int] = {}  # entry position -> its program item
         items = []
@@ -569,6 +571,20 @@ class Tape:
             # A copy: the buffer is written again by the next replay, the gradient must not be.
             target = leaf if position is None else self._replayed_inputs[position]
             target.grad = Tensor._from_op(backend.copied(env[slot]), None)
+
+        return run
+
+    def _hook(self, entry: tuple) -> Callable:
+        _, hook, slot = entry
+
+        def run(env: list) -> None:
+            # A copy, as eager hands the hook a gradient of its own (it may keep it).
+            if hook(Tensor._from_op(backend.copied(env[slot]), None)) is not None:
+                raise RuntimeError(
+                    f"compile: the gradient hook {getattr(hook, '__qualname__', hook)} returned "
+                    "a tensor on a replay but None while the step was recorded; a replay "
+                    "calls a hook that returned None for its side effects only"
+                )
 
         return run
 
@@ -715,22 +731,43 @@ class MemoryPlan:
     def __init__(self, tape: Tape, made: list[bool], inputs: int) -> None:
         self.env = list(tape.env)
         self.shared: set[int] = set()
+        self.moved: set[int] = set()  # owners given new memory of their own
         first, last, read_first, pinned = _lives(tape, made, inputs)
         self.last_use = {s: p for s, p in last.items() if s not in pinned and s not in read_first}
         free: dict[tuple, list[tuple[int, Any]]] = {}  # key -> (free after, buffer)
-        for start, end, owner, views in _families(tape, first, last, pinned | read_first):
+        for start, end, owner, views, plain in _families(tape, first, last, pinned | read_first):
             array = tape.env[owner]
+            if not plain:
+                self._move(owner, views)
+                continue
             key = (type(array), tuple(array.shape), str(array.dtype), str(array.device))
             pool = free.setdefault(key, [])
             found = next((k for k, (until, _) in enumerate(pool) if until < start), None)
             made_again = None if found is None else self._views_on(owner, pool[found][1], views)
             if made_again is None:
-                pool.append((end, array))  # a buffer of its own, which later slots may share
+                # A buffer of its own, which later slots may share: new memory, with the
+                # family's views made again on it, so that no tensor the recording handed out
+                # (one a hook kept, one appended to a list) is written by the replays.
+                pool.append((end, self._move(owner, views)))
                 continue
             pool[found] = (end, pool[found][1])
             for slot, value in made_again.items():  # the owner's new memory, and its views
                 self.env[slot] = value
             self.shared.add(owner)
+
+    def _move(self, owner: int, views: list[tuple] | None) -> Any:
+        """Give `owner`'s family new memory of its own, its views made again on it, so that no
+        tensor the recording handed out (one a hook kept, one appended to a list) is written by
+        the replays; returns the owner's array (the recorded one where the views cannot be made
+        again on new memory)."""
+        array = self.env[owner]
+        own = self._views_on(owner, backend.empty_like(array), views)
+        if own is None:
+            return array
+        for slot, value in own.items():
+            self.env[slot] = value
+        self.moved.add(owner)
+        return own[owner]
 
     def _views_on(
         self, owner: int, buffer: Any, views: list[tuple] | None
@@ -761,8 +798,8 @@ def _lives(tape: Tape, made: list[bool], inputs: int) -> tuple[dict, dict, set, 
     made_by = tape._made_by
     for position, entry in enumerate(tape.entries):
         kind = entry[0]
-        if kind in ("grad", "draw", "call"):
-            slot = entry[2] if kind == "grad" else entry[-1]
+        if kind in ("grad", "draw", "call", "hook"):
+            slot = entry[2] if kind in ("grad", "hook") else entry[-1]
             if slot is not None:
                 pinned.add(slot)
             continue
@@ -801,13 +838,14 @@ def _families(tape: Tape, first: dict, last: dict, excluded: set) -> list[tuple]
         owner = tape._first_of_root[root]
         if any(s in excluded or s not in first or not tape.static[s] for s in slots):
             continue
-        if not backend.owns_plain_memory(tape.env[owner]):
-            continue
         views: list[tuple] | None = [view_entry.get(s) for s in slots if s != owner]
         if any(entry is None for entry in views):
             views = None  # a member the tape did not make as a view of the owner
         end = max(last[s] for s in slots)
-        families.append((first[owner], end, owner, views))
+        # Whether its memory may serve a later family: the owner's array owns row-major memory
+        # (a forward's result may be a reshaped view of an array the tape never saw).
+        plain = backend.owns_plain_memory(tape.env[owner])
+        families.append((first[owner], end, owner, views, plain))
     families.sort(key=lambda family: family[:3])
     return families
 
