@@ -1870,3 +1870,46 @@ def test_a_tensor_the_recording_handed_out_keeps_its_values(device):
     assert len(eager) == 6 and len(compiled) == 2  # appended while recording only
     for a, b in zip(eager, compiled):
         np.testing.assert_array_equal(b, a)
+
+
+@pytest.mark.parametrize(
+    "habit", ["sgd by hand, grad.zero_()", "clip, then sgd by hand", "grad.mul_"]
+)
+def test_in_place_writes_to_gradients_inside_the_step_replay_like_eager(device, habit):
+    """The step's own in-place writes to .grad after backward (a hand-written SGD loop that
+    zeroes each gradient, a gradient scaled in place) and `clip_grad_norm_`, replayed as Python,
+    act on the gradient the recorded ops read, as in eager: .grad is the replay's own array until
+    the replay ends, and gets a copy then."""
+
+    def make():
+        model, optimizer, _ = _mlp(device)
+        return model, optimizer
+
+    def make_step(model, optimizer):
+        params = list(model.parameters())
+
+        def step(x, y):
+            if habit != "sgd by hand, grad.zero_()":
+                optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            if habit == "grad.mul_":
+                for p in params:
+                    p.grad.mul_(0.5)
+                optimizer.step()
+                return loss
+            if habit == "clip, then sgd by hand":
+                nn.utils.clip_grad_norm_(params, 0.05)
+            with ta.no_grad():
+                for p in params:
+                    p -= 0.05 * p.grad
+                    if habit == "sgd by hand, grad.zero_()":
+                        p.grad.zero_()
+            return loss
+
+        return step
+
+    eager, compiled = _same_training(make, make_step, _batches(device, 8))
+    _assert_same(eager, compiled)
+    for p, q in zip(eager[1].parameters(), compiled[1].parameters()):
+        np.testing.assert_array_equal(q.grad.numpy(), p.grad.numpy())

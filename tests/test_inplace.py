@@ -304,3 +304,46 @@ def test_a_tensor_built_or_moved_from_an_array_never_shares_its_memory(device):
         back = moved.to(device)
         back.add_(5.0)
         np.testing.assert_array_equal(moved.numpy(), 0.0)
+
+
+def test_each_leaf_gets_a_gradient_of_its_own(device):
+    """Add hands one gradient to both its inputs, and a reshape's gradient is a view of the one
+    it gets; still every leaf's .grad has memory of its own, as in PyTorch, so a hand-written
+    SGD loop that zeroes each gradient in place after using it updates every parameter."""
+    weights = np.array([1.0, 2.0, 3.0])
+    w1 = ta.tensor(np.ones(3), device=device).requires_grad_(True)
+    w2 = ta.tensor(np.full(3, 2.0), device=device).requires_grad_(True)
+    w3 = ta.tensor(np.zeros(3), device=device).requires_grad_(True)
+    w4 = ta.tensor(np.zeros((1, 3)), device=device).requires_grad_(True)
+    scale = ta.tensor(weights, device=device)
+    loss = ((w1 + w2) * scale).sum() + ((w3.reshape(1, 3) + w4) * (2 * scale)).sum()
+    loss.backward()
+    with ta.no_grad():
+        for p in (w1, w2, w3, w4):
+            p -= 0.1 * p.grad
+            p.grad.zero_()
+    np.testing.assert_allclose(w1.numpy(), 1.0 - 0.1 * weights)
+    np.testing.assert_allclose(w2.numpy(), 2.0 - 0.1 * weights)
+    np.testing.assert_allclose(w3.numpy(), -0.2 * weights)
+    np.testing.assert_allclose(w4.numpy(), -0.2 * weights[None, :])
+    for w in (w1, w2, w3, w4):
+        np.testing.assert_array_equal(w.grad.numpy(), np.zeros(w.shape))
+
+
+@pytest.mark.parametrize("clip", ["norm", "value"])
+def test_gradient_clipping_writes_into_the_gradients_in_place(device, clip):
+    """``clip_grad_norm_`` and ``clip_grad_value_`` change each .grad in place, as in PyTorch: a
+    tensor held before the call sees the clipped values, and its version goes up."""
+    from tinyattn import nn
+
+    layer = nn.Linear(3, 2).to(device)
+    (layer(ta.tensor(BASE, dtype="float32", device=device)) ** 2).sum().backward()
+    held = layer.weight.grad
+    before, version = held.numpy().copy(), held._version
+    if clip == "norm":
+        nn.utils.clip_grad_norm_(layer.parameters(), 0.01)
+        assert np.linalg.norm(held.numpy()) < np.linalg.norm(before)
+    else:
+        nn.utils.clip_grad_value_(layer.parameters(), 0.01)
+        np.testing.assert_allclose(held.numpy(), np.clip(before, -0.01, 0.01))
+    assert layer.weight.grad is held and held._version == version + 1

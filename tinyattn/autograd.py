@@ -539,6 +539,7 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
 
 def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
     """Hand the leaves their summed gradients: into ``.grad``, or into `captured` for grad()."""
+    handed: set[int] = set()  # the memory of the gradients handed to leaves so far
     for leaf, grad in leaves.items():
         if leaf._hooks:
             grad = _run_hooks(leaf, grad)
@@ -546,10 +547,18 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
             if leaf in wanted:
                 captured[id(leaf)] = grad
         else:
-            # Gradients may share arrays (Add passes one gradient to both inputs): tinyattn
-            # never updates a .grad array in place, so sharing is safe and saves a copy.
             if leaf.grad is not None and _recorder is not None:
                 _recorder.read_grad(leaf, leaf.grad)  # a gradient from before: the tape's input
+            if leaf.grad is None:
+                # Gradients may share memory (Add hands one gradient to both its inputs), but
+                # each leaf's .grad gets its own, as in PyTorch: a hand-written SGD loop's
+                # p.grad.zero_() must not zero another leaf's gradient too. (A sum below is a
+                # new array anyway.)
+                root = backend.storage_root(grad.array)
+                if root in handed:
+                    grad = grad.clone()
+                    root = backend.storage_root(grad.array)
+                handed.add(root)
             leaf.grad = grad if leaf.grad is None else leaf.grad + grad
             if _recorder is not None:
                 _recorder.set_grad(leaf, leaf.grad)

@@ -406,6 +406,7 @@ class Tape:
             self.env[slot] = backend.copied(self.env[slot])
         self._inputs = inputs  # the recorded call's tensors: a gradient of one goes to the new
         self._replayed_inputs: list[Tensor] = inputs
+        self._handed: list[Tensor] = []  # gradients handed out by this replay, on buffers
         self._roots = [backend.storage_root(a) if hasattr(a, "shape") else None for a in self.env]
         first_slot_of_root: dict[int, int] = {}
         for slot, root in enumerate(self._roots):
@@ -568,9 +569,13 @@ class Tape:
         position = next((k for k, t in enumerate(self._inputs) if t is leaf), None)
 
         def run(env: list) -> None:
-            # A copy: the buffer is written again by the next replay, the gradient must not be.
+            # The buffer itself while the replay runs, as eager's .grad is the engine's array:
+            # the step's own in-place writes to it (p.grad.zero_()) and the calls replayed as
+            # Python (clip_grad_norm_) act on what the recorded ops read. The replay gives it
+            # a copy when it ends: the next replay writes the buffer again.
             target = leaf if position is None else self._replayed_inputs[position]
-            target.grad = Tensor._from_op(backend.copied(env[slot]), None)
+            target.grad = Tensor._from_op(env[slot], None)
+            self._handed.append(target.grad)
 
         return run
 
@@ -636,9 +641,14 @@ class Tape:
             for leaf, slot, position in self._grads_read:
                 holder = leaf if position is None else inputs[position]
                 backend.copy_into(env[slot], holder.grad.array)
-            with autograd.no_grad():
-                for segment in self.segments:
-                    segment.run(env, self.graphs)
+            try:
+                with autograd.no_grad():
+                    for segment in self.segments:
+                        segment.run(env, self.graphs)
+            finally:
+                for grad in self._handed:  # the gradients handed out get memory of their own
+                    grad.array = backend.copied(grad.array)
+                self._handed.clear()
             for position, writes in self._written_inputs:
                 # The step wrote into this input in place: so does its replay, as eager would.
                 backend.copy_into(inputs[position].array, env[position])

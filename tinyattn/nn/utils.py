@@ -71,9 +71,9 @@ def clip_grad_norm_(
             f"({total_float}); set error_if_nonfinite=False to clip anyway"
         )
     coefficient = xp.clip(max_norm / (total + 1e-6), max=1.0)
-    for p in grads:
+    for p in grads:  # in place, as PyTorch: a tensor holding p.grad sees the clipped values
         scale = xp.astype(coefficient, p.grad.array.dtype)
-        p.grad = Tensor._from_op(p.grad.array * scale, None)
+        p.grad._store(op, p.grad.array * scale)
     return Tensor._from_op(total, None)
 
 
@@ -86,9 +86,9 @@ def clip_grad_value_(
     if isinstance(clip_value, bool) or not isinstance(clip_value, int | float):
         raise TypeError(f"{op}: clip_value must be a number, got {clip_value!r}")
     clip_value = float(clip_value)
-    for p in _with_grads(op, parameters):
+    for p in _with_grads(op, parameters):  # in place, as PyTorch
         xp = backend.namespace(p.grad.array)
-        p.grad = Tensor._from_op(xp.clip(p.grad.array, -clip_value, clip_value), None)
+        p.grad._store(op, xp.clip(p.grad.array, -clip_value, clip_value))
 
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]
