@@ -106,6 +106,29 @@ ERRORS = [
      TypeError, ["add", "str"]),
     ("unknown device", lambda d: _ones(2, device=d).to("tpu"),
      ValueError, ["unknown device 'tpu'", "'cpu'", "'cuda'"]),
+    # ------------------------------------------------------- PyTorch's composed spellings
+    ("t of 3 dims", lambda d: _ones(2, 3, 4, device=d).t(),
+     ValueError, ["t:", "at most 2 dims", "(2, 3, 4)", "transpose"]),
+    ("mm of a batch", lambda d: _ones(2, 3, 4, device=d).mm(_ones(4, 2, device=d)),
+     ValueError, ["mm", "2 and 2 dims", "(2, 3, 4)", "(4, 2)"]),
+    ("bmm of matrices", lambda d: ta.bmm(_ones(3, 4, device=d), _ones(4, 2, device=d)),
+     ValueError, ["bmm", "3 and 3 dims", "(3, 4)"]),
+    ("dot of a matrix", lambda d: _ones(3, device=d).dot(_ones(3, 1, device=d)),
+     ValueError, ["dot", "1 and 1 dims", "(3, 1)"]),
+    ("narrow past the end", lambda d: _ones(2, 3, device=d).narrow(1, 2, 2),
+     IndexError, ["narrow", "start 2", "length 2", "(2, 3)"]),
+    ("select dim out of range", lambda d: _ones(2, 3, device=d).select(2, 0),
+     IndexError, ["select", "dim 2", "(2, 3)"]),
+    ("index_select float index", lambda d: _ones(2, 3, device=d).index_select(
+        1, ta.tensor([0.0], device=d)), TypeError, ["index_select", "integer", "float32"]),
+    ("index_select 2-d index", lambda d: _ones(2, 3, device=d).index_select(
+        1, ta.tensor([[0]], device=d)), ValueError, ["index_select", "1-D"]),
+    ("randperm negative", lambda d: ta.randperm(-1, device=d),
+     ValueError, ["randperm", "n must be an int >= 0", "-1"]),
+    ("linspace float steps", lambda d: ta.linspace(0, 1, 2.5, device=d),
+     ValueError, ["linspace", "steps", "2.5"]),
+    ("eye negative", lambda d: ta.eye(2, -1, device=d),
+     ValueError, ["eye", "m must be", "-1"]),
 ]  # fmt: skip
 
 

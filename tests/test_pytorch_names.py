@@ -176,6 +176,38 @@ CASES = [
          [(2, 3, 4), (2, 4, 2)]),
     Case("einsum implicit",     lambda t, a, b: t.einsum("ij,jk", a, b), [(3, 4), (4, 2)]),
     Case("einsum sum and permute", lambda t, a: t.einsum("ijk->ki", a), [B3]),
+    # ----------------------------------------------------------- composed spellings of calls
+    Case("t",                   lambda t, x: x.t(), [A]),
+    Case("t of a vector",       lambda t, x: t.t(x), [(4,)]),
+    Case("mm",                  lambda t, a, b: a.mm(b), [(3, 4), (4, 2)]),
+    Case("mm function",         lambda t, a, b: t.mm(a, b), [(3, 4), (4, 2)]),
+    Case("bmm",                 lambda t, a, b: t.bmm(a, b), [(2, 3, 4), (2, 4, 2)]),
+    Case("mv",                  lambda t, a, v: a.mv(v), [(3, 4), (4,)]),
+    Case("dot",                 lambda t, a, b: t.dot(a, b), [(4,), (4,)]),
+    Case("outer",               lambda t, a, b: a.outer(b), [(3,), (4,)]),
+    Case("view_as",             lambda t, x, y: x.view_as(y), [(2, 6), A]),
+    Case("reshape_as",          lambda t, x, y: x.reshape_as(y), [(12,), A]),
+    Case("expand_as",           lambda t, x, y: x.expand_as(y), [(1, 4), A]),
+    Case("sign in a product",   lambda t, x: x * x.sign(), [A]),
+    Case("sign function",       lambda t, x: t.sign(x), [Const(np.array([-1.5, 0.0, 2.0]))]),
+    Case("square",              lambda t, x: x.square(), [A]),
+    Case("reciprocal",          lambda t, x: x.reciprocal(), [A], distinct=True),
+    Case("rsqrt",               lambda t, x: (x * x + 0.5).rsqrt(), [A]),
+    Case("isnan isinf isfinite", lambda t, x: (t.isnan(x.log()), x.reciprocal().isinf(),
+                                               (x / x).isfinite()), [A]),
+    Case("clamp_min clamp_max", lambda t, x: x.clamp_min(-0.3) + t.clamp_max(x, 0.2), [A],
+         distinct=True),
+    Case("select",              lambda t, x: x.select(1, -1), [B3]),
+    Case("narrow",              lambda t, x: t.narrow(x, 2, 1, 2), [B3]),
+    Case("narrow from the end", lambda t, x: x.narrow(-1, -3, 2), [B3]),
+    Case("unbind",              lambda t, x: x.unbind(1), [B3]),
+    Case("unbind function",     lambda t, x: t.unbind(x), [A]),
+    Case("index_select",        lambda t, x, i: x.index_select(2, i),
+         [B3, Const(np.array([3, 0, 3]))]),
+    Case("index_select dim 0",  lambda t, x, i: t.index_select(x, 0, i),
+         [A, Const(np.array([2, 0]))]),
+    Case("movedim",             lambda t, x: x.movedim(0, -1), [B3]),
+    Case("movedim function",    lambda t, x: t.movedim(x, 2, 0), [B3]),
 ]
 # fmt: on
 
@@ -279,6 +311,30 @@ FACTORIES = [
     ("tensor uint8", lambda t, kw: t.tensor([1, 255], dtype=t.uint8, **kw)),
     ("tensor int and float", lambda t, kw: t.tensor([1, 2], dtype=t.int, **kw).float()),
     ("is_tensor", lambda t, kw: (t.is_tensor(t.ones(1, **kw)), t.is_tensor([1.0]))),
+    ("linspace", lambda t, kw: t.linspace(0, 1, 5, **kw)),
+    ("linspace float64", lambda t, kw: t.linspace(-2.5, 7, 11, dtype=t.float64, **kw)),
+    ("linspace one step", lambda t, kw: t.linspace(3, 4, 1, **kw)),
+    ("eye", lambda t, kw: t.eye(3, **kw)),
+    ("eye rectangle", lambda t, kw: t.eye(2, 4, dtype=t.float64, **kw)),
+    ("full_like", lambda t, kw: t.full_like(t.ones(2, 3, dtype=t.float64, **kw), 2.5)),
+    (
+        "new_zeros new_ones new_full",
+        lambda t, kw: (
+            t.ones(2, dtype=t.float64, **kw).new_zeros(3, 1),
+            t.ones(2, dtype=t.float64, **kw).new_ones((2,)),
+            t.ones(2, **kw).new_full((2, 2), 4.0),
+            t.ones(2, dtype=t.long, **kw).new_tensor([1, 2, 3]),
+        ),
+    ),
+    # Random values differ between the libraries: their dtype, shape and sums are compared.
+    ("randperm", lambda t, kw: t.randperm(7, **kw).sum()),
+    (
+        "rand_like randn_like",
+        lambda t, kw: (
+            t.rand_like(t.ones(2, 3, dtype=t.float64, **kw)) * 0,
+            t.randn_like(t.ones(4, **kw)) * 0,
+        ),
+    ),
 ]
 
 

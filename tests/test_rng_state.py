@@ -16,6 +16,7 @@ import pytest
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import nn
+from tinyattn.backend import dtype_name
 
 # Each row: a name and a draw on `device` that returns host numbers.
 DRAWS = [
@@ -24,6 +25,8 @@ DRAWS = [
     ("dropout mask", lambda device: F.dropout(ta.ones(4, 6, device=device), 0.5).numpy()),
     ("Dropout module", lambda device: nn.Dropout(0.3)(ta.ones(8, device=device)).numpy()),
     ("Linear init", lambda device: nn.Linear(4, 3).to(device).weight.numpy()),
+    ("randperm", lambda device: ta.randperm(50, device=device).numpy()),
+    ("randn_like", lambda device: ta.randn_like(ta.ones(3, device=device)).numpy()),
 ]
 
 
@@ -126,3 +129,23 @@ def test_pytorch_restores_the_same_way():
     first = torch.randn(4)
     torch.set_rng_state(state)
     assert torch.equal(torch.randn(4), first)
+
+
+def test_randperm_is_a_permutation_drawn_again_in_each_replay(device):
+    """Every value 0 .. n-1 once; in a compiled step (a shuffled minibatch) each replay draws
+    a new order from the generator, as eager does."""
+    assert sorted(ta.randperm(20, device=device).tolist()) == list(range(20))
+    assert ta.randperm(0, device=device).shape == (0,)
+    assert dtype_name(ta.randperm(3, dtype="int32", device=device).dtype) == "int32"
+    rows = ta.tensor(np.arange(12.0).reshape(6, 2), device=device)
+
+    def shuffled(x):
+        return x[ta.randperm(6, device=device)] * 1.0
+
+    results = []
+    for run in (shuffled, ta.compile(shuffled)):
+        ta.manual_seed(3)
+        results.append([run(rows).numpy() for _ in range(5)])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(b, a)
+    assert len({r.tobytes() for r in results[1]}) > 1  # not the recorded order again

@@ -778,6 +778,24 @@ def multinomial(probabilities: np.ndarray, num_samples: int, replacement: bool) 
     return np.asarray(rows, dtype=np.int64).reshape(len(rows), num_samples)
 
 
+def evenly_spaced(start: float, end: float, steps: int, dtype: Any, device: Any) -> Any:
+    """`steps` values from `start` to `end` inclusive, computed in float64 on the host and
+    rounded once to `dtype` (so every device gets the same values), then moved to `device`."""
+    xp, native = resolve_device(device)
+    host = np.linspace(start, end, steps, dtype=np.float64).astype(dtype_name(dtype))
+    return host if xp is np else xp.asarray(host, device=native)
+
+
+def random_permutation(n: int, dtype: Any, device: Any) -> Any:
+    """0 .. n-1 in a random order from the seeded host generator, moved to `device`."""
+    xp, native = resolve_device(device)
+    host = _host_rng.permutation(n).astype(dtype_name(dtype or "int64"))
+    result = host if xp is np else xp.asarray(host, device=native)
+    if draw_hook is not None:
+        draw_hook(random_permutation, (n, dtype, device), result)
+    return result
+
+
 def random_integers(low: int, high: int, shape: tuple, dtype: Any, device: Any) -> Any:
     """Integers uniform in [low, high) from the seeded host generator, moved to `device`."""
     xp, native = resolve_device(device)

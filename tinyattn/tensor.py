@@ -1072,6 +1072,173 @@ class Tensor:
         check_host_read("tolist()")
         return backend.to_numpy(self.array).tolist()
 
+    # -------------------------------------------------- PyTorch's spellings of composed calls
+    # Each is a call above (or two), so its gradient of any order is theirs.
+    def cpu(self) -> Tensor:
+        """``to('cpu')``: this tensor itself when it is there already."""
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> Tensor:
+        """``to('cuda')``; an int `device` is ``'cuda:N'``."""
+        return self.to(f"cuda:{device}" if isinstance(device, int) else device or "cuda")
+
+    def t(self) -> Tensor:
+        """A matrix transposed; a tensor of 0 or 1 dims as it is (PyTorch's t())."""
+        if self.ndim > 2:
+            raise ValueError(
+                f"t: expects a tensor of at most 2 dims, got shape {self.shape}; use "
+                "transpose(dim0, dim1) or mT"
+            )
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    def _products(self, op: str, other: Any, dims: tuple[int, int]) -> Tensor:
+        other = self._operand(other, op)
+        if (self.ndim, other.ndim) != dims:
+            raise ValueError(
+                f"{op}: expects tensors of {dims[0]} and {dims[1]} dims, got shapes "
+                f"{self.shape} and {other.shape}"
+            )
+        return other
+
+    def mm(self, other: Any) -> Tensor:
+        """(n, k) @ (k, m)."""
+        return self @ self._products("mm", other, (2, 2))
+
+    def bmm(self, other: Any) -> Tensor:
+        """(b, n, k) @ (b, k, m)."""
+        return self @ self._products("bmm", other, (3, 3))
+
+    def mv(self, vec: Any) -> Tensor:
+        """(n, k) @ (k,) -> (n,)."""
+        return self @ self._products("mv", vec, (2, 1))
+
+    def dot(self, other: Any) -> Tensor:
+        """sum(a * b) of two vectors, a 0-d tensor."""
+        return self @ self._products("dot", other, (1, 1))
+
+    def outer(self, other: Any) -> Tensor:
+        """out[i, j] = a[i] * b[j]."""
+        other = self._products("outer", other, (1, 1))
+        return self.reshape(-1, 1) * other.reshape(1, -1)
+
+    def view_as(self, other: Tensor) -> Tensor:
+        return self.reshape(*other.shape)
+
+    reshape_as = view_as
+
+    def expand_as(self, other: Tensor) -> Tensor:
+        return self.expand(*other.shape)
+
+    def new_full(
+        self,
+        size: Any,
+        fill_value: float,
+        *,
+        dtype: Any = None,
+        device: Any = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
+        """A new tensor of `size` filled with `fill_value`, this tensor's dtype and device unless
+        given (the ``new_*`` family, as in PyTorch)."""
+        return full(size, fill_value, dtype or self.dtype, device or self.device, requires_grad)
+
+    def new_zeros(
+        self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        return self.new_full(
+            _shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad
+        )
+
+    def new_ones(
+        self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        return self.new_full(
+            _shape_arg(size), 1, dtype=dtype, device=device, requires_grad=requires_grad
+        )
+
+    new_empty = new_zeros  # tinyattn's empty is zeros (PyTorch leaves the values unset)
+
+    def new_tensor(
+        self, data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        """A copy of `data` with this tensor's dtype and device unless given."""
+        return tensor(
+            data,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+            requires_grad=requires_grad,
+        )
+
+    def sign(self) -> Tensor:
+        """-1, 0 or 1 by the sign of each element. No gradient flows through it: PyTorch's is
+        zero everywhere, so a product with it differentiates the same."""
+        return computed(array_call, self, name="sign")
+
+    def isnan(self) -> Tensor:
+        return computed(array_call, self, name="isnan")
+
+    def isinf(self) -> Tensor:
+        return computed(array_call, self, name="isinf")
+
+    def isfinite(self) -> Tensor:
+        return computed(array_call, self, name="isfinite")
+
+    def square(self) -> Tensor:
+        return self * self
+
+    def reciprocal(self) -> Tensor:
+        """1 / x (a float result for an integer tensor)."""
+        return 1.0 / self
+
+    def rsqrt(self) -> Tensor:
+        """1 / sqrt(x)."""
+        return 1.0 / self.sqrt()
+
+    def clamp_min(self, min: float) -> Tensor:  # noqa: A002  (PyTorch's name)
+        return self.clip(min=min)
+
+    def clamp_max(self, max: float) -> Tensor:  # noqa: A002  (PyTorch's name)
+        return self.clip(max=max)
+
+    def _along(self, op: str, dim: int) -> tuple:
+        """The indexing key's leading full slices up to `dim` (checked)."""
+        if not -self.ndim <= dim < self.ndim:
+            raise IndexError(f"{op}: dim {dim} is out of range for shape {self.shape}")
+        return (slice(None),) * (dim % self.ndim)
+
+    def select(self, dim: int, index: int) -> Tensor:
+        """``x[..., index, ...]`` at `dim`: that dimension removed."""
+        return self[(*self._along("select", dim), index)]
+
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+        """`length` entries of `dim` from `start` (a view)."""
+        size = self.shape[dim] if -self.ndim <= dim < self.ndim else 0
+        start = start + size if start < 0 else start
+        if length < 0 or not 0 <= start <= start + length <= size:
+            raise IndexError(
+                f"narrow: start {start} and length {length} do not fit dim {dim} of shape "
+                f"{self.shape}"
+            )
+        return self[(*self._along("narrow", dim), slice(start, start + length))]
+
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+        """The slices along `dim`, that dimension removed from each."""
+        key = self._along("unbind", dim)
+        return tuple(self[(*key, i)] for i in range(self.shape[dim]))
+
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
+        """The entries of `dim` at the positions of the 1-D integer tensor `index`."""
+        if not isinstance(index, Tensor) or index.ndim != 1:
+            raise ValueError(f"index_select: index must be a 1-D integer Tensor, got {index!r}")
+        _check_integral("index_select", index)
+        return self[(*self._along("index_select", dim), index)]
+
+    def movedim(self, source: int, destination: int) -> Tensor:
+        """Dimension `source` moved to position `destination`, the others in order."""
+        order = list(range(self.ndim))
+        order.insert(destination % self.ndim, order.pop(source % self.ndim))
+        return self.permute(*order)
+
     # ========================================================================================
     # In-place operations. Each writes into this tensor's existing array (so views and the
     # array behind ``.array`` see the change) and adds one to its version, which backward checks
@@ -1630,6 +1797,75 @@ def randint(
     return Tensor._from_op(backend.random_integers(low, high, shape, dtype, device), None)
 
 
+def randperm(
+    n: int, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """0 .. n-1 in a random order, from the host generator seeded by ``ta.manual_seed``; int64
+    unless `dtype` says."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"randperm: n must be an int >= 0, got {n!r}")
+    if requires_grad:
+        raise RuntimeError("randperm: an integer tensor cannot require grad")
+    return Tensor._from_op(backend.random_permutation(n, dtype, device), None)
+
+
+def linspace(
+    start: float,
+    end: float,
+    steps: int,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """`steps` evenly spaced values from `start` to `end`, both included; float32 unless
+    `dtype` says."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"linspace: steps must be an int >= 0, got {steps!r}")
+    data = backend.evenly_spaced(float(start), float(end), steps, dtype or "float32", device)
+    out = Tensor._from_op(data, None)
+    return out.requires_grad_() if requires_grad else out
+
+
+def eye(
+    n: int,
+    m: int | None = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """The (n, m) identity (m = n unless given): ones on the diagonal; float32 unless `dtype`
+    says."""
+    for name, value in (("n", n), ("m", n if m is None else m)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"eye: {name} must be an int >= 0, got {value!r}")
+    xp, native = backend.resolve_device(device)
+    dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype) if dtype else "float32")
+    out = Tensor._from_op(xp.eye(n, m, dtype=dtype, device=native), None)
+    return out.requires_grad_() if requires_grad else out
+
+
+def full_like(
+    other: Tensor, fill_value: float, dtype: Any = None, requires_grad: bool = False
+) -> Tensor:
+    return _filled(other.shape, fill_value, dtype or other.dtype, other.device, requires_grad)
+
+
+def rand_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Uniform samples in [0, 1) of `other`'s shape, dtype and device."""
+    return rand(*other.shape, dtype=dtype or other.dtype, device=other.device).requires_grad_(
+        requires_grad
+    )
+
+
+def randn_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Standard normal samples of `other`'s shape, dtype and device."""
+    return randn(*other.shape, dtype=dtype or other.dtype, device=other.device).requires_grad_(
+        requires_grad
+    )
+
+
 def rand(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1) from the host generator seeded by ``ta.manual_seed``."""
     shape = _checked_shape("rand", _shape_arg(shape))
@@ -1739,6 +1975,9 @@ FUNCTIONS = {
         *("log_softmax", "split", "squeeze", "std", "sum", "topk", "transpose", "tril", "triu"),
         *("unsqueeze", "var", "clip", "clamp", "relu", "logical_not", "bitwise_not", "neg"),
         *("all", "any"),
+        *("mm", "bmm", "mv", "dot", "outer", "t", "sign", "isnan", "isinf", "isfinite"),
+        *("square", "reciprocal", "rsqrt", "clamp_min", "clamp_max", "select", "narrow"),
+        *("unbind", "index_select", "movedim"),
     )
 }
 
