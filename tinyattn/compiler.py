@@ -348,21 +348,35 @@ def check_same(first: Recorder, second: Recorder) -> None:
             "values or Python state, so no single recording can replay it"
         )
     for position, (a, b) in enumerate(zip(first.tape, second.tape)):
-        same = a[0] == b[0] and (type(a[1]) is type(b[1]) if a[0] in ("op", "rule") else True)
-        if a[0] == "op" and same:
-            same = a[2] == b[2] and _same_kwargs(a[3], b[3])
-        if a[0] == "hook" and same:  # a lambda made in the step is a new object each call
-            same = a[1] is b[1] or getattr(a[1], "__code__", a) is getattr(b[1], "__code__", b)
-        if a[0] == "call" and same:
-            same = a[1] == b[1] and _same_argument(a[2], b[2])
-            same = same and a[3].keys() == b[3].keys()
-            same = same and all(_same_argument(a[3][k], b[3][k]) for k in a[3])
-        if not same:
+        if not _same_entry(a, b):
             raise CompileError(
                 f"compile: operation {position} differs between two calls with the same input "
                 f"shapes ({entry_name(a)} vs {entry_name(b)}): the step depends on values or "
                 "Python state the tape cannot see"
             )
+    _check_arrays(first, second)
+
+
+def _same_entry(a: tuple, b: tuple) -> bool:
+    """Whether two recordings' entries at one position replay alike."""
+    if a[0] != b[0] or (a[0] in ("op", "rule") and type(a[1]) is not type(b[1])):
+        return False
+    if a[0] == "op":
+        return a[2] == b[2] and _same_kwargs(a[3], b[3])
+    if a[0] == "hook":  # a lambda made in the step is a new object on each call
+        return a[1] is b[1] or getattr(a[1], "__code__", a) is getattr(b[1], "__code__", b)
+    if a[0] == "call":
+        return (
+            a[1] == b[1]
+            and _same_argument(a[2], b[2])
+            and a[3].keys() == b[3].keys()
+            and all(_same_argument(a[3][k], b[3][k]) for k in a[3])
+        )
+    return True
+
+
+def _check_arrays(first: Recorder, second: Recorder) -> None:
+    """The two recordings' arrays: made by the same entries, and every constant the same."""
     if len(first.arrays) != len(second.arrays):
         raise CompileError("compile: the two recordings use different numbers of arrays")
     read_grads = _grad_holders(first)
