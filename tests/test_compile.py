@@ -1913,3 +1913,53 @@ def test_in_place_writes_to_gradients_inside_the_step_replay_like_eager(device, 
     _assert_same(eager, compiled)
     for p, q in zip(eager[1].parameters(), compiled[1].parameters()):
         np.testing.assert_array_equal(q.grad.numpy(), p.grad.numpy())
+
+
+@pytest.mark.parametrize("build", ["index assignment", "scatter_", "a row filled"])
+def test_an_array_made_in_the_step_and_written_in_place_is_made_again_on_replays(device, build):
+    """``onehot = zeros(...); onehot[rows, y] = 1`` (or ``zeros(...).scatter_(...)``): eager makes
+    the zeros anew on every call, so a replay starts the array from the values it was made with
+    before writing into it again; without that, the ones of earlier batches would stay."""
+
+    def make():
+        model, optimizer, _ = _mlp(device)
+        return model, optimizer
+
+    def make_step(model, optimizer):
+        def step(x, y):
+            optimizer.zero_grad()
+            log_probs = F.log_softmax(model(x), dim=-1)
+            if build == "index assignment":
+                target = ta.zeros(8, 4, device=device)
+                target[ta.arange(8, device=device), y] = 1.0
+            elif build == "scatter_":
+                target = ta.zeros(8, 4, device=device).scatter_(1, y.unsqueeze(1), 1.0)
+            else:
+                target = ta.full((8, 4), 0.25, device=device)
+                target[0] = x[0, :4].detach()
+            loss = -(log_probs * target).sum(-1).mean()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return step
+
+    eager, compiled = _same_training(make, make_step, _batches(device, 8))
+    _assert_same(eager, compiled)
+
+
+def test_an_array_made_from_a_changing_value_and_written_in_place_is_refused(device):
+    """Made from a Python number that changes between the calls (a scale read from a list),
+    then written in place: a replay would start it from the recorded number, so it is refused."""
+    scales = iter([0.5, 0.25, 0.125, 0.0625])
+
+    def step(x):
+        buffer = ta.full((3,), next(scales), device=device)
+        buffer[0] = x.sum()
+        return buffer * 2.0
+
+    compiled = ta.compile(step)
+    compiled(ta.ones(3, device=device))
+    compiled(ta.ones(3, device=device))  # a first call may differ: compared with the next
+    with pytest.raises(ta.CompileError, match="changes between calls"):
+        compiled(ta.ones(3, device=device))

@@ -739,6 +739,12 @@ class _ThisThread:
         return hook(grad) if recorder is None else recorder.hook(hook, grad)
 
     @staticmethod
+    def created(array: Any) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.created(array)
+
+    @staticmethod
     def grad_set(tensor: Any) -> None:
         recorder = _recording.get(threading.get_ident())
         if recorder is not None:
@@ -813,6 +819,13 @@ def note_store(target: Any, source: Any, op: str = "in-place write") -> None:
     that a replay writes again, into the same array, at the same point of the step."""
     if _recorder is not None:
         _recorder.store(target, source, op)
+
+
+def note_created(array: Any) -> None:
+    """Called by the factories (``zeros``, ``tensor(data)``, ...): a recording tells an array the
+    step made from Python values from one that existed before the call."""
+    if _recorder is not None:
+        _recorder.created(array)
 
 
 def note_grad_set(tensor: Any) -> None:

@@ -84,6 +84,12 @@ class Recorder:
         # an input, each replay reads the leaf's gradient of the moment into this slot.
         self.grads_read: list[tuple[Tensor, int]] = []
         self.grads_set: dict[int, Tensor] = {}  # tensors whose .grad the step assigned
+        # Arrays the step made from Python values (ta.zeros, ta.tensor(data)), by id (kept
+        # alive, so ids stay unique), and of those the slots written in place, with the values
+        # they had before the first write: a replay starts each from those values again, as
+        # eager makes the array anew on every call (a one-hot built by index assignment).
+        self.made_from_values: dict[int, Any] = {}
+        self.fresh: dict[int, Any] = {}
         self.in_hook = 0  # > 0 while a gradient hook runs
         self.hooked: list[Tensor] = []  # gradients handed to hooks replayed as calls
         self.hook_host_reads = 0  # values hooks read into Python
@@ -267,7 +273,14 @@ class Recorder:
                 f"compile: the step writes in place into a tensor of shape {tuple(target.shape)} "
                 "whose array cannot be written (a 0-d NumPy scalar); a replay could not repeat it"
             )
-        self.tape.append(("store", self._slot(target), self._slot(source), op))
+        slot = self._slot(target)
+        if not self.made[slot] and id(target) in self.made_from_values:
+            self.fresh.setdefault(slot, backend.copied(target))  # before the first write
+        self.tape.append(("store", slot, self._slot(source), op))
+
+    def created(self, array: Any) -> None:
+        if not self.suspended:
+            self.made_from_values[id(array)] = array
 
     def mode(self, owner: Any, name: str) -> None:
         """A value the recorded ops depend on (a module's ``_replay_key``): part of the key."""
@@ -386,11 +399,18 @@ def _check_arrays(first: Recorder, second: Recorder) -> None:
             "tensors held from before the call"
         )
     inputs_of_grads = {slot for _, slot in first.grads_read}  # read anew by every replay
+    if first.fresh.keys() != second.fresh.keys():
+        raise CompileError(
+            "compile: two calls with the same input shapes wrote in place into different arrays "
+            "they made from Python values"
+        )
     for slot, (a, b) in enumerate(zip(first.arrays, second.arrays)):
         if first.made[slot] != second.made[slot]:
             raise CompileError(f"compile: array {slot} is made by the step in one call only")
         if slot in inputs_of_grads:
             continue
+        if slot in first.fresh:  # written in place: compared as the step made it
+            a, b = first.fresh[slot], second.fresh[slot]
         if not first.made[slot] and not _same_constant(a, b):
             made_by = {id(e[1]): e for e in second.tape if e[0] == "op"}
             user = next(

@@ -404,6 +404,12 @@ class Tape:
         ]
         for _, slot, _ in self._grads_read:
             self.env[slot] = backend.copied(self.env[slot])
+        # Arrays the step made from Python values and then wrote into: each replay starts them
+        # from the values they were made with, as eager makes them anew (a private copy: the
+        # recorded one may still be held).
+        self._remade = list(recorder.fresh.items())
+        for slot, _ in self._remade:
+            self.env[slot] = backend.copied(self.env[slot])
         self._inputs = inputs  # the recorded call's tensors: a gradient of one goes to the new
         self._replayed_inputs: list[Tensor] = inputs
         self._handed: list[Tensor] = []  # gradients handed out by this replay, on buffers
@@ -422,7 +428,7 @@ class Tape:
         # Ops whose backward is replayed as a rule: the rule reads their inputs and saved values.
         self._ruled = {id(e[1]) for e in self.entries if e[0] == "rule"}
         # (constant slot, the tensor holding it, whether it required grad, its hooks)
-        read_grads = {slot for _, slot, _ in self._grads_read}
+        read_grads = {slot for _, slot, _ in self._grads_read} | dict(self._remade).keys()
         self._owners = [
             (slot, t, t.requires_grad, list(t._hooks or ()))
             for slot, t in recorder.owners.items()
@@ -641,6 +647,8 @@ class Tape:
             for leaf, slot, position in self._grads_read:
                 holder = leaf if position is None else inputs[position]
                 backend.copy_into(env[slot], holder.grad.array)
+            for slot, made_with in self._remade:
+                backend.copy_into(env[slot], made_with)
             try:
                 with autograd.no_grad():
                     for segment in self.segments:

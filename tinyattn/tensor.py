@@ -26,6 +26,7 @@ from .autograd import (
     default_root_grad,
     is_grad_enabled,
     no_grad,
+    note_created,
     note_grad_set,
     note_store,
     run_backward,
@@ -184,6 +185,7 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.array
         self.array = backend.asarray(data, dtype=dtype, device=_device_spec(data, device))
+        note_created(self.array)
         self._grad = None
         self._ctx = None
         self._hooks = None
@@ -1695,6 +1697,7 @@ def _filled(shape: Any, value: float, dtype: Any, device: Any, requires_grad: bo
     xp, native = backend.resolve_device(device)
     dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype) if dtype is not None else "float32")
     data = xp.full(shape, value, dtype=dtype, device=native)
+    note_created(data)
     return (
         Tensor._from_op(data, None).requires_grad_(requires_grad)
         if requires_grad
@@ -1765,6 +1768,7 @@ def arange(
     xp, native = backend.resolve_device(device)
     dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype))
     out = Tensor._from_op(xp.arange(start, end, step, dtype=dtype, device=native), None)
+    note_created(out.array)
     return out.requires_grad_() if requires_grad else out
 
 
@@ -1824,6 +1828,7 @@ def linspace(
         raise ValueError(f"linspace: steps must be an int >= 0, got {steps!r}")
     data = backend.evenly_spaced(float(start), float(end), steps, dtype or "float32", device)
     out = Tensor._from_op(data, None)
+    note_created(data)
     return out.requires_grad_() if requires_grad else out
 
 
@@ -1843,6 +1848,7 @@ def eye(
     xp, native = backend.resolve_device(device)
     dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype) if dtype else "float32")
     out = Tensor._from_op(xp.eye(n, m, dtype=dtype, device=native), None)
+    note_created(out.array)
     return out.requires_grad_() if requires_grad else out
 
 
