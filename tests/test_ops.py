@@ -838,3 +838,30 @@ def test_every_function_is_run_by_a_row_of_the_table():
         seen |= _functions_in_graph(row.call(*_device_inputs(row, _host_inputs(row), "cpu")))
     assert functions - seen - set(NOT_IN_THE_TABLE) == set()
     assert set(NOT_IN_THE_TABLE) <= functions - seen, "a listed Function is run by a row now"
+
+
+def test_composed_spellings_match_numpy(device):
+    """PyTorch's spellings built from other calls (their PyTorch parity, gradients included, is
+    in tests/test_pytorch_names.py), against NumPy, without torch."""
+    host = np.array([[3.0, -1.0, 2.0, 0.5], [0.0, 5.0, -2.0, 1.0]])
+    x = ta.tensor(host, device=device)
+    values, indices = x.sort(dim=1, descending=True)
+    np.testing.assert_array_equal(values.numpy(), -np.sort(-host, axis=1))
+    np.testing.assert_array_equal(indices.numpy(), np.argsort(-host, axis=1, kind="stable"))
+    np.testing.assert_array_equal(x.argsort(dim=0).numpy(), np.argsort(host, axis=0))
+    np.testing.assert_array_equal(x.roll(3, 1).numpy(), np.roll(host, 3, axis=1))
+    np.testing.assert_array_equal(x.roll(-3).numpy(), np.roll(host, -3))
+    np.testing.assert_array_equal(x.roll((1, 2), (0, 1)).numpy(), np.roll(host, (1, 2), (0, 1)))
+    other = host + np.array([[1e-9, 1.0, 0.0, np.inf], [0.0, 0.0, np.nan, 1e-3]])
+    for kwargs in ({}, {"atol": 1e-2}, {"rtol": 0.5, "atol": 0.0}):
+        expected = np.isclose(host, other, **kwargs)
+        got = ta.isclose(x, ta.tensor(other, device=device), **kwargs).numpy()
+        np.testing.assert_array_equal(got, expected, err_msg=str(kwargs))
+    assert ta.allclose(x, x) and not x.allclose(ta.tensor(other, device=device))
+    np.testing.assert_array_equal(x.t().numpy(), host.T)
+    np.testing.assert_allclose(x.mm(x.t()).numpy(), host @ host.T)
+    np.testing.assert_allclose(ta.outer(x[0], x[1]).numpy(), np.outer(host[0], host[1]))
+    np.testing.assert_array_equal(x.index_select(1, ta.tensor([3, 0], device=device)).numpy(),
+                                  host[:, [3, 0]])  # fmt: skip
+    np.testing.assert_array_equal(ta.linspace(-1, 2, 7, device=device).numpy(),
+                                  np.linspace(-1, 2, 7, dtype=np.float32))  # fmt: skip

@@ -1235,6 +1235,47 @@ class Tensor:
         _check_integral("index_select", index)
         return self[(*self._along("index_select", dim), index)]
 
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
+        """(values, indices) along `dim`, ascending unless `descending`: ``topk`` of the whole
+        dimension, so equal values keep their index order (``stable=True``'s order, given
+        whatever `stable` says)."""
+        return self.topk(self.shape[dim] if self.ndim else 1, dim, largest=descending)
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+        return self.sort(dim, descending).indices
+
+    def roll(self, shifts: Any, dims: Any = None) -> Tensor:
+        """Entries moved `shifts` places along `dims` (wrapping around); without `dims`, along
+        the flattened tensor, then reshaped back."""
+        if dims is None:
+            return self.reshape(-1).roll(shifts, 0).reshape(*self.shape)
+        shifts, dims = (shifts, dims) if isinstance(dims, tuple | list) else ((shifts,), (dims,))
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+        out = self
+        for shift, dim in zip(shifts, dims, strict=True):
+            size = out.shape[dim]
+            keep = (size - shift % size) % size if size else 0
+            if keep:
+                out = concat([out.narrow(dim, keep, size - keep), out.narrow(dim, 0, keep)], dim)
+        return out
+
+    def isclose(
+        self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+    ) -> Tensor:
+        """``|x - other| <= atol + rtol * |other|`` elementwise (equal infinities are close; NaNs
+        are close to each other only with `equal_nan`)."""
+        other = self._operand(other, "isclose")
+        a, b = (self, other) if self.dtype == other.dtype else _promote(self, other, "isclose")
+        options = {"rtol": float(rtol), "atol": float(atol), "equal_nan": bool(equal_nan)}
+        return computed(_isclose, a.detach(), b.detach(), **options)
+
+    def allclose(
+        self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+    ) -> bool:
+        """Whether every element is close (``isclose``): a Python bool."""
+        return bool(self.isclose(other, rtol, atol, equal_nan).all())
+
     def movedim(self, source: int, destination: int) -> Tensor:
         """Dimension `source` moved to position `destination`, the others in order."""
         order = list(range(self.ndim))
@@ -1468,6 +1509,19 @@ def _top_order(xp: Any, x: Any, axis: int, k: int, largest: bool) -> Any:
     # A stable sort of -x puts the largest first and keeps ties in index order.
     order = xp.argsort(-keys if largest else keys, axis=axis, stable=True)
     return xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
+
+
+def _isclose(xp: Any, a: Any, b: Any, rtol: float, atol: float, equal_nan: bool) -> Any:
+    close = a == b  # equal infinities, which the difference below cannot tell
+    if backend.is_float_array(a):
+        if equal_nan:
+            close = close | (xp.isnan(a) & xp.isnan(b))
+        finite = xp.isfinite(a) & xp.isfinite(b)
+        a, b = xp.where(finite, a, 0.0), xp.where(finite, b, 0.0)  # no inf - inf warnings
+        close = close | (finite & (xp.abs(a - b) <= atol + rtol * xp.abs(b)))
+    else:
+        close = close | (xp.abs(a - b) <= atol + rtol * xp.abs(b))
+    return close
 
 
 def _slices_hit(xp: Any, index: Any, size: int, shape: tuple) -> Any:
@@ -1983,7 +2037,8 @@ FUNCTIONS = {
         *("all", "any"),
         *("mm", "bmm", "mv", "dot", "outer", "t", "sign", "isnan", "isinf", "isfinite"),
         *("square", "reciprocal", "rsqrt", "clamp_min", "clamp_max", "select", "narrow"),
-        *("unbind", "index_select", "movedim"),
+        *("unbind", "index_select", "movedim", "sort", "argsort", "roll", "isclose"),
+        *("allclose",),
     )
 }
 
