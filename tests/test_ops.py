@@ -172,6 +172,9 @@ ROWS = [
     Row("sum axes tuple",          lambda a: a.sum(axis=(0, 2)),                SAME, [B3]),
     Row("sum axes tuple keep",     lambda a: a.sum(axis=(2, 0), keepdims=True), SAME, [B3]),
     Row("mean all",                lambda a: a.mean(),                          SAME, [A]),
+    Row("norm all",                lambda a: a.norm(),  lambda a: np.linalg.norm(a), [A]),
+    Row("norm axis keep",          lambda a: a.norm(dim=1, keepdim=True),
+        lambda a: np.linalg.norm(a, axis=1, keepdims=True), [B3]),
     Row("mean axis",               lambda a: a.mean(axis=0),                    SAME, [A]),
     Row("mean axes tuple keep",    lambda a: a.mean(axis=(1, 2), keepdims=True), SAME, [B3]),
     Row("max all",                 lambda a: a.max(),                SAME, [A], make=distinct),
@@ -865,3 +868,17 @@ def test_composed_spellings_match_numpy(device):
                                   host[:, [3, 0]])  # fmt: skip
     np.testing.assert_array_equal(ta.linspace(-1, 2, 7, device=device).numpy(),
                                   np.linspace(-1, 2, 7, dtype=np.float32))  # fmt: skip
+
+
+def test_the_norm_of_zeros_has_a_zero_gradient(device):
+    """At a zero norm x / |x| is 0 / 0; the gradient is 0 there, as in PyTorch, not NaN, and a
+    slice that is not zero keeps its own gradient."""
+    x = ta.tensor(np.array([[0.0, 0.0, 0.0], [3.0, 0.0, 4.0]]), device=device)
+    x.requires_grad_(True)
+    x.norm(dim=1).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[0.0, 0.0, 0.0], [0.6, 0.0, 0.8]])
+    whole = ta.zeros(4, dtype="float64", device=device).requires_grad_(True)
+    whole.norm().backward()
+    np.testing.assert_array_equal(whole.grad.numpy(), np.zeros(4))
+    with pytest.raises(ValueError, match="norm: p=3 is not supported"):
+        x.norm(3)

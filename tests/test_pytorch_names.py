@@ -220,6 +220,10 @@ CASES = [
          [Const(np.array([np.nan, np.inf, -np.inf, 1.0]))]),
     Case("allclose",            lambda t, x, y: (t.allclose(x, x), x.allclose(y),
                                                  x.allclose(y, atol=10.0)), [A, A]),
+    Case("norm",                lambda t, x: x.norm(), [B3]),
+    Case("norm dim keepdim",    lambda t, x: t.norm(x, dim=(0, 2), keepdim=True), [B3]),
+    Case("norm 1 and inf",      lambda t, x: (x.norm(1, dim=1), x.norm(float("inf")),
+                                              x.norm(p=float("-inf"), dim=0)), [A], distinct=True),
     Case("movedim",             lambda t, x: x.movedim(0, -1), [B3]),
     Case("movedim function",    lambda t, x: t.movedim(x, 2, 0), [B3]),
 ]

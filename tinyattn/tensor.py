@@ -48,6 +48,7 @@ from .ops import (
     Min,
     Mul,
     Neg,
+    Norm,
     Permute,
     Reshape,
     Sum,
@@ -582,6 +583,19 @@ class Tensor:
         axis, keepdims = _dims("mean", axis, keepdims, dim, keepdim)
         backend.check_floating("mean", self.array)
         return Mean.apply(self, axis=axis, keepdims=keepdims)
+
+    def norm(self, p: Any = "fro", dim: Any = None, keepdim: bool = False) -> Tensor:
+        """The p-norm over `dim` (every element by default): 2 (or ``'fro'``), 1, inf or -inf.
+        The 2-norm's gradient is 0 where the norm is 0, as in PyTorch."""
+        backend.check_floating("norm", self.array)
+        axis = None if dim is None or not self.ndim else normalize_axes("norm", dim, self.ndim)
+        if p in ("fro", 2):
+            return Norm.apply(self, axis=axis, keepdims=keepdim)
+        if p == 1:
+            return self.abs().sum(axis, keepdims=keepdim)
+        if p in (math.inf, -math.inf):
+            return (self.abs().amax if p > 0 else self.abs().amin)(axis, keepdims=keepdim)
+        raise ValueError(f"norm: p={p!r} is not supported; use 2 (or 'fro'), 1, inf or -inf")
 
     def amax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
@@ -2038,7 +2052,7 @@ FUNCTIONS = {
         *("mm", "bmm", "mv", "dot", "outer", "t", "sign", "isnan", "isinf", "isfinite"),
         *("square", "reciprocal", "rsqrt", "clamp_min", "clamp_max", "select", "narrow"),
         *("unbind", "index_select", "movedim", "sort", "argsort", "roll", "isclose"),
-        *("allclose",),
+        *("allclose", "norm"),
     )
 }
 

@@ -34,7 +34,17 @@ from .elementwise import (
 )
 from .fused import LayerNorm, Linear
 from .indexing import GetItem, IndexAdd
-from .reductions import BroadcastTo, Max, Mean, Min, Sum, SumTo, normalize_axes, sum_array
+from .reductions import (
+    BroadcastTo,
+    Max,
+    Mean,
+    Min,
+    Norm,
+    Sum,
+    SumTo,
+    normalize_axes,
+    sum_array,
+)
 from .shape import (
     Concat,
     MatMul,
@@ -77,6 +87,7 @@ __all__ = [
     "Max",
     "Maximum",
     "Mean",
+    "Norm",
     "Min",
     "Mul",
     "Neg",

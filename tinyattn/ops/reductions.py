@@ -110,6 +110,28 @@ class Mean(Function):
         return _unreduce(grad, shape, self.axes) * (1.0 / count if count else 0.0)
 
 
+class Norm(Function):
+    """y = sqrt(sum of x^2) over axes, the 2-norm;  dL/dx = g * x / y broadcast back, and 0
+    where y = 0 (the subgradient PyTorch takes there, where the formula would give 0 / 0).
+
+    Shapes: x (any) -> x with `axes` removed (kept as 1 with keepdims).
+    """
+
+    __slots__ = ("axes",)
+    backward_reads = ("inputs", "output")
+
+    def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        self.axes = reduction_axes("norm", axis, x.ndim)
+        xp = namespace(x)
+        return xp.sqrt(xp.asarray(sum_array(x * x, self.axes, keepdims)))
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        norm = _unreduce(self.output, x.shape, self.axes)
+        # Where the norm is 0 its slice of x is all zeros: dividing by 1 there gives the 0.
+        return _unreduce(grad, x.shape, self.axes) * x / norm.masked_fill(norm == 0, 1.0)
+
+
 class Max(Function):
     """y = max of x over axes;  dL/dx = g at the maxima, split evenly between tied maxima.
 
