@@ -53,6 +53,7 @@ from .replay import (
     Tape,
     entry_name,
     let_go,
+    position_in,
     reads_and_writes,
     rebuilt,
     written_inputs,
@@ -429,7 +430,7 @@ def _grad_holders(recorder: Recorder) -> list[tuple]:
     """Whose earlier gradient each read slot held: a step input by position, else the tensor."""
     holders = []
     for leaf, slot in recorder.grads_read:
-        position = next((k for k, t in enumerate(recorder.inputs) if t is leaf), None)
+        position = position_in(leaf, recorder.inputs)
         holders.append((("input", position) if position is not None else id(leaf), slot))
     return holders
 
@@ -573,12 +574,11 @@ class CompiledStep:
         recording added to are known holders (before the call, each new one held the gradient
         the recording read)."""
         for leaf, slot in recorder.grads_read:
-            position = next((k for k, t in enumerate(inputs) if t is leaf), None)
+            position = position_in(leaf, inputs)
             holder = leaf if position is None else position
             if not any(h is holder for h in self._grad_holders):
                 self._grad_holders.append(holder)
-                array = recorder.arrays[slot]
-                grads += ((type(array), backend.device_of(array), array.shape, array.dtype),)
+                grads += (_array_kind(recorder.arrays[slot]),)
         return grads
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
@@ -686,9 +686,10 @@ class CompiledStep:
 
 
 def _grad_kind(grad: Tensor | None) -> tuple | None:
-    if grad is None:
-        return None
-    array = grad.array
+    return None if grad is None else _array_kind(grad.array)
+
+
+def _array_kind(array: Any) -> tuple:
     return (type(array), backend.device_of(array), array.shape, array.dtype)
 
 

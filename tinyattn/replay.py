@@ -43,6 +43,11 @@ def entry_name(entry: tuple) -> str:
     return kind
 
 
+def position_in(tensor: Any, inputs: list) -> int | None:
+    """Where `tensor` (by identity) is among a step's inputs, or None."""
+    return next((k for k, t in enumerate(inputs) if t is tensor), None)
+
+
 def rebuilt(value: tuple | list, items: list) -> tuple | list:
     """`value`'s type holding `items` (a named tuple takes them as separate arguments)."""
     return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
@@ -399,8 +404,7 @@ class Tape:
         # gradient of the moment into the slot, a private copy (the recorded array is the old
         # gradient tensor's, which its holder may still read).
         self._grads_read = [
-            (leaf, slot, next((k for k, t in enumerate(inputs) if t is leaf), None))
-            for leaf, slot in recorder.grads_read
+            (leaf, slot, position_in(leaf, inputs)) for leaf, slot in recorder.grads_read
         ]
         for _, slot, _ in self._grads_read:
             self.env[slot] = backend.copied(self.env[slot])
@@ -572,7 +576,7 @@ class Tape:
 
     def _grad(self, entry: tuple) -> Callable:
         _, leaf, slot = entry
-        position = next((k for k, t in enumerate(self._inputs) if t is leaf), None)
+        position = position_in(leaf, self._inputs)
 
         def run(env: list) -> None:
             # The buffer itself while the replay runs, as eager's .grad is the engine's array:

@@ -1107,13 +1107,17 @@ class Tensor:
             )
         return self.transpose(0, 1) if self.ndim == 2 else self
 
-    def _products(self, op: str, other: Any, dims: tuple[int, int]) -> Tensor:
+    def _products(self, op: str, other: Any, dims: tuple[int, int], inner: bool = True) -> Tensor:
         other = self._operand(other, op)
         if (self.ndim, other.ndim) != dims:
             raise ValueError(
                 f"{op}: expects tensors of {dims[0]} and {dims[1]} dims, got shapes "
                 f"{self.shape} and {other.shape}"
             )
+        # No broadcasting of batches (bmm), and inner sizes that meet: as PyTorch checks them.
+        meets = other.shape[0] if other.ndim == 1 else other.shape[-2]
+        if inner and (self.shape[-1] != meets or self.shape[:-2] != other.shape[:-2]):
+            raise ValueError(f"{op}: shapes {self.shape} and {other.shape} do not fit together")
         return other
 
     def mm(self, other: Any) -> Tensor:
@@ -1134,7 +1138,7 @@ class Tensor:
 
     def outer(self, other: Any) -> Tensor:
         """out[i, j] = a[i] * b[j]."""
-        other = self._products("outer", other, (1, 1))
+        other = self._products("outer", other, (1, 1), inner=False)
         return self.reshape(-1, 1) * other.reshape(1, -1)
 
     def view_as(self, other: Tensor) -> Tensor:
@@ -1253,7 +1257,10 @@ class Tensor:
         """(values, indices) along `dim`, ascending unless `descending`: ``topk`` of the whole
         dimension, so equal values keep their index order (``stable=True``'s order, given
         whatever `stable` says)."""
-        return self.topk(self.shape[dim] if self.ndim else 1, dim, largest=descending)
+        if not self.ndim:
+            return self.topk(1, dim, largest=descending)
+        axis = normalize_axes("sort", dim, self.ndim)[0]
+        return self.topk(self.shape[axis], axis, largest=descending)
 
     def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
         return self.sort(dim, descending).indices
@@ -1268,6 +1275,7 @@ class Tensor:
             raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
         out = self
         for shift, dim in zip(shifts, dims, strict=True):
+            dim = normalize_axes("roll", dim, self.ndim)[0]
             size = out.shape[dim]
             keep = (size - shift % size) % size if size else 0
             if keep:
@@ -1280,6 +1288,7 @@ class Tensor:
         """``|x - other| <= atol + rtol * |other|`` elementwise (equal infinities are close; NaNs
         are close to each other only with `equal_nan`)."""
         other = self._operand(other, "isclose")
+        broadcast_shapes("isclose", self.shape, other.shape)
         a, b = (self, other) if self.dtype == other.dtype else _promote(self, other, "isclose")
         options = {"rtol": float(rtol), "atol": float(atol), "equal_nan": bool(equal_nan)}
         return computed(_isclose, a.detach(), b.detach(), **options)
@@ -1292,8 +1301,11 @@ class Tensor:
 
     def movedim(self, source: int, destination: int) -> Tensor:
         """Dimension `source` moved to position `destination`, the others in order."""
+        source, destination = (
+            normalize_axes("movedim", d, self.ndim)[0] for d in (source, destination)
+        )
         order = list(range(self.ndim))
-        order.insert(destination % self.ndim, order.pop(source % self.ndim))
+        order.insert(destination, order.pop(source))
         return self.permute(*order)
 
     # ========================================================================================
