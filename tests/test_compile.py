@@ -1963,3 +1963,32 @@ def test_an_array_made_from_a_changing_value_and_written_in_place_is_refused(dev
     compiled(ta.ones(3, device=device))  # a first call may differ: compared with the next
     with pytest.raises(ta.CompileError, match="changes between calls"):
         compiled(ta.ones(3, device=device))
+
+
+def test_a_retained_gradient_returned_by_the_step_replays_like_eager(device):
+    """``h.retain_grad()`` inside the step: the copy backward stores in ``h.grad`` is an op of
+    the recording, so the gradient the step returns is that call's, as in eager."""
+
+    def train(compiled):
+        ta.manual_seed(0)
+        model = nn.Linear(4, 3).to(device)
+        optimizer = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            optimizer.zero_grad()
+            logits = model(x)
+            logits.retain_grad()
+            loss = F.cross_entropy(logits, y)
+            loss.backward()
+            optimizer.step()
+            return loss, logits.grad
+
+        run = ta.compile(step) if compiled else step
+        results = [run(*batch) for batch in _batches(device, 6, width=4, classes=3)]
+        return [(loss.numpy(), grad.numpy()) for loss, grad in results]
+
+    eager, compiled = train(False), train(True)
+    assert len({grad.tobytes() for _, grad in compiled}) == 6  # each call's own gradient
+    for (loss_e, grad_e), (loss_c, grad_c) in zip(eager, compiled, strict=True):
+        np.testing.assert_array_equal(loss_c, loss_e)
+        np.testing.assert_array_equal(grad_c, grad_e)

@@ -5,6 +5,7 @@ Each test builds a tiny graph whose gradient is known in closed form, on every b
 
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import numpy as np
@@ -204,6 +205,74 @@ def test_removed_hook_no_longer_fires(device):
 def test_hook_needs_a_tensor_that_requires_grad(device):
     with pytest.raises(RuntimeError, match="does not require grad"):
         ta.tensor([1.0], device=device).register_hook(lambda grad: grad)
+
+
+# ------------------------------------------------------------------------------ retain_grad
+def test_retain_grad_keeps_a_non_leaf_gradient_and_accumulates_it(device):
+    x = _leaf([1.0, -2.0], device)
+    h = x * 3.0
+    h.retain_grad()
+    assert h.retains_grad and not x.retains_grad
+    loss = (h * h).sum()  # dL/dh = 2h = 6x
+    loss.backward(retain_graph=True)
+    np.testing.assert_array_equal(h.grad.numpy(), [6.0, -12.0])
+    loss.backward()  # a second backward adds, as for a leaf
+    np.testing.assert_array_equal(h.grad.numpy(), [12.0, -24.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [36.0, -72.0])
+
+
+def test_a_retained_gradient_has_memory_of_its_own(device):
+    # x * 1.0 hands its gradient on unchanged: zeroing the leaf's must leave the retained one.
+    x = _leaf([1.0, 2.0], device)
+    h = x * 1.0
+    h.retain_grad()
+    h.sum().backward()
+    with ta.no_grad():
+        x.grad.zero_()
+    np.testing.assert_array_equal(h.grad.numpy(), [1.0, 1.0])
+
+
+def test_retain_grad_stores_the_gradient_after_every_hook(device):
+    for retain_first in (True, False):
+        x = _leaf([1.0, 2.0], device)
+        h = x * 2.0
+        if retain_first:
+            h.retain_grad()
+        h.register_hook(lambda grad: grad * 10.0)
+        if not retain_first:
+            h.retain_grad()
+        h.sum().backward()
+        np.testing.assert_array_equal(h.grad.numpy(), [10.0, 10.0])
+
+
+def test_retain_grad_also_fills_in_under_grad(device):
+    x = _leaf([1.0, 2.0], device)
+    h = x * 2.0
+    h.retain_grad()
+    (g,) = ta.grad((h * h).sum(), [x])
+    np.testing.assert_array_equal(h.grad.numpy(), [4.0, 8.0])  # as PyTorch's autograd.grad
+    np.testing.assert_array_equal(g.numpy(), [8.0, 16.0])
+    assert x.grad is None
+
+
+def test_retain_grad_on_a_leaf_does_nothing_and_needs_requires_grad(device):
+    x = _leaf([1.0], device)
+    x.retain_grad()
+    assert not x.retains_grad and x._hooks is None
+    with pytest.raises(RuntimeError, match="retain_grad: .*does not require grad"):
+        ta.tensor([1.0], device=device).retain_grad()
+
+
+def test_reading_the_grad_of_a_non_leaf_warns(device):
+    x = _leaf([1.0], device)
+    h = x * 2.0
+    with pytest.warns(UserWarning, match=r"non-leaf tensor \(made by MulScalar\).*retain_grad"):
+        assert h.grad is None
+    h.retain_grad()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert h.grad is None  # retained, not yet computed: no warning
+        assert x.grad is None  # a leaf: no warning
 
 
 # ------------------------------------------------------------------------------- higher order

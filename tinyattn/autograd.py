@@ -459,6 +459,8 @@ def run_backward(
             grad = pending.pop(tensor)
             if tensor._hooks:
                 grad = _run_hooks(tensor, grad)
+                if RETAIN_GRAD in tensor._hooks:  # after every hook, as in PyTorch
+                    tensor.grad = grad.clone() if tensor._grad is None else tensor._grad + grad
             if wanted is not None and tensor in wanted:
                 captured[id(tensor)] = grad
             fn = tensor._ctx
@@ -564,9 +566,26 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
                 _recorder.set_grad(leaf, leaf.grad)
 
 
+class _RetainGrad:
+    """The mark `Tensor.retain_grad` puts among a non-leaf tensor's hooks. The engine does not
+    call it: once the hooks have run, it stores a copy of the tensor's gradient in ``.grad`` (or
+    adds to the one there), as it does for a leaf. A copy, because the same array flows on to
+    the inputs' gradients, and ``p.grad.zero_()`` must not change it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "retain_grad"
+
+
+RETAIN_GRAD = _RetainGrad()
+
+
 def _run_hooks(tensor: Any, grad: Any) -> Any:
     """Call the tensor's hooks in order; a Tensor a hook returns replaces the gradient."""
     for hook in list(tensor._hooks or ()):  # a copy: a hook may remove itself
+        if hook is RETAIN_GRAD:
+            continue
         result = hook(grad) if _recorder is None else _recorder.hook(hook, grad)
         if result is not None:
             _check_hook_result(tensor, hook, result)

@@ -16,11 +16,13 @@ table in ops/table.py, which the op-table tests read too. Names follow PyTorch (
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from . import backend
 from .autograd import (
+    RETAIN_GRAD,
     RemovableHandle,
     check_host_read,
     default_root_grad,
@@ -214,7 +216,18 @@ class Tensor:
     # ------------------------------------------------------------------ gradient and version
     @property
     def grad(self) -> Tensor | None:
-        """The accumulated gradient (a Tensor of this tensor's shape, dtype and device) or None."""
+        """The accumulated gradient (a Tensor of this tensor's shape, dtype and device) or None.
+
+        Backward fills it in for leaves, and for a non-leaf only after `retain_grad`; reading it
+        on any other non-leaf warns, as PyTorch does (the None is almost always a mistake)."""
+        if self._grad is None and self._ctx is not None and not self.retains_grad:
+            warnings.warn(
+                f"the .grad of a non-leaf tensor (made by {self._ctx.name}) was read: backward "
+                "stores gradients only in leaves, so it is None. Call .retain_grad() on it "
+                "before backward to keep its gradient, or read the leaf's .grad instead",
+                UserWarning,
+                stacklevel=2,
+            )
         return self._grad
 
     @grad.setter
@@ -415,6 +428,26 @@ class Tensor:
         seed = default_root_grad(self, grad, "backward")
         retain = create_graph if retain_graph is None else retain_graph
         run_backward([self], [seed], retain, create_graph)
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf tensor's gradient in ``.grad`` during backward, as a leaf's is
+        kept (for a leaf that requires grad it does nothing). The gradient stored is the one the
+        tensor's hooks leave, whatever the order they were registered in, as in PyTorch."""
+        if not self.requires_grad:
+            raise RuntimeError(
+                "retain_grad: cannot keep the gradient of a tensor that does not require grad"
+            )
+        if self._ctx is None:
+            return
+        if self._hooks is None:
+            self._hooks = []
+        if RETAIN_GRAD not in self._hooks:
+            self._hooks.append(RETAIN_GRAD)
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether `retain_grad` was called on this non-leaf tensor (False for a leaf)."""
+        return self._ctx is not None and self._hooks is not None and RETAIN_GRAD in self._hooks
 
     def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
         """Call ``hook(grad)`` when this tensor's gradient is computed.
