@@ -141,6 +141,34 @@ ERRORS = [
      ValueError, ["linspace", "steps", "2.5"]),
     ("eye negative", lambda d: ta.eye(2, -1, device=d),
      ValueError, ["eye", "m must be", "-1"]),
+    ("diag of 3 dims", lambda d: _ones(2, 3, 4, device=d).diag(),
+     ValueError, ["diag", "1-D or 2-D", "(2, 3, 4)"]),
+    ("addmm input too large", lambda d: _ones(3, 3, device=d).addmm(
+        _ones(2, 4, device=d), _ones(4, 3, device=d)), ValueError, ["addmm", "(3, 3)", "(2, 3)"]),
+    ("repeat_interleave negative", lambda d: _ones(3, device=d).repeat_interleave(-1),
+     ValueError, ["repeat_interleave", ">= 0", "-1"]),
+    ("repeat_interleave counts", lambda d: _ones(3, device=d).repeat_interleave(
+        ta.tensor([1, 2], device=d)), ValueError, ["repeat_interleave", "(2,)", "3 entries"]),
+    ("repeat_interleave dim", lambda d: _ones(3, device=d).repeat_interleave(2, dim=1),
+     IndexError, ["repeat_interleave", "dim 1", "(3,)"]),
+    ("diff negative n", lambda d: _ones(3, device=d).diff(n=-1),
+     ValueError, ["diff", "n must be", "-1"]),
+    ("masked_select float mask", lambda d: _ones(3, device=d).masked_select(_ones(3, device=d)),
+     TypeError, ["masked_select", "bool", "got float"]),
+    ("masked_select shapes", lambda d: _ones(3, device=d).masked_select(
+        ta.tensor([True, False], device=d)), ValueError, ["masked_select", "(3,)", "(2,)"]),
+    ("meshgrid indexing", lambda d: ta.meshgrid(_ones(2, device=d), indexing="ji"),
+     ValueError, ["meshgrid", "'ij' or 'xy'", "'ji'"]),
+    ("meshgrid of a matrix", lambda d: ta.meshgrid(_ones(2, 2, device=d)),
+     ValueError, ["meshgrid", "1-D"]),
+    ("lerp of integers", lambda d: ta.tensor([1, 2], device=d).lerp(ta.tensor([3, 4], device=d),
+     0.5), TypeError, ["lerp", "int64"]),
+    ("frac of integers", lambda d: ta.tensor([1, 2], device=d).frac(),
+     TypeError, ["frac", "int64"]),
+    ("retain_grad without grad", lambda d: _ones(2, device=d).retain_grad(),
+     RuntimeError, ["retain_grad", "does not require grad"]),
+    ("cosine_similarity shapes", lambda d: ta.cosine_similarity(_ones(2, 3, device=d),
+     _ones(2, 4, device=d)), ValueError, ["cosine_similarity", "(2, 3)", "(2, 4)"]),
 ]  # fmt: skip
 
 

@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 import tinyattn as ta
 import tinyattn.functional as F
+import tinyattn.nn.functional as nn_functional
 from tinyattn import ops
 from tinyattn.backend import dtype_name
 from tinyattn.ops import table
@@ -367,6 +368,49 @@ ROWS = [
     Row("fused layer norm", lambda x, w, b: ops.LayerNorm.apply(x, w, b, axes=(2,), eps=1e-5),
         lambda x, w, b: (x - x.mean(-1, keepdims=True))
         / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b, [B3, (4,), (4,)]),
+    # ------------------------------------------------- composed of other ops (PyTorch's names)
+    Row("erf method", lambda a: a.erf(), lambda a: np.vectorize(math.erf)(a), [A]),
+    Row("frac", lambda a: (a * 3.0).frac(), lambda a: np.fmod(a * 3.0, 1.0), [A]),
+    Row("lerp small weight", lambda a, b: a.lerp(b, 0.25), lambda a, b: a + 0.25 * (b - a),
+        [A, A]),
+    Row("lerp large weight", lambda a, b: ta.lerp(a, b, 0.75), lambda a, b: a + 0.75 * (b - a),
+        [A, (4,)]),
+    Row("lerp tensor weight", lambda a, b, w: a.lerp(b, w), lambda a, b, w: a + w * (b - a),
+        [A, A, (4,)]),
+    Row("addmm", lambda c, a, b: ta.addmm(c, a, b, beta=0.5, alpha=2.0),
+        lambda c, a, b: 0.5 * c + 2.0 * (a @ b), [(4,), (3, 5), (5, 4)]),
+    Row("addmm beta 0", lambda c, a, b: c.addmm(a, b, beta=0), lambda c, a, b: a @ b,
+        [(3, 4), (3, 5), (5, 4)]),
+    Row("diag of a matrix", lambda a: a.diag(1), lambda a: np.diag(a, 1), [A]),
+    Row("diag of a matrix below", lambda a: ta.diag(a, -2), lambda a: np.diag(a, -2), [A]),
+    Row("diag of a vector", lambda a: a.diag(), lambda a: np.diag(a), [(4,)]),
+    Row("diag of a vector above", lambda a: a.diag(2), lambda a: np.diag(a, 2), [(3,)]),
+    Row("diag of a vector below", lambda a: a.diag(-1), lambda a: np.diag(a, -1), [(3,)]),
+    Row("tile", lambda a: a.tile(2), lambda a: np.tile(a, 2), [A]),
+    Row("tile more dims", lambda a: ta.tile(a, (2, 1, 3)), lambda a: np.tile(a, (2, 1, 3)), [A]),
+    Row("repeat_interleave", lambda a: a.repeat_interleave(2, dim=1),
+        lambda a: np.repeat(a, 2, axis=1), [A]),
+    Row("repeat_interleave flat", lambda a: ta.repeat_interleave(a, 3),
+        lambda a: np.repeat(a, 3), [A]),
+    Row("repeat_interleave counts", lambda a, r: a.repeat_interleave(r, dim=0),
+        lambda a, r: np.repeat(a, r, axis=0), [A, Const(np.array([2, 0, 3]))]),
+    Row("nan_to_num (finite)", lambda a: a.nan_to_num(), np.nan_to_num, [A]),
+    Row("diff", lambda a: a.diff(), lambda a: np.diff(a), [A]),
+    Row("diff twice, prepend", lambda a, p: ta.diff(a, n=2, dim=0, prepend=p),
+        lambda a, p: np.diff(a, n=2, axis=0, prepend=p), [A, (2, 4)]),
+    Row("masked_select", lambda a, m: a.masked_select(m), lambda a, m: a[m],
+        [A, Const(MASK)]),
+    Row("masked_select broadcast", lambda a, m: ta.masked_select(a, m),
+        lambda a, m: a[np.broadcast_to(m, a.shape)], [A, Const(MASK[0])]),
+    Row("meshgrid ij", lambda a, b: ta.meshgrid(a, b)[0] * ta.meshgrid(a, b)[1],
+        lambda a, b: np.multiply(*np.meshgrid(a, b, indexing="ij")), [(3,), (4,)]),
+    Row("meshgrid xy", lambda a, b: ta.meshgrid(a, b, indexing="xy")[1] ** 2,
+        lambda a, b: np.meshgrid(a, b)[1] ** 2, [(3,), (4,)]),
+    Row("cosine_similarity", lambda a, b: ta.cosine_similarity(a, b, dim=-1),
+        lambda a, b: (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1),
+        [B3, (3, 4)]),
+    Row("normalize", lambda a: nn_functional.normalize(a, dim=0),
+        lambda a: a / np.linalg.norm(a, axis=0, keepdims=True), [A]),
 ]
 # fmt: on
 

@@ -226,6 +226,36 @@ CASES = [
                                               x.norm(p=float("-inf"), dim=0)), [A], distinct=True),
     Case("movedim",             lambda t, x: x.movedim(0, -1), [B3]),
     Case("movedim function",    lambda t, x: t.movedim(x, 2, 0), [B3]),
+    Case("log1p expm1",         lambda t, x: (t.log1p(x.abs()), x.expm1(), x.erf(), t.erf(x)),
+         [A]),
+    Case("trunc frac",          lambda t, x: ((x * 3).trunc(), t.frac(x * 3)), [A],
+         distinct=True),
+    Case("atan2",               lambda t, x, y: (t.atan2(x, y), x.atan2(y[0])), [A, A],
+         distinct=True),
+    Case("lerp",                lambda t, x, y, w: (x.lerp(y, 0.3), t.lerp(x, y, 0.8),
+                                                    x.lerp(y, w)), [A, A, (4,)]),
+    Case("addmm",               lambda t, c, a, b: (t.addmm(c, a, b), c.addmm(a, b, beta=0.5,
+                                                                           alpha=-2.0)),
+         [(4,), (3, 5), (5, 4)]),
+    Case("diag",                lambda t, x, v: (x.diag(), t.diag(x, -1), v.diag(2),
+                                                 t.diag(v, -1)), [A, (3,)]),
+    Case("tile",                lambda t, x: (x.tile((2,)), t.tile(x, (2, 1, 3))), [A]),
+    Case("repeat_interleave",   lambda t, x, r: (x.repeat_interleave(2), t.repeat_interleave(
+                                    x, r, dim=0), x.repeat_interleave(3, dim=-1)),
+         [A, Const(np.array([1, 0, 2]))]),
+    Case("nan_to_num",          lambda t, x: (x.nan_to_num(), t.nan_to_num(x, 1.0, 2.0, -3.0)),
+         [Const(np.array([np.nan, np.inf, -np.inf, 1.5]))]),
+    Case("nan_to_num gradient", lambda t, x: (x / (x - x.round())).nan_to_num(), [A]),
+    Case("diff",                lambda t, x, p: (x.diff(), t.diff(x, n=2, dim=0, prepend=p)),
+         [A, (2, 4)]),
+    Case("masked_select",       lambda t, x, m: (x.masked_select(m), t.masked_select(x, m[0])),
+         [A, MASK]),
+    Case("meshgrid",            lambda t, x, y: (*t.meshgrid(x, y, indexing="ij"),
+                                                 *t.meshgrid(x, y, indexing="xy")), [(3,), (4,)]),
+    Case("cosine_similarity",   lambda t, x, y: (
+        t.cosine_similarity(x, y), t.nn.functional.cosine_similarity(x, y[0], dim=-1)), [A, A]),
+    Case("normalize",           lambda t, x: (t.nn.functional.normalize(x),
+                                              t.nn.functional.normalize(x, p=1, dim=0)), [A]),
 ]
 # fmt: on
 
@@ -471,3 +501,16 @@ def test_type_as_takes_the_other_tensors_device_too():
     ones = ta.ones(1, 2, dtype=ta.int64).type_as(mask)
     assert ones.device == mask.device and ones.dtype == mask.dtype
     assert (ones & mask).tolist() == [[True, False]]
+
+
+def test_nan_to_num_passes_the_gradient_only_where_the_value_was_finite(device):
+    values = np.array([1.0, -2.0, 4.0])  # log(-2) is NaN
+
+    def gradient(x):
+        x.log().nan_to_num().sum().backward()
+        return np.asarray(x.grad.tolist())
+
+    ours = gradient(ta.tensor(values, dtype="float64", device=device, requires_grad=True))
+    theirs = gradient(torch.tensor(values, requires_grad=True))
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(ours, [1.0, 0.0, 0.25])

@@ -47,7 +47,7 @@ from .tensor import (
     zeros,
     zeros_like,
 )
-from .tensor_functions import einsum, pad
+from .tensor_functions import cosine_similarity, einsum, meshgrid, pad
 
 # Dtypes by PyTorch's names (inside this namespace `float`, `int` and `bool` name dtypes, as in
 # PyTorch); every dtype argument accepts these names.
@@ -118,6 +118,8 @@ __all__ = [
     "is_tensor",
     "long",
     "pad",
+    "meshgrid",
+    "cosine_similarity",
     "randint",
     "short",
     "uint8",

@@ -417,6 +417,11 @@ def dtype_of_name(xp: Any, name: str) -> Any:
     return getattr(xp, name)
 
 
+def largest_finite(dtype: Any) -> float:
+    """The largest finite value of a floating dtype (``finfo(dtype).max``), on any backend."""
+    return float(np.finfo(dtype_name(dtype)).max)
+
+
 def dtype_name(dtype: Any) -> str:
     """'float32' for np.float32, np.dtype('float32'), array_api_strict.float32 and CuPy alike."""
     if isinstance(dtype, str):

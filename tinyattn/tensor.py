@@ -34,6 +34,7 @@ from .autograd import (
     run_backward,
 )
 from .ops import (
+    Atan2,
     BroadcastTo,
     Cast,
     Clip,
@@ -500,9 +501,9 @@ class Tensor:
             broadcast_shapes(op, a.array.shape, b.array.shape)
         if a.array.dtype != b.array.dtype and not (function is Mul and _by_mask(a, b)):
             a, b = _promote(a, b, op)
-        if function is Div and not _is_float(a.array):
-            # True division of integers gives the default float dtype on every backend (NumPy
-            # would give float64, array_api_strict refuses), as in PyTorch.
+        if (function is Div or function is Atan2) and not _is_float(a.array):
+            # True division (and atan2) of integers gives the default float dtype on every
+            # backend (NumPy would give float64, array_api_strict refuses), as in PyTorch.
             a, b = a._cast("float32"), b._cast("float32")
         return function.apply(a, b)
 
@@ -1252,6 +1253,149 @@ class Tensor:
 
     def clamp_max(self, max: float) -> Tensor:  # noqa: A002  (PyTorch's name)
         return self.clip(max=max)
+
+    def frac(self) -> Tensor:
+        """x - trunc(x), the fractional part with the sign of x;  dL/dx = g."""
+        backend.check_floating("frac", self.array)
+        return self - self.trunc()
+
+    def lerp(self, end: Any, weight: Any) -> Tensor:
+        """start + weight * (end - start), start being this tensor; `weight` a number or a
+        tensor. For weights of 0.5 and more it is end - (end - start) * (1 - weight), the form
+        PyTorch's kernel uses, so that weight 1 gives exactly `end`.
+        dL/dstart = g (1 - w), dL/dend = g w, dL/dw = g (end - start)."""
+        backend.check_floating("lerp", self.array)
+        end = self._operand(end, "lerp")
+        if type(weight) in _SCALARS:
+            if weight < 0.5:
+                return self + weight * (end - self)
+            return end - (end - self) * (1.0 - weight)
+        weight = self._operand(weight, "lerp")
+        difference = end - self
+        return where(weight < 0.5, self + weight * difference, end - difference * (1.0 - weight))
+
+    def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:
+        """beta * input + alpha * (mat1 @ mat2), input (this tensor) broadcast to the product's
+        shape; with beta = 0 the input is not read (a NaN in it does not reach the result).
+
+        Shapes: mat1 (n, m), mat2 (m, p), input broadcastable to (n, p) -> (n, p)."""
+        product = self._operand(mat1, "addmm").mm(mat2)
+        if self.ndim > 2 or broadcast_shapes("addmm", self.shape, product.shape) != product.shape:
+            raise ValueError(
+                f"addmm: input of shape {self.shape} does not broadcast to the product's shape "
+                f"{product.shape}"
+            )
+        if alpha != 1:
+            product = product * alpha
+        if beta == 0:
+            return product
+        return (self if beta == 1 else self * beta) + product
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        """A 1-D tensor v -> the square matrix with v on diagonal `diagonal` (0 the main one,
+        above it positive), zeros elsewhere; a 2-D tensor -> that diagonal of it, as 1-D.
+
+        Shapes: (n,) -> (n + |k|, n + |k|);  (r, c) -> (the diagonal's length,)."""
+        if type(diagonal) is not int:
+            raise TypeError(f"diag: diagonal must be an int, got {diagonal!r}")
+        if self.ndim == 2:
+            rows, columns = self.shape
+            start_row, start_column = max(-diagonal, 0), max(diagonal, 0)
+            length = max(min(rows - start_row, columns - start_column), 0)
+            steps = arange(length, device=self.device)
+            return self[steps + start_row, steps + start_column]
+        if self.ndim != 1:
+            raise ValueError(f"diag: expected a 1-D or 2-D tensor, got shape {self.shape}")
+        n = self.shape[0]
+        size = n + abs(diagonal)
+        # Row i of the result's n nonzero rows holds v[i] at column i + max(k, 0): a one-hot
+        # matrix times v, padded with |k| zero rows (below for k >= 0, above for k < 0).
+        columns = arange(size, device=self.device)
+        one_hot = columns == (arange(n, device=self.device) + max(diagonal, 0)).unsqueeze(1)
+        rows = self.unsqueeze(1) * one_hot
+        if diagonal == 0:
+            return rows
+        padding = zeros((abs(diagonal), size), dtype=self.dtype, device=self.device)
+        return cat([rows, padding] if diagonal > 0 else [padding, rows], dim=0)
+
+    def tile(self, *dims: Any) -> Tensor:
+        """The tensor repeated dims[i] times along dim i; fewer dims than dimensions count from
+        the last (ones are put in front), as PyTorch's tile and NumPy's."""
+        dims = _shape_arg(dims)
+        return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
+
+    def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Tensor:
+        """Each entry along `dim` repeated `repeats` times in place (``[a, b] -> [a, a, b, b]``);
+        `repeats` an int or a 1-D integer tensor of one count per entry; with no dim the tensor
+        is flattened first. The gradient sums the copies back.
+
+        Shapes: (..., n, ...) -> (..., sum of the repeats, ...)."""
+        source = self.reshape(-1) if dim is None else self
+        axis = 0 if dim is None else dim
+        size = source.shape[axis] if -source.ndim <= axis < source.ndim else 0
+        key = source._along("repeat_interleave", axis)
+        if type(repeats) is int:
+            if repeats < 0:
+                raise ValueError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
+            index = arange(size * repeats, device=self.device) // max(repeats, 1)
+            return source[(*key, index)]
+        repeats = self._operand(repeats, "repeat_interleave")
+        _check_integral("repeat_interleave", repeats)
+        if repeats.ndim > 1 or (repeats.ndim == 1 and repeats.shape[0] not in (1, size)):
+            raise ValueError(
+                f"repeat_interleave: repeats of shape {repeats.shape} for {size} entries along "
+                f"dim {axis}; give one count, or one per entry"
+            )
+        counts = repeats.tolist()
+        counts = counts * size if isinstance(counts, list) and len(counts) == 1 else counts
+        counts = [counts] * size if not isinstance(counts, list) else counts
+        if any(count < 0 for count in counts):
+            raise ValueError(f"repeat_interleave: repeats must be >= 0, got {counts}")
+        positions = [entry for entry, count in enumerate(counts) for _ in range(count)]
+        return source[(*key, tensor(positions, dtype="int64", device=self.device))]
+
+    def nan_to_num(
+        self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+    ) -> Tensor:
+        """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default 0 and the
+        dtype's largest and lowest finite values);  dL/dx = g where x was finite, 0 elsewhere."""
+        if not _is_float(self.array):
+            return self.clone()
+        largest = backend.largest_finite(self.dtype)
+        posinf = largest if posinf is None else posinf
+        neginf = -largest if neginf is None else neginf
+        out = where(self.isnan(), nan, self)
+        out = where(self == math.inf, posinf, out)
+        return where(self == -math.inf, neginf, out)
+
+    def diff(
+        self, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None
+    ) -> Tensor:
+        """The n-th forward difference along `dim`: out[i] = x[i + 1] - x[i], n times, after
+        `prepend` and `append` are joined on (as PyTorch's and NumPy's diff).
+
+        Shapes: (..., m, ...) -> (..., m + extra - n, ...)."""
+        if type(n) is not int or n < 0:
+            raise ValueError(f"diff: n must be an int >= 0, got {n!r}")
+        key = self._along("diff", dim)
+        parts = [self._operand(t, "diff") for t in (prepend, self, append) if t is not None]
+        out = cat(parts, dim=dim) if len(parts) > 1 else self
+        for _ in range(n):
+            if out.shape[dim] == 0:
+                break
+            out = out[(*key, slice(1, None))] - out[(*key, slice(None, -1))]
+        return out
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        """The elements where the bool `mask` is True, as 1-D (mask and tensor broadcast
+        together); the gradient goes back to those elements."""
+        mask = self._operand(mask, "masked_select")
+        if backend.dtype_name(mask.dtype) != "bool":
+            raise TypeError(
+                f"masked_select: mask must be a bool tensor, got {backend.dtype_name(mask.dtype)}"
+            )
+        shape = broadcast_shapes("masked_select", self.shape, mask.shape)
+        return self.broadcast_to(shape)[mask.broadcast_to(shape)]
 
     def _along(self, op: str, dim: int) -> tuple:
         """The indexing key's leading full slices up to `dim` (checked)."""
@@ -2097,7 +2241,8 @@ FUNCTIONS = {
         *("mm", "bmm", "mv", "dot", "outer", "t", "sign", "isnan", "isinf", "isfinite"),
         *("square", "reciprocal", "rsqrt", "clamp_min", "clamp_max", "select", "narrow"),
         *("unbind", "index_select", "movedim", "sort", "argsort", "roll", "isclose"),
-        *("allclose", "norm"),
+        *("allclose", "norm", "frac", "lerp", "addmm", "diag", "tile", "repeat_interleave"),
+        *("nan_to_num", "diff", "masked_select"),
     )
 }
 

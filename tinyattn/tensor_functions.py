@@ -1,8 +1,10 @@
-"""Free functions composed from Tensor methods: einsum and pad (PyTorch's names).
+"""Free functions composed from Tensor methods: einsum, pad, meshgrid and cosine_similarity
+(PyTorch's names).
 
-Imports `tensor` only. Neither holds derivative math: einsum is a permute, a reshape and one
-batched matmul; pad is a concat with constant blocks (or a slice, for negative padding), so their
-gradients, of any order, come from those ops.
+Imports `tensor` only. None holds derivative math: einsum is a permute, a reshape and one
+batched matmul; pad is a concat with constant blocks (or a slice, for negative padding); meshgrid
+reshapes and broadcasts; cosine_similarity divides by norms and sums. Their gradients, of any
+order, come from those ops.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .ops import broadcast_shapes
 from .tensor import Tensor, concat, full
 
 _EINSUM_HELP = "e.g. 'bhtd,bhsd->bhts', 'ij,jk->ik' or 'ij->ji' (one or two operands, no '...')"
@@ -141,3 +144,49 @@ def _pad_axis(x: Tensor, axis: int, before: int, after: int, value: float) -> Te
         parts.append(full(shape, value, dtype=x.dtype, device=x.device) if count > 0 else None)
     pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
     return concat(pieces, axis=axis) if len(pieces) > 1 else x
+
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 1-D tensors: with "ij" the i-th output varies along dim i; with
+    "xy" the first two dims are swapped (NumPy's default, Cartesian). PyTorch's default is
+    "ij", which tinyattn takes without PyTorch's warning. The outputs are broadcast views.
+
+    Shapes: (n1,), ..., (nk,) -> k tensors of (n1, ..., nk) ("ij")."""
+    if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    for t in tensors:
+        if not isinstance(t, Tensor) or t.ndim > 1:
+            raise ValueError(f"meshgrid: expected 0-D or 1-D Tensors, got {t!r}")
+    sizes = [t.numel() for t in tensors]
+    swap = indexing == "xy" and len(tensors) > 1
+    if swap:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    grids = []
+    for position, t in enumerate(tensors):
+        axis = (1 - position if position < 2 else position) if swap else position
+        shape = [1] * len(tensors)
+        shape[axis] = sizes[axis]
+        grids.append(t.reshape(tuple(shape)).broadcast_to(tuple(sizes)))
+    return tuple(grids)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """(x1 / max(|x1|, eps)) . (x2 / max(|x2|, eps)) along `dim`, x1 and x2 broadcast together:
+    PyTorch's formula. As in PyTorch, the norms are clamped in value only: the gradient flows
+    through them as if unclamped.
+
+    Shapes: x1, x2 broadcast to (..., n at dim, ...) -> (...) (dim removed)."""
+    if not isinstance(x1, Tensor) or not isinstance(x2, Tensor):
+        raise TypeError(
+            f"cosine_similarity: expected two Tensors, got {type(x1).__name__} and "
+            f"{type(x2).__name__}"
+        )
+    shape = broadcast_shapes("cosine_similarity", x1.shape, x2.shape)
+    x1, x2 = x1.broadcast_to(shape), x2.broadcast_to(shape)
+    norms = []
+    for x in (x1, x2):
+        norm = x.norm(dim=dim, keepdim=True)
+        norms.append(norm + (norm.clamp_min(eps) - norm).detach())
+    return ((x1 / norms[0]) * (x2 / norms[1])).sum(dim=dim)

@@ -24,6 +24,7 @@ from ..functional import *  # noqa: F403  (the re-export is the point of this mo
 from ..functional import __all__ as _core_all
 from ..ops.computed import computed
 from ..tensor import Tensor, concat, full, where
+from ..tensor_functions import cosine_similarity  # noqa: F401  (re-exported: F.cosine_similarity)
 
 REDUCTIONS = ("none", "mean", "sum")
 
@@ -169,6 +170,15 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's rule)."""
     scaled = input * beta
     return where(scaled > threshold, input, _softplus(scaled) * (1.0 / beta))
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
+    """x / max(||x||_p, eps) along `dim` (PyTorch's F.normalize); p is 2, 1 or inf.
+
+    Shapes: any -> the same."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"normalize: expected a Tensor, got {type(input).__name__}")
+    return input / input.norm(p=p, dim=dim, keepdim=True).clamp_min(eps)
 
 
 def _softplus(z: Tensor) -> Tensor:
@@ -567,6 +577,8 @@ __all__ = sorted(
         "linear",
         "log_softmax",
         "mse_loss",
+        "normalize",
+        "cosine_similarity",
         "nll_loss",
         "one_hot",
         "pad",

@@ -184,6 +184,39 @@ class Log(Function):
         return grad / self.inputs[0]
 
 
+class Log1p(Function):
+    """y = log(1 + x), accurate where x is tiny (log(1 + x) would round 1 + x first);
+    dL/dx = g / (1 + x).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).log1p(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad / (self.inputs[0] + 1.0)
+
+
+class Expm1(Function):
+    """y = exp(x) - 1, accurate where x is tiny;  dL/dx = g * exp(x) = g * (y + 1).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("output",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).expm1(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad * (self.output + 1.0)
+
+
 class Sqrt(Function):
     """y = sqrt(x);  dL/dx = g / (2 y)."""
 

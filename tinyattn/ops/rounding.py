@@ -1,9 +1,10 @@
-"""Rounding primitives: floor, ceil, round, floor division and remainder.
+"""Rounding primitives: floor, ceil, round, trunc, floor division and remainder.
 
-floor, ceil and round are step functions: their derivative is 0 wherever it exists, and PyTorch
-defines it as 0 everywhere, so their gradient is zeros (the graph is kept, so a loss through them
-backpropagates zeros rather than failing). Floor division has no derivative in PyTorch at all:
-its backward raises. The remainder a - b * floor(a / b) is differentiable almost everywhere.
+floor, ceil, round and trunc are step functions: their derivative is 0 wherever it exists, and
+PyTorch defines it as 0 everywhere, so their gradient is zeros (the graph is kept, so a loss
+through them backpropagates zeros rather than failing). Floor division has no derivative in
+PyTorch at all: its backward raises. The remainder a - b * floor(a / b) is differentiable
+almost everywhere.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ class Round(_Step):
 
     __slots__ = ()
     step = "round"
+
+
+class Trunc(_Step):
+    """y = x rounded toward zero (its integer part);  dL/dx = 0.
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    step = "trunc"
 
 
 class FloorDivide(Function):

@@ -23,7 +23,9 @@ from .elementwise import (
     Div,
     DivScalar,
     Exp,
+    Expm1,
     Log,
+    Log1p,
     Maximum,
     Mul,
     MulScalar,
@@ -38,8 +40,9 @@ from .elementwise import (
     Sub,
     Tanh,
 )
-from .rounding import Ceil, Floor, FloorDivide, Remainder, Round
-from .trig import Cos, Sin
+from .rounding import Ceil, Floor, FloorDivide, Remainder, Round, Trunc
+from .special import Erf
+from .trig import Atan2, Cos, Sin
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class Logical:
 UNARY = (
     Unary("exp",     Exp,     "exp"),
     Unary("log",     Log,     "log",  domain="positive"),
+    Unary("log1p",   Log1p,   "log1p", domain="positive"),
+    Unary("expm1",   Expm1,   "expm1"),
     Unary("sqrt",    Sqrt,    "sqrt", domain="positive"),
     Unary("tanh",    Tanh,    "tanh"),
     Unary("sigmoid", Sigmoid, None),
@@ -93,6 +98,8 @@ UNARY = (
     Unary("floor",   Floor,   "floor"),
     Unary("ceil",    Ceil,    "ceil"),
     Unary("round",   Round,   "round"),
+    Unary("trunc",   Trunc,   "trunc"),
+    Unary("erf",     Erf,     None),  # NumPy has no erf: tests/test_erf.py checks it
 )
 
 BINARY = (
@@ -105,6 +112,7 @@ BINARY = (
            differentiable=False),
     Binary("remainder", Remainder, "remainder", "mod", domain="positive"),
     Binary("maximum", Maximum, "maximum", domain="distinct"),
+    Binary("atan2", Atan2, "arctan2", domain="nonzero"),  # off the origin and the cut (a = 0)
 )
 
 LOGICAL = (

@@ -1,4 +1,4 @@
-"""Trigonometric primitives: sin and cos, each the other's derivative (up to a sign).
+"""Trigonometric primitives: sin and cos, each the other's derivative (up to a sign), and atan2.
 
 Forward runs on raw arrays; backward is written with Tensor ops, so sin and cos differentiate
 each other to any order.
@@ -40,3 +40,25 @@ class Cos(Function):
 
     def backward(self, grad: Any) -> Any:
         return -(grad * self.inputs[0].sin())
+
+
+class Atan2(Function):
+    """y = atan2(a, b), the angle of the point (b, a) in (-pi, pi];  with r2 = a**2 + b**2,
+    dL/da = g * b / r2 and dL/db = -g * a / r2 (NaN at the origin, as in PyTorch).
+
+    Shapes: a and b broadcast together -> y (the broadcast shape).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return namespace(a).atan2(a, b)
+
+    def backward(self, grad: Any) -> tuple:
+        a, b = self.inputs
+        scaled = grad / (a * a + b * b)
+        return (
+            (scaled * b).sum_to(a.shape) if a.requires_grad else None,
+            (-scaled * a).sum_to(b.shape) if b.requires_grad else None,
+        )
