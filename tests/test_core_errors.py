@@ -167,6 +167,10 @@ ERRORS = [
      TypeError, ["frac", "int64"]),
     ("retain_grad without grad", lambda d: _ones(2, device=d).retain_grad(),
      RuntimeError, ["retain_grad", "does not require grad"]),
+    ("prod axis out of range", lambda d: _ones(2, 3, device=d).prod(2),
+     ValueError, ["prod", "axis 2", "2 dimension"]),
+    ("cumprod dim out of range", lambda d: _ones(2, 3, device=d).cumprod(-3),
+     ValueError, ["cumprod", "axis -3", "2 dimension"]),
     ("cosine_similarity shapes", lambda d: ta.cosine_similarity(_ones(2, 3, device=d),
      _ones(2, 4, device=d)), ValueError, ["cosine_similarity", "(2, 3)", "(2, 4)"]),
 ]  # fmt: skip

@@ -78,6 +78,16 @@ def nonzero(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
     return distinct(rng, shapes)
 
 
+def with_zeros(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    """`normal` values with exact zeros: one in some rows, two in others (a product's gradient
+    at a zero is the product of the others, where a quotient y / x would divide by zero)."""
+    arrays = normal(rng, shapes)
+    for a in arrays:
+        flat = a.reshape(-1)
+        flat[rng.choice(flat.size, size=max(flat.size // 5, 1), replace=False)] = 0.0
+    return arrays
+
+
 def untied(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
     """The `distinct` values, for ops with no derivative at ties (topk; std of equal values)."""
     return distinct(rng, shapes)
@@ -408,9 +418,18 @@ ROWS = [
         lambda a, b: np.meshgrid(a, b)[1] ** 2, [(3,), (4,)]),
     Row("cosine_similarity", lambda a, b: ta.cosine_similarity(a, b, dim=-1),
         lambda a, b: (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1),
-        [B3, (3, 4)]),
+        [B3, (3, 4)], make=nonzero),
+    Row("prod all", lambda a: a.prod(), SAME, [A]),
+    Row("prod axis, zeros", lambda a: a.prod(dim=1), lambda a: a.prod(axis=1), [B3],
+        make=with_zeros),
+    Row("prod axes keep, zeros", lambda a: ta.prod(a, axis=(0, 2), keepdims=True),
+        lambda a: a.prod(axis=(0, 2), keepdims=True), [B3], make=with_zeros),
+    Row("cumprod, zeros", lambda a: a.cumprod(1), lambda a: np.cumprod(a, axis=1), [B3],
+        make=with_zeros),
+    Row("cumprod function", lambda a: ta.cumprod(a, dim=-1), lambda a: np.cumprod(a, axis=-1),
+        [(7,)]),
     Row("normalize", lambda a: nn_functional.normalize(a, dim=0),
-        lambda a: a / np.linalg.norm(a, axis=0, keepdims=True), [A]),
+        lambda a: a / np.linalg.norm(a, axis=0, keepdims=True), [A], make=nonzero),
 ]
 # fmt: on
 
@@ -523,6 +542,7 @@ DOMAINS = {
     nonzero: st.floats(-10.0, -0.1) | st.floats(0.1, 10.0),
     untied: untied_tensors,
     tails: st.floats(-40.0, -15.0) | st.floats(15.0, 40.0),
+    with_zeros: st.just(0.0) | st.floats(-3.0, 3.0),
 }
 
 

@@ -254,6 +254,12 @@ CASES = [
                                                  *t.meshgrid(x, y, indexing="xy")), [(3,), (4,)]),
     Case("cosine_similarity",   lambda t, x, y: (
         t.cosine_similarity(x, y), t.nn.functional.cosine_similarity(x, y[0], dim=-1)), [A, A]),
+    Case("prod",                lambda t, x: (x.prod(), t.prod(x, 1), x.prod(dim=0, keepdim=True)),
+         [Const(np.array([[1.5, 0.0, 2.0], [0.0, 3.0, 0.0], [1.0, -2.0, 3.0]]))]),
+    Case("prod gradient",       lambda t, x: (x.prod(1), x.prod()), [(3, 5)]),
+    Case("cumprod",             lambda t, x: (x.cumprod(1), t.cumprod(x, dim=0)), [(3, 5)]),
+    Case("prod of integers",    lambda t, x: (x.prod(), x.cumprod(0)),
+         [Const(np.array([1, 2, 3, 4]))]),
     Case("normalize",           lambda t, x: (t.nn.functional.normalize(x),
                                               t.nn.functional.normalize(x, p=1, dim=0)), [A]),
 ]

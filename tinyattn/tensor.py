@@ -53,6 +53,7 @@ from .ops import (
     Neg,
     Norm,
     Permute,
+    Prod,
     Reshape,
     Sum,
     SumTo,
@@ -66,6 +67,7 @@ from .ops import (
 from .ops.computed import array_call, computed
 from .ops.indexing import parse_key
 from .ops.reductions import reduction_axes
+from .ops.scan import running_product
 from .ops.table import BINARY, LOGICAL, UNARY, Binary, Logical, Unary
 
 _HOST_ARRAY = backend.HOST_ARRAY
@@ -611,6 +613,17 @@ class Tensor:
             source = self._cast("int64")
         return Sum.apply(source, axis=axis, keepdims=keepdims)
 
+    def prod(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+    ) -> Tensor:
+        """Product over axes (all by default); bool and integer tensors multiply in int64, as in
+        PyTorch. The gradient is exact where elements are zero (`ops.Prod`)."""
+        axis, keepdims = _dims("prod", axis, keepdims, dim, keepdim)
+        source = self
+        if not _is_float(self.array) and backend.dtype_name(self.dtype) != "int64":
+            source = self._cast("int64")
+        return Prod.apply(source, axis=axis, keepdims=keepdims)
+
     def mean(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
     ) -> Tensor:
@@ -796,6 +809,17 @@ class Tensor:
         dim, _ = _dims("cumsum", dim, False, axis, None)
         source = self if _is_float(self.array) else self._cast("int64")
         return Cumsum.apply(source, axis=normalize_axes("cumsum", dim, self.ndim)[0])
+
+    def cumprod(self, dim: int, *, axis: Any = None) -> Tensor:
+        """Running product along dim (bool and integer tensors in int64, as in PyTorch),
+        composed of Tensor products (`ops.scan.running_product`): exact gradients where
+        elements are zero."""
+        dim, _ = _dims("cumprod", dim, False, axis, None)
+        source = self if _is_float(self.array) else self._cast("int64")
+        axis = normalize_axes("cumprod", dim, max(self.ndim, 1))[0]
+        if not self.ndim:  # a 0-d tensor takes dim 0 or -1, as in PyTorch: itself
+            return running_product(source.reshape(1), 0).reshape(())
+        return running_product(source, axis)
 
     # ------------------------------------------------------------------------------------ shape
     def size(self, dim: int | None = None) -> Any:
@@ -2242,7 +2266,7 @@ FUNCTIONS = {
         *("square", "reciprocal", "rsqrt", "clamp_min", "clamp_max", "select", "narrow"),
         *("unbind", "index_select", "movedim", "sort", "argsort", "roll", "isclose"),
         *("allclose", "norm", "frac", "lerp", "addmm", "diag", "tile", "repeat_interleave"),
-        *("nan_to_num", "diff", "masked_select"),
+        *("nan_to_num", "diff", "masked_select", "prod", "cumprod"),
     )
 }
 

@@ -1,4 +1,4 @@
-"""Reductions (sum, mean, max, min) and the two broadcasting ops (broadcast_to, sum_to).
+"""Reductions (sum, mean, prod, max, min) and the two broadcasting ops (broadcast_to, sum_to).
 
 Every reduction takes ``axis`` (None, an int or a tuple of ints) and ``keepdims``. Backward first
 puts the reduced axes back as size-1 axes (a reshape), then broadcasts: so the gradient rules of
@@ -13,6 +13,7 @@ from typing import Any
 from ..autograd import Function
 from ..backend import namespace
 from ..kernels import sum_array
+from .scan import running_product
 
 
 def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
@@ -78,6 +79,38 @@ class Sum(Function):
 
     def backward(self, grad: Any) -> Any:
         return _unreduce(grad, self.inputs[0].shape, self.axes)
+
+
+class Prod(Function):
+    """y = product of x over axes;  dL/dx_i = g * prod_{j != i} x_j (the product of the others).
+
+    The product of the others is the running product from the front times the one from the back
+    (`running_product`), not y / x_i: exact where x has zeros, and made of Tensor products, so
+    the rule differentiates again.
+    Shapes: x (...) -> y (the axes removed, or kept as 1 with keepdims).
+    """
+
+    __slots__ = ("axes",)
+
+    def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        self.axes = reduction_axes("prod", axis, x.ndim)
+        xp = namespace(x)
+        # asarray: NumPy returns a NumPy scalar for a full reduction.
+        return xp.asarray(xp.prod(x, axis=self.axes, keepdims=keepdims, dtype=x.dtype))
+
+    def backward(self, grad: Any) -> Any:
+        x, axes = self.inputs[0], self.axes
+        if not axes:
+            return grad.reshape(x.shape)
+        kept = [a for a in range(x.ndim) if a not in axes]
+        order = (*kept, *axes)
+        rows = x.permute(*order).reshape((*[x.shape[a] for a in kept], -1))
+        last = rows.ndim - 1
+        before = running_product(rows, last, exclusive=True)
+        after = running_product(rows.flip(last), last, exclusive=True).flip(last)
+        others = (before * after).reshape(tuple(x.shape[a] for a in order))
+        inverse = sorted(range(x.ndim), key=order.__getitem__)
+        return _unreduce(grad, x.shape, axes) * others.permute(*inverse)
 
 
 class Mean(Function):
