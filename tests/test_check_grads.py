@@ -156,6 +156,42 @@ def test_report_is_deterministic_and_depends_on_the_seed():
     assert "seed 1," in report(1)
 
 
+_DRAWS_SCRIPT = """
+import importlib, sys
+import tinyattn as ta
+from tinyattn.testing import check_grads, tensors
+
+def draws():
+    seen = []
+    def record(x):
+        seen.append(tuple(x.numpy().tolist()))
+        return x * x
+    check_grads(record, tensors((3,)), max_examples=60, dtype="float64")
+    return seen
+
+before = draws()
+sys.path.insert(0, sys.argv[1])
+importlib.import_module("literals_module")  # a local module full of unusual numbers
+print(before == draws(), len(before))
+"""
+
+
+def test_examples_do_not_depend_on_the_modules_the_program_loaded(tmp_path):
+    # Hypothesis also draws literals from the source of local modules; check_grads must not,
+    # or importing one more module of your own would change the examples a check tries.
+    literals = ", ".join(f"{1.5 + k / 7:.6f}" for k in range(40))
+    (tmp_path / "literals_module.py").write_text(f"VALUES = ({literals})\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _DRAWS_SCRIPT, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    same, count = done.stdout.split()
+    assert same == "True" and int(count) > 50
+
+
 def test_no_example_database_is_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ta.GradcheckError):
