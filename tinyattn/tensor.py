@@ -1279,7 +1279,7 @@ class Tensor:
         return self.clip(max=max)
 
     def frac(self) -> Tensor:
-        """x - trunc(x), the fractional part with the sign of x;  dL/dx = g."""
+        """x - trunc(x), the fractional part with the sign of x;  dL/dx = g.  Shapes: any."""
         backend.check_floating("frac", self.array)
         return self - self.trunc()
 
@@ -1287,7 +1287,8 @@ class Tensor:
         """start + weight * (end - start), start being this tensor; `weight` a number or a
         tensor. For weights of 0.5 and more it is end - (end - start) * (1 - weight), the form
         PyTorch's kernel uses, so that weight 1 gives exactly `end`.
-        dL/dstart = g (1 - w), dL/dend = g w, dL/dw = g (end - start)."""
+        dL/dstart = g (1 - w), dL/dend = g w, dL/dw = g (end - start).
+        Shapes: start, end and weight broadcast together."""
         backend.check_floating("lerp", self.array)
         end = self._operand(end, "lerp")
         if type(weight) in _SCALARS:
@@ -1344,7 +1345,8 @@ class Tensor:
 
     def tile(self, *dims: Any) -> Tensor:
         """The tensor repeated dims[i] times along dim i; fewer dims than dimensions count from
-        the last (ones are put in front), as PyTorch's tile and NumPy's."""
+        the last (ones are put in front), as PyTorch's tile and NumPy's; the gradient sums the
+        copies. Shapes: (..., n_i, ...) -> (..., dims_i * n_i, ...)."""
         dims = _shape_arg(dims)
         return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
 
@@ -1382,7 +1384,8 @@ class Tensor:
         self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
     ) -> Tensor:
         """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default 0 and the
-        dtype's largest and lowest finite values);  dL/dx = g where x was finite, 0 elsewhere."""
+        dtype's largest and lowest finite values);  dL/dx = g where x was finite, 0 elsewhere.
+        Shapes: any."""
         if not _is_float(self.array):
             return self.clone()
         largest = backend.largest_finite(self.dtype)
@@ -1412,7 +1415,8 @@ class Tensor:
 
     def masked_select(self, mask: Tensor) -> Tensor:
         """The elements where the bool `mask` is True, as 1-D (mask and tensor broadcast
-        together); the gradient goes back to those elements."""
+        together); the gradient goes back to those elements.
+        Shapes: x, mask broadcast to S -> (the number of True elements of the mask over S,)."""
         mask = self._operand(mask, "masked_select")
         if backend.dtype_name(mask.dtype) != "bool":
             raise TypeError(

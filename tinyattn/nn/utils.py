@@ -1,8 +1,9 @@
 """nn.utils: gradient clipping with PyTorch's names, ``clip_grad_norm_`` and ``clip_grad_value_``.
 
-The gradients are replaced by new Tensors (the parameters' ``.grad`` attributes change), never
-scaled inside their arrays, because tinyattn gradients of different parameters may share one
-array. The arithmetic follows PyTorch's: per-tensor norms, the norm of those, then
+Both change the gradients in place, as PyTorch does: a tensor holding ``p.grad`` sees the new
+values, and its version goes up (backward gives each leaf a gradient of its own, so scaling one
+never changes another's). The arithmetic follows PyTorch's: the norm of the per-tensor norms
+(for the 2-norm, the square root of the summed squares, each tensor's by one dot product), then
 ``grad * min(1, max_norm / (total + 1e-6))`` in the gradients' dtype.
 """
 
@@ -52,18 +53,13 @@ def clip_grad_norm_(
     if norm_type == math.inf:
         norms = [xp.max(xp.abs(p.grad.array)) for p in grads]
         total = xp.max(xp.stack([xp.astype(n, dtype) for n in norms]))
+    elif norm_type == 2.0:
+        squares = [xp.astype(backend.squared_norm(p.grad.array), dtype) for p in grads]
+        total = xp.sqrt(xp.sum(xp.stack(squares)))
     else:
-        norms = [
-            xp.sum(xp.abs(p.grad.array) ** norm_type) ** (1.0 / norm_type)
-            if norm_type != 2.0
-            else xp.sqrt(xp.sum(p.grad.array * p.grad.array))
-            for p in grads
-        ]
+        norms = [xp.sum(xp.abs(p.grad.array) ** norm_type) ** (1.0 / norm_type) for p in grads]
         stacked = xp.stack([xp.astype(n, dtype) for n in norms])
-        if norm_type == 2.0:
-            total = xp.sqrt(xp.sum(stacked * stacked))
-        else:
-            total = xp.sum(stacked**norm_type) ** (1.0 / norm_type)
+        total = xp.sum(stacked**norm_type) ** (1.0 / norm_type)
     total_float = float(total)
     if error_if_nonfinite and not math.isfinite(total_float):
         raise RuntimeError(
@@ -72,8 +68,13 @@ def clip_grad_norm_(
         )
     coefficient = xp.clip(max_norm / (total + 1e-6), max=1.0)
     for p in grads:  # in place, as PyTorch: a tensor holding p.grad sees the clipped values
-        scale = xp.astype(coefficient, p.grad.array.dtype)
-        p.grad._store(op, p.grad.array * scale)
+        grad = p.grad
+        scale = xp.astype(coefficient, grad.array.dtype)
+        if backend.is_buffer(grad.array):
+            backend.multiply_into(grad.array, scale)
+            grad._version_counter[0] += 1
+        else:  # a 0-d NumPy scalar cannot be written: _store replaces it
+            grad._store(op, grad.array * scale)
     return Tensor._from_op(total, None)
 
 
