@@ -271,19 +271,6 @@ def copied(array: Any) -> Any:
     return namespace(array).asarray(array, copy=True)
 
 
-def concat_into(out: Any, arrays: list[Any]) -> None:
-    """The arrays, flattened, laid end to end in the 1-D `out` (which fits them exactly): one
-    ``concatenate(out=)`` call on NumPy and CuPy, a slice assignment per array elsewhere."""
-    if has_out(out):
-        ufuncs_of(out).concatenate([a.reshape(-1) for a in arrays], out=out)
-        return
-    xp, start = namespace(out), 0
-    for array in arrays:
-        stop = start + math.prod(array.shape)
-        out[start:stop] = xp.reshape(array, (-1,))
-        start = stop
-
-
 def squared_norm(array: Any) -> Any:
     """The sum of the squares of all elements, a 0-d array of the array's dtype: one dot
     product of the flattened array with itself (no temporary of its size, as x * x would be)."""

@@ -146,8 +146,10 @@ class FlatGroup:
 
     def gather(self, grads: list[Any]) -> None:
         """Copy the gradients and the parameters' current values into the flat buffers."""
-        backend.concat_into(self.grads, grads)
-        backend.concat_into(self.values, self.arrays)
+        for view, grad in zip(self.grad_views, grads, strict=True):
+            view[...] = grad
+        for view, array in zip(self.value_views, self.arrays, strict=True):
+            view[...] = array
 
     def scatter(self, name: str) -> None:
         """Write the new values back into each parameter, in place (see `write_param`)."""
