@@ -189,6 +189,7 @@ CASES = [
     Case("reshape_as",          lambda t, x, y: x.reshape_as(y), [(12,), A]),
     Case("expand_as",           lambda t, x, y: x.expand_as(y), [(1, 4), A]),
     Case("sign in a product",   lambda t, x: x * x.sign(), [A]),
+    Case("sign alone",          lambda t, x: t.sign(x) * 3.0, [A]),
     Case("sign function",       lambda t, x: t.sign(x), [Const(np.array([-1.5, 0.0, 2.0]))]),
     Case("square",              lambda t, x: x.square(), [A]),
     Case("reciprocal",          lambda t, x: x.reciprocal(), [A], distinct=True),

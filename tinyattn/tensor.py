@@ -55,6 +55,7 @@ from .ops import (
     Permute,
     Prod,
     Reshape,
+    Sign,
     Sum,
     SumTo,
     ToDevice,
@@ -1248,8 +1249,10 @@ class Tensor:
         )
 
     def sign(self) -> Tensor:
-        """-1, 0 or 1 by the sign of each element. No gradient flows through it: PyTorch's is
-        zero everywhere, so a product with it differentiates the same."""
+        """-1, 0 or 1 by the sign of each element; its gradient is zero, as in PyTorch (a
+        float result requires grad when the input does). Shapes: any."""
+        if _is_float(self.array):
+            return Sign.apply(self)
         return computed(array_call, self, name="sign")
 
     def isnan(self) -> Tensor:

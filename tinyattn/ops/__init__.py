@@ -119,13 +119,13 @@ __all__ = [
 # Functions added for PyTorch's names, one idea per file (registered in ops/table.py).
 from .computed import Computed, array_call, computed  # noqa: E402
 from .movement import Clone, Flip  # noqa: E402
-from .rounding import Ceil, Floor, FloorDivide, Remainder, Round, Trunc  # noqa: E402
+from .rounding import Ceil, Floor, FloorDivide, Remainder, Round, Sign, Trunc  # noqa: E402
 from .scan import Cumsum  # noqa: E402
 from .targets import ClassWeights, Dropout, KeptCount, bad_targets  # noqa: E402
 from .trig import Atan2, Cos, Sin  # noqa: E402
 
 __all__ += ["Ceil", "Clone", "Cos", "Cumsum", "Flip", "Floor", "FloorDivide", "Remainder"]
-__all__ += ["Atan2", "Expm1", "Log1p", "Round", "Sin", "Trunc"]
+__all__ += ["Atan2", "Expm1", "Log1p", "Round", "Sign", "Sin", "Trunc"]
 __all__ += [
     "ClassWeights",
     "Computed",

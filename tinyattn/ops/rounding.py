@@ -1,6 +1,6 @@
-"""Rounding primitives: floor, ceil, round, trunc, floor division and remainder.
+"""Rounding primitives: floor, ceil, round, trunc, sign, floor division and remainder.
 
-floor, ceil, round and trunc are step functions: their derivative is 0 wherever it exists, and
+floor, ceil, round, trunc and sign are step functions: their derivative is 0 wherever it exists, and
 PyTorch defines it as 0 everywhere, so their gradient is zeros (the graph is kept, so a loss
 through them backpropagates zeros rather than failing). Floor division has no derivative in
 PyTorch at all: its backward raises. The remainder a - b * floor(a / b) is differentiable
@@ -66,6 +66,16 @@ class Trunc(_Step):
 
     __slots__ = ()
     step = "trunc"
+
+
+class Sign(_Step):
+    """y = -1, 0 or 1 by the sign of x (NaN stays NaN);  dL/dx = 0.
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    step = "sign"
 
 
 class FloorDivide(Function):
