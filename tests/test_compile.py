@@ -1741,6 +1741,17 @@ def test_a_learning_rate_set_by_hand_inside_the_step_is_refused_and_outside_repl
     with pytest.raises(ta.CompileError, match="parameter group's options"):
         ta.compile(lambda x, y: optimizer.param_groups[0].update(lr=0.1))(*batches[0])
 
+    def merged(x, y):
+        optimizer.param_groups[0] |= {"lr": 0.1}
+
+    for write, what in (
+        (merged, r"options \(\|=\)"),
+        (lambda x, y: optimizer.param_groups[0].setdefault("momentum_2", 0.5), "setdefault"),
+        (lambda x, y: optimizer.param_groups[0].pop("weight_decay", None), "pop"),
+    ):
+        with pytest.raises(ta.CompileError, match=what):
+            ta.compile(write)(*batches[0])
+
     results = []
     for compiled in (False, True):
         model, optimizer, _ = _mlp(device)

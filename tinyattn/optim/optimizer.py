@@ -90,6 +90,32 @@ class ParamGroup(dict):
         check_python_write("a parameter group's options (update)")
         super().update(*args, **kwargs)
 
+    # Every other way to change the dict: a dict subclass's own methods bypass __setitem__.
+    def __ior__(self, other: Any) -> ParamGroup:
+        check_python_write("a parameter group's options (|=)")
+        return super().__ior__(other)
+
+    def __delitem__(self, key: str) -> None:
+        check_python_write(f"a parameter group's {key!r} (del)")
+        super().__delitem__(key)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            check_python_write(f"a parameter group's {key!r} (setdefault)")
+        return super().setdefault(key, default)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        check_python_write(f"a parameter group's {key!r} (pop)")
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Any]:
+        check_python_write("a parameter group's options (popitem)")
+        return super().popitem()
+
+    def clear(self) -> None:
+        check_python_write("a parameter group's options (clear)")
+        super().clear()
+
 
 # --------------------------------------------------------------------------------- Optimizer
 
