@@ -171,6 +171,16 @@ ERRORS = [
      ValueError, ["prod", "axis 2", "2 dimension"]),
     ("cumprod dim out of range", lambda d: _ones(2, 3, device=d).cumprod(-3),
      ValueError, ["cumprod", "axis -3", "2 dimension"]),
+    ("bincount negative", lambda d: ta.tensor([1, -2], device=d).bincount(),
+     ValueError, ["bincount", ">= 0", "-2"]),
+    ("bincount of a matrix", lambda d: ta.tensor([[1]], device=d).bincount(),
+     ValueError, ["bincount", "1-D", "(1, 1)"]),
+    ("bincount of floats", lambda d: _ones(2, device=d).bincount(),
+     TypeError, ["bincount", "integer", "float"]),
+    ("bincount weights shape", lambda d: ta.tensor([1, 2], device=d).bincount(
+        _ones(3, device=d)), ValueError, ["bincount", "(3,)", "(2,)"]),
+    ("unique dim out of range", lambda d: _ones(2, 3, device=d).unique(dim=2),
+     ValueError, ["unique", "axis 2", "2 dimension"]),
     ("cosine_similarity shapes", lambda d: ta.cosine_similarity(_ones(2, 3, device=d),
      _ones(2, 4, device=d)), ValueError, ["cosine_similarity", "(2, 3)", "(2, 4)"]),
 ]  # fmt: skip

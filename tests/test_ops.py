@@ -419,6 +419,8 @@ ROWS = [
     Row("cosine_similarity", lambda a, b: ta.cosine_similarity(a, b, dim=-1),
         lambda a, b: (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1),
         [B3, (3, 4)], make=nonzero),
+    Row("bincount weights", lambda i, w: i.bincount(w, minlength=6),
+        lambda i, w: np.bincount(i, w, minlength=6), [Const(np.array([0, 3, 3, 1])), (4,)]),
     Row("sign", lambda a: a.sign() * a, lambda a: np.sign(a) * a, [A], make=nonzero),
     Row("prod all", lambda a: a.prod(), SAME, [A]),
     Row("prod axis, zeros", lambda a: a.prod(dim=1), lambda a: a.prod(axis=1), [B3],

@@ -787,6 +787,27 @@ def nonzero(array: Any) -> tuple[Any, ...]:
     return tuple(xp.asarray(i.astype(np.int64), device=array.device) for i in found)
 
 
+def unique(array: Any, axis: int | None) -> tuple[Any, Any, Any]:
+    """NumPy's unique of the values (sorted; with an axis, the distinct slices along it), the
+    inverse (where each element, or slice, went; the input's shape without an axis) and the
+    counts, int64, on the array's device. The length depends on the values, so they are found
+    on the host (a GPU array is copied there), as `nonzero` does on the strict backend."""
+    host = to_numpy(array)
+    values, inverse, counts = np.unique(
+        host, return_inverse=True, return_counts=True, axis=axis, equal_nan=False
+    )
+    inverse = inverse.reshape(host.shape if axis is None else (-1,)).astype(np.int64)
+    xp, device = namespace(array), array.device
+    return tuple(xp.asarray(a, device=device) for a in (values, inverse, counts.astype(np.int64)))
+
+
+def bincount(array: Any, length: int) -> Any:
+    """How often each of 0 .. length - 1 occurs in the 1-D integer array (int64, on its device;
+    counted on the host, as `unique`)."""
+    counts = np.bincount(to_numpy(array), minlength=length).astype(np.int64)
+    return namespace(array).asarray(counts, device=array.device)
+
+
 def multinomial(probabilities: np.ndarray, num_samples: int, replacement: bool) -> np.ndarray:
     """Draw `num_samples` category indices per row of (rows, categories) host weights from the
     seeded host generator; without replacement each row's indices are distinct. int64."""

@@ -1103,6 +1103,53 @@ class Tensor:
         found = tuple(Tensor._from_op(i, None) for i in backend.nonzero(self.array))
         return found if as_tuple else stack(found, axis=1)
 
+    def unique(
+        self,
+        sorted: bool = True,  # noqa: A002  (PyTorch's name)
+        return_inverse: bool = False,
+        return_counts: bool = False,
+        dim: int | None = None,
+    ) -> Any:
+        """The distinct values, sorted (with `dim`, the distinct slices along it), and with
+        `return_inverse` / `return_counts` the tuple (values, inverse, counts) PyTorch returns:
+        inverse gives each element's (slice's) position in the values. No gradient flows
+        through it. Shapes: (...) -> (k,), inverse (...), counts (k,)."""
+        check_host_read("unique() (its length depends on the values)")
+        axis = None if dim is None else normalize_axes("unique", dim, self.ndim)[0]
+        values, inverse, counts = (
+            Tensor._from_op(a, None) for a in backend.unique(self.array, axis)
+        )
+        extra = [t for t, wanted in ((inverse, return_inverse), (counts, return_counts)) if wanted]
+        return (values, *extra) if extra else values
+
+    def bincount(self, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+        """How often each of 0, 1, ..., max (or minlength - 1, if larger) occurs in this 1-D
+        tensor of non-negative integers, int64; with `weights`, their sums per value instead:
+        y[b] = sum of weights[i] where x[i] = b, so dL/dweights[i] = g[x[i]] (PyTorch has no
+        gradient here). Shapes: (n,) -> (max(x) + 1 or minlength,)."""
+        if self.ndim != 1:
+            raise ValueError(f"bincount: expected a 1-D tensor, got shape {self.shape}")
+        _check_integral("bincount", self)
+        if type(minlength) is not int or minlength < 0:
+            raise ValueError(f"bincount: minlength must be an int >= 0, got {minlength!r}")
+        check_host_read("bincount() (its length depends on the values)")
+        if self.numel() and int(self.min().item()) < 0:
+            raise ValueError(
+                f"bincount: values must be >= 0, got a minimum of {int(self.min().item())}"
+            )
+        length = max(int(self.max().item()) + 1 if self.numel() else 0, minlength)
+        if weights is None:
+            return Tensor._from_op(backend.bincount(self.array, length), None)
+        weights = self._operand(weights, "bincount")
+        if weights.shape != self.shape:
+            raise ValueError(
+                f"bincount: weights of shape {weights.shape} for input of shape {self.shape}"
+            )
+        if not _is_float(weights.array):
+            weights = weights._cast("float64")  # PyTorch gives double for integer weights
+        key = parse_key(self.array, (length,))
+        return IndexAdd.apply(weights, shape=(length,), key=key)
+
     def multinomial(self, num_samples: int, replacement: bool = False) -> Tensor:
         """Category indices drawn with these (unnormalised) weights, per row, from the host
         generator seeded by ``ta.manual_seed``; without replacement they are distinct."""
@@ -2273,7 +2320,7 @@ FUNCTIONS = {
         *("square", "reciprocal", "rsqrt", "clamp_min", "clamp_max", "select", "narrow"),
         *("unbind", "index_select", "movedim", "sort", "argsort", "roll", "isclose"),
         *("allclose", "norm", "frac", "lerp", "addmm", "diag", "tile", "repeat_interleave"),
-        *("nan_to_num", "diff", "masked_select", "prod", "cumprod"),
+        *("nan_to_num", "diff", "masked_select", "prod", "cumprod", "unique", "bincount"),
     )
 }
 
