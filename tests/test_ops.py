@@ -419,6 +419,31 @@ ROWS = [
     Row("cosine_similarity", lambda a, b: ta.cosine_similarity(a, b, dim=-1),
         lambda a, b: (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1),
         [B3, (3, 4)], make=nonzero),
+    Row("cross_entropy class weights", lambda x: nn_functional.cross_entropy(
+        x, ta.tensor([0, 3, -100], device=x.device), weight=ta.tensor(
+            [1.0, 2.0, 0.5, 3.0], dtype="float64", device=x.device), label_smoothing=0.1),
+        lambda x: _weighted_ce_numpy(x, [0, 3, -100], [1.0, 2.0, 0.5, 3.0], 0.1), [A]),
+    Row("softsign", lambda a: nn_functional.softsign(a), lambda a: a / (1 + np.abs(a)), [A],
+        make=distinct),
+    Row("selu", lambda a: nn_functional.selu(a),
+        lambda a: 1.0507009873554805 * np.where(a > 0, a, 1.6732632423543772 * np.expm1(a)),
+        [A], make=distinct),
+    Row("mish", lambda a: nn_functional.mish(a), lambda a: a * np.tanh(np.log1p(np.exp(a))),
+        [A]),
+    Row("hardsigmoid", lambda a: ta.nn.Hardsigmoid()(a * 4.0),
+        lambda a: np.clip(a * 4.0 + 3, 0, 6) / 6, [A], make=distinct),
+    Row("hardswish", lambda a: nn_functional.hardswish(a),
+        lambda a: a * np.clip(a + 3, 0, 6) / 6, [A], make=distinct),
+    Row("glu", lambda a: nn_functional.glu(a, dim=1),
+        lambda a: a[:, :2] / (1 + np.exp(-a[:, 2:])), [A]),
+    Row("softmin", lambda a: nn_functional.softmin(a, dim=-1),
+        lambda a: np.exp(-a) / np.exp(-a).sum(-1, keepdims=True), [B3]),
+    Row("smooth_l1_loss", lambda a, b: nn_functional.smooth_l1_loss(a, b, beta=0.5),
+        lambda a, b: np.mean(np.where(np.abs(a - b) < 0.5, (a - b) ** 2, np.abs(a - b) - 0.25)),
+        [A, A], make=distinct),
+    Row("huber_loss", lambda a, b: nn_functional.huber_loss(a, b, reduction="sum", delta=0.7),
+        lambda a, b: np.sum(np.where(np.abs(a - b) < 0.7, 0.5 * (a - b) ** 2,
+                                     0.7 * (np.abs(a - b) - 0.35))), [A, A], make=distinct),
     Row("bincount weights", lambda i, w: i.bincount(w, minlength=6),
         lambda i, w: np.bincount(i, w, minlength=6), [Const(np.array([0, 3, 3, 1])), (4,)]),
     Row("sign", lambda a: a.sign() * a, lambda a: np.sign(a) * a, [A], make=nonzero),
@@ -435,6 +460,22 @@ ROWS = [
         lambda a: a / np.linalg.norm(a, axis=0, keepdims=True), [A], make=nonzero),
 ]
 # fmt: on
+
+
+def _weighted_ce_numpy(x: np.ndarray, targets: list, weight: list, s: float) -> np.ndarray:
+    """PyTorch's class-weighted, label-smoothed cross entropy ("mean"), written out."""
+    logp = (
+        x
+        - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - x.max(-1, keepdims=True)
+    )
+    w, total, norm = np.asarray(weight), 0.0, 0.0
+    for row, t in enumerate(targets):
+        if t == -100:
+            continue
+        total += (1 - s) * w[t] * -logp[row, t] + s / len(w) * -(w * logp[row]).sum()
+        norm += w[t]
+    return np.asarray(total / norm)
 
 
 def _scatter_numpy(a: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) -> np.ndarray:

@@ -271,6 +271,49 @@ CASES = [
     Case("bincount",            lambda t, x, w: (x.bincount(), t.bincount(x, minlength=7),
                                                  x.bincount(w), t.bincount(x, w, 2)),
          [Const(np.array([0, 4, 4, 2, 1])), Const(np.array([0.5, 1.0, 2.0, -1.0, 3.0]))]),
+    Case("cross_entropy weight", lambda t, x, y, w: (
+        t.nn.functional.cross_entropy(x, y, weight=w),
+        t.nn.functional.cross_entropy(x, y.clamp(min=0), w, reduction="none", label_smoothing=0.2),
+        t.nn.CrossEntropyLoss(weight=w, reduction="sum")(x, y.flip(0))),
+         [(3, 4), Const(np.array([0, 3, -100])), Const(np.array([1.0, 2.0, 0.5, 3.0]))]),
+    Case("cross_entropy weight 3-d", lambda t, x, y, w: t.nn.functional.cross_entropy(
+        x, y, weight=w, label_smoothing=0.1),
+         [(2, 3, 2), Const(np.array([[0, 2], [-100, 1]])), Const(np.array([1.0, 2.0, 3.0]))]),
+    Case("cross_entropy soft weight", lambda t, x, p, w: t.nn.functional.cross_entropy(
+        x, p.softmax(-1), weight=w, label_smoothing=0.1),
+         [(3, 4), Const(np.arange(12.0).reshape(3, 4) / 7), Const(np.array([1.0, 2.0, 0.5, 3.0]))]),
+    Case("nll_loss weight",     lambda t, x, y, w: (
+        t.nn.functional.nll_loss(x.log_softmax(-1), y, weight=w),
+        t.nn.NLLLoss(w.flip(0))(x.log_softmax(-1), y.clamp(min=0))),
+         [(3, 4), Const(np.array([0, -100, 3])), Const(np.array([1.0, 2.0, 0.5, 3.0]))]),
+    Case("activations",         lambda t, x: (
+        t.nn.functional.relu6(x * 4), t.nn.functional.hardtanh(x * 2, -1.5, 2.0),
+        t.nn.functional.softsign(x), t.nn.functional.selu(x), t.nn.functional.mish(x),
+        t.nn.functional.hardswish(x * 4),
+        t.nn.functional.glu(x), t.nn.functional.glu(x, 0), t.nn.functional.softmin(x, dim=1)),
+         [(4, 6)], distinct=True),
+    Case("activation modules",  lambda t, x: tuple(m(x * 3) for m in (
+        t.nn.ReLU6(), t.nn.Hardtanh(), t.nn.SELU(), t.nn.Mish(), t.nn.Softsign(), t.nn.GLU(),
+        t.nn.Softmin(dim=0), t.nn.Hardswish())), [(4, 6)], distinct=True),
+    # hardsigmoid: PyTorch's gradient is 1/6 rounded to float32 even in float64 (3e-8 off);
+    # tests/test_ops.py checks tinyattn's against the exact slope instead.
+    Case("smooth_l1 and huber", lambda t, x, y: (
+        t.nn.functional.smooth_l1_loss(x, y), t.nn.functional.smooth_l1_loss(x, y, beta=0.5,
+                                                                             reduction="none"),
+        t.nn.functional.huber_loss(x, y, delta=0.7, reduction="sum"),
+        t.nn.SmoothL1Loss(beta=2.0)(x, y), t.nn.HuberLoss(delta=1.5)(x, y)), [A, A],
+         distinct=True),
+    Case("clamp tensor bounds", lambda t, x, lo, hi: (x.clamp(min=lo), t.clamp(x, lo, hi),
+                                                       x.clamp(max=hi), x.clip(hi, lo)),
+         [A, (4,), (3, 1)], distinct=True),
+    Case("sum and mean dtype",  lambda t, x: (x.float().sum(dtype=t.float64),
+                                              x.sum(1, dtype=t.float64),
+                                              x.float().mean(0, dtype=t.float64)), [A]),
+    Case("where one argument",  lambda t, m: t.where(m), [MASK]),
+    Case("in-place unary ops",  lambda t, x: tuple(
+        getattr(x.detach().abs().clone(), name)() for name in (
+            "abs_", "neg_", "exp_", "log_", "sqrt_", "tanh_", "sigmoid_", "relu_")) + (
+        x.detach().clone().pow_(2), x.detach().clone().clamp_(min=x[0].detach())), [A]),
     Case("normalize",           lambda t, x: (t.nn.functional.normalize(x),
                                               t.nn.functional.normalize(x, p=1, dim=0)), [A]),
 ]
@@ -531,3 +574,27 @@ def test_nan_to_num_passes_the_gradient_only_where_the_value_was_finite(device):
     theirs = gradient(torch.tensor(values, requires_grad=True))
     np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(ours, [1.0, 0.0, 0.25])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t, x: t.nn.functional.softplus(x),
+        lambda t, x: t.nn.functional.logsigmoid(x),
+        lambda t, x: t.nn.functional.mish(x),
+        lambda t, x: t.nn.functional.binary_cross_entropy_with_logits(x, (x + 1.0).detach()),
+    ],
+    ids=["softplus", "logsigmoid", "mish", "bce_with_logits"],
+)
+def test_gradients_at_exactly_zero_logits(device, call):
+    # Zero logits are common (a zero-initialised last layer); a softplus written as
+    # max(z, 0) + log1p(exp(-|z|)) gave the gradient 1 there instead of sigmoid(0) = 1/2.
+    values = np.array([0.0, 0.0, -1.5, 2.0])
+
+    def gradient(lib, x):
+        call(lib, x).sum().backward()
+        return np.asarray(x.grad.tolist())
+
+    ours = gradient(ta, ta.tensor(values, dtype="float64", device=device, requires_grad=True))
+    theirs = gradient(torch, torch.tensor(values, requires_grad=True))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-15)

@@ -564,10 +564,13 @@ class Tensor:
         """Elementwise minimum, -maximum(-x, -y): tied elements share the gradient."""
         return -(-self).maximum(-self._operand(other, "minimum"))
 
-    def clip(self, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
-        """Clamp into [min, max]; the gradient passes where min <= x <= max."""
+    def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        """Clamp into [min, max] (numbers, or tensors that broadcast); the gradient passes where
+        min <= x <= max, and to a tensor bound where it is the value taken, as in PyTorch."""
         if min is None and max is None:
             raise ValueError("clip: at least one of min and max must be given")
+        if isinstance(min, Tensor) or isinstance(max, Tensor):
+            return self._clip_by_tensors(min, max)
         if min is not None and max is not None and min > max:
             raise ValueError(f"clip: min ({min}) must not exceed max ({max})")
         if isinstance(min, float) or isinstance(max, float):
@@ -576,6 +579,20 @@ class Tensor:
         return Clip.apply(self, low=min, high=max)
 
     clamp = clip
+
+    def _clip_by_tensors(self, low: Any, high: Any) -> Tensor:
+        """clip with tensor bounds: max(x, low), then min(., high), each a `where` that gives
+        the gradient to x on ties (PyTorch's rule: x passes where low <= x <= high)."""
+        out = self
+        if low is not None:
+            low = self._operand(low, "clip")
+            broadcast_shapes("clip", self.shape, low.shape)
+            out = where(out < low, low, out)
+        if high is not None:
+            high = self._operand(high, "clip")
+            broadcast_shapes("clip", self.shape, high.shape)
+            out = where(out > high, high, out)
+        return out
 
     def softmax(self, dim: int = -1) -> Tensor:
         """``exp(x) / sum(exp(x))`` along `dim` (tinyattn.functional.softmax)."""
@@ -605,13 +622,20 @@ class Tensor:
     # ------------------------------------------------------------------------------- reductions
     # NumPy's `axis`/`keepdims` and PyTorch's `dim`/`keepdim` are both accepted (`_dims`).
     def sum(
-        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+        self,
+        axis: Any = None,
+        keepdims: bool = False,
+        *,
+        dim: Any = None,
+        keepdim: Any = None,
+        dtype: Any = None,
     ) -> Tensor:
-        """Sum over axes; bool and integer tensors sum to int64, as in PyTorch."""
+        """Sum over axes; bool and integer tensors sum to int64, as in PyTorch; `dtype` casts
+        the input first."""
         axis, keepdims = _dims("sum", axis, keepdims, dim, keepdim)
-        source = self
-        if not _is_float(self.array) and backend.dtype_name(self.dtype) != "int64":
-            source = self._cast("int64")
+        source = self if dtype is None else self.to(dtype)
+        if not _is_float(source.array) and backend.dtype_name(source.dtype) != "int64":
+            source = source._cast("int64")
         return Sum.apply(source, axis=axis, keepdims=keepdims)
 
     def prod(
@@ -626,11 +650,19 @@ class Tensor:
         return Prod.apply(source, axis=axis, keepdims=keepdims)
 
     def mean(
-        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+        self,
+        axis: Any = None,
+        keepdims: bool = False,
+        *,
+        dim: Any = None,
+        keepdim: Any = None,
+        dtype: Any = None,
     ) -> Tensor:
+        """Mean over axes, of a float tensor (or with `dtype`, of the input cast to it)."""
         axis, keepdims = _dims("mean", axis, keepdims, dim, keepdim)
-        backend.check_floating("mean", self.array)
-        return Mean.apply(self, axis=axis, keepdims=keepdims)
+        source = self if dtype is None else self.to(dtype)
+        backend.check_floating("mean", source.array)
+        return Mean.apply(source, axis=axis, keepdims=keepdims)
 
     def norm(self, p: Any = "fro", dim: Any = None, keepdim: bool = False) -> Tensor:
         """The p-norm over `dim` (every element by default): 2 (or ``'fro'``), 1, inf or -inf.
@@ -1652,10 +1684,38 @@ class Tensor:
     def zero_(self) -> Tensor:
         return self.fill_(0)
 
-    def clamp_(self, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
-        return self._inplace("clamp_", lambda: self.clip(min, max))
+    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        return self._inplace("clamp_", lambda: self.clip(min, max), min, max)
 
     clip_ = clamp_
+
+    # The unary ops in place (``x.exp_()``): the out-of-place result stored back, as PyTorch's.
+    def abs_(self) -> Tensor:
+        return self._inplace("abs_", self.abs)
+
+    def neg_(self) -> Tensor:
+        return self._inplace("neg_", self.neg)
+
+    def exp_(self) -> Tensor:
+        return self._inplace("exp_", self.exp)
+
+    def log_(self) -> Tensor:
+        return self._inplace("log_", self.log)
+
+    def sqrt_(self) -> Tensor:
+        return self._inplace("sqrt_", self.sqrt)
+
+    def tanh_(self) -> Tensor:
+        return self._inplace("tanh_", self.tanh)
+
+    def sigmoid_(self) -> Tensor:
+        return self._inplace("sigmoid_", self.sigmoid)
+
+    def relu_(self) -> Tensor:
+        return self._inplace("relu_", self.relu)
+
+    def pow_(self, exponent: Any) -> Tensor:
+        return self._inplace("pow_", lambda: self**exponent, exponent)
 
     def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
         """Set the elements where the bool `mask` (broadcast to this shape) is True to `value`."""
@@ -2215,8 +2275,14 @@ def rand(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 
 
 # ---------------------------------------------------------------------------- free functions
-def where(cond: Tensor, a: Any, b: Any) -> Tensor:
-    """Elementwise ``a if cond else b`` with broadcasting; gradients flow to a and b only."""
+def where(cond: Tensor, a: Any = None, b: Any = None) -> Any:
+    """Elementwise ``a if cond else b`` with broadcasting; gradients flow to a and b only.
+    With `cond` alone, the indices of its non-zero elements, one tensor per dimension
+    (``cond.nonzero(as_tuple=True)``, as PyTorch's one-argument where)."""
+    if a is None and b is None and isinstance(cond, Tensor):
+        return cond.nonzero(as_tuple=True)
+    if a is None or b is None:
+        raise TypeError("where: give both a and b, or neither (the indices of cond's non-zeros)")
     if not isinstance(cond, Tensor) or backend.dtype_name(cond.dtype) != "bool":
         raise TypeError(f"where: cond must be a bool Tensor, got {_describe(cond)}")
     anchor = next((t for t in (a, b) if isinstance(t, Tensor)), None)

@@ -2,13 +2,15 @@
 
 A package because one file would pass ~400 lines; the parts import in this order:
 module (Module, Parameter, containers) -> layers (Linear, Embedding, LayerNorm, Dropout,
-activations) -> attention (MultiHeadAttention, PyTorch's MultiheadAttention) -> transformer
-(positional encodings, TransformerBlock) -> loss. `nn.functional`, `nn.init` and `nn.utils` are
+activations) -> activation (more activations: ReLU6, SELU, Mish, GLU, ...) -> attention
+(MultiHeadAttention, PyTorch's MultiheadAttention) -> transformer (positional encodings,
+TransformerBlock) -> loss. `nn.functional`, `nn.init` and `nn.utils` are
 PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` and
 `functional`, never `optim`.
 """
 
 from . import functional, init, utils
+from .activation import GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish, ReLU6, Softmin, Softsign
 from .attention import KVCache, MultiHeadAttention, MultiheadAttention
 from .layers import (
     GELU,
@@ -30,10 +32,12 @@ from .loss import (
     BCELoss,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
+    HuberLoss,
     KLDivLoss,
     L1Loss,
     MSELoss,
     NLLLoss,
+    SmoothL1Loss,
 )
 from .module import (
     IncompatibleKeys,
@@ -48,6 +52,17 @@ from .module import (
 from .transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerBlock
 
 __all__ = [
+    "GLU",
+    "SELU",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "HuberLoss",
+    "Mish",
+    "ReLU6",
+    "SmoothL1Loss",
+    "Softmin",
+    "Softsign",
     "BCELoss",
     "BCEWithLogitsLoss",
     "Flatten",

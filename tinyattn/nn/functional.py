@@ -172,6 +172,94 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     return where(scaled > threshold, input, _softplus(scaled) * (1.0 / beta))
 
 
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    """min(max(x, 0), 6);  dL/dx = g where 0 < x < 6 (0 at the kinks, as PyTorch)."""
+    return hardtanh(input, 0.0, 6.0)
+
+
+def hardtanh(
+    input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
+) -> Tensor:
+    """x clamped into [min_val, max_val];  dL/dx = g strictly inside (PyTorch's rule)."""
+    inside = (input > min_val) & (input < max_val)
+    return where(inside, input, input.clip(min_val, max_val).detach())
+
+
+def softsign(input: Tensor) -> Tensor:
+    """x / (1 + |x|);  dL/dx = g / (1 + |x|)^2."""
+    return input / (input.abs() + 1.0)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(input: Tensor, inplace: bool = False) -> Tensor:
+    """scale * elu(x, alpha) with the self-normalising constants of Klambauer et al."""
+    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    """x * tanh(softplus(x)) (softplus with PyTorch's threshold of 20)."""
+    return input * softplus(input).tanh()
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
+    """relu6(x + 3) / 6;  dL/dx = g / 6 where -3 < x < 3."""
+    return relu6(input + 3.0) * (1.0 / 6.0)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    """x * relu6(x + 3) / 6;  dL/dx = g (2x + 3) / 6 where -3 < x < 3, 0 below, g above."""
+    return input * relu6(input + 3.0) * (1.0 / 6.0)
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    """a * sigmoid(b), a and b the two halves of x along `dim` (its size must be even).
+    Shapes: (..., 2n at dim, ...) -> (..., n, ...)."""
+    size = input.shape[dim] if -input.ndim <= dim < input.ndim else None
+    if size is None or size % 2:
+        raise ValueError(f"glu: dim {dim} of shape {input.shape} must exist and have an even size")
+    first, second = input.chunk(2, dim)
+    return first * second.sigmoid()
+
+
+def softmin(
+    input: Tensor, dim: int | None = None, dtype: Any = None, *, axis: int | None = None
+) -> Tensor:
+    """softmax(-x) along `dim`."""
+    return softmax(-input, _pick_dim("softmin", dim, axis), dtype)
+
+
+def smooth_l1_loss(
+    input: Tensor,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    beta: float = 1.0,
+) -> Tensor:
+    """0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta (|d| for beta 0)."""
+    _no_legacy("smooth_l1_loss", size_average, reduce)
+    _check_reduction("smooth_l1_loss", reduction)
+    difference = input - _as_tensor("smooth_l1_loss", target, input)
+    distance = difference.abs()
+    if beta == 0:
+        return _reduce("smooth_l1_loss", distance, reduction)
+    # The square of the difference, not of |d|: the curvature at d = 0 stays 1 / beta.
+    square = difference * difference * (0.5 / beta)
+    loss = where(distance < beta, square, distance - 0.5 * beta)
+    return _reduce("smooth_l1_loss", loss, reduction)
+
+
+def huber_loss(input: Tensor, target: Any, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    """0.5 d^2 where d = |input - target| < delta, else delta (d - 0.5 delta)."""
+    _check_reduction("huber_loss", reduction)
+    difference = input - _as_tensor("huber_loss", target, input)
+    distance = difference.abs()
+    loss = where(distance < delta, difference * difference * 0.5, (distance - 0.5 * delta) * delta)
+    return _reduce("huber_loss", loss, reduction)
+
+
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
     """x / max(||x||_p, eps) along `dim` (PyTorch's F.normalize); p is 2, 1 or inf.
 
@@ -182,8 +270,15 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 
 
 def _softplus(z: Tensor) -> Tensor:
-    """log(1 + e^z) as max(z, 0) + log(1 + e^-|z|): no overflow for large z, no threshold."""
-    return z.clip(min=0.0) + ((-z.abs()).exp() + 1.0).log()
+    """log(1 + e^z), no overflow for large z, no threshold: log1p(e^z) for z <= 0 and
+    z + log1p(e^-z) above, each branch on its own side of 0 (clipped), so its exp never
+    overflows and the unused branch stays finite. dL/dz = g * sigmoid(z), 1/2 at 0.
+
+    Not max(z, 0) + log1p(e^-|z|): that has the same values, but its two kinks at 0 add their
+    subgradients, 1 + 0, so at exactly z = 0 (zero logits, a zero-initialised layer) the
+    gradient came out 1 instead of 1/2."""
+    below, above = z.clip(max=0.0), z.clip(min=0.0)
+    return where(z > 0, above + (-above).exp().log1p(), below.exp().log1p())
 
 
 def logsigmoid(input: Tensor) -> Tensor:
@@ -293,24 +388,27 @@ def cross_entropy(
     axis 1, target class indices (N, d1, ...) or class probabilities shaped like input.
 
     loss_i = (1 - s) * (-log p[i, t_i]) + s * mean_c(-log p[i, c]); "mean" averages over the
-    targets not equal to ignore_index (0 when all are ignored; PyTorch gives NaN).
+    targets not equal to ignore_index (0 when all are ignored; PyTorch gives NaN). With a
+    `weight` per class, each term is weighted by its class (w[t_i], w_c) and "mean" divides by
+    the sum of w[t_i] over the kept targets, as PyTorch.
     """
     op = "cross_entropy"
-    if weight is not None or size_average is not None or reduce is not None:
-        raise NotImplementedError(
-            f"{op}: weight=, size_average= and reduce= are not supported; use reduction= and "
-            "weight the per-target losses of reduction='none' yourself"
-        )
+    _no_legacy(op, size_average, reduce)
     _check_reduction(op, reduction)
     if not isinstance(input, Tensor):
         raise TypeError(f"{op}: input must be a Tensor of logits, got {type(input).__name__}")
     if input.ndim < 1:
         raise ValueError(f"{op}: input must have a class axis, got a 0-d tensor")
+    if weight is not None:
+        weight = _class_weights(op, weight, input)
     if isinstance(target, Tensor) and backend.is_floating(
         backend.namespace(target.array), target.dtype
     ):
-        return _soft_cross_entropy(input, target, reduction, label_smoothing)
+        return _soft_cross_entropy(input, target, reduction, label_smoothing, weight)
     target = _integer_targets(op, target, input, ignore_index)
+    if weight is not None:
+        logp = _core.log_softmax(_classes_last(input), axis=-1)
+        return _weighted_nll(logp, target, weight, ignore_index, reduction, label_smoothing)
     return _core.cross_entropy(
         _classes_last(input),
         target,
@@ -320,13 +418,57 @@ def cross_entropy(
     )
 
 
+def _class_weights(op: str, weight: Any, input: Tensor) -> Tensor:
+    """A 1-D float tensor of one weight per class, on the input's device, checked."""
+    weight = _as_tensor(op, weight, input)
+    classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
+    if weight.shape != (classes,):
+        raise ValueError(
+            f"{op}: weight must have one entry per class, shape ({classes},), got {weight.shape}"
+        )
+    if weight.device != input.device:
+        raise RuntimeError(f"{op}: input is on '{input.device}' but weight is on '{weight.device}'")
+    return weight.to(input.dtype)
+
+
+def _weighted_nll(
+    logp: Tensor,
+    target: Tensor,
+    weight: Tensor,
+    ignore_index: int,
+    reduction: str,
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """PyTorch's class-weighted loss over log-probabilities logp (..., C), classes last:
+    loss_i = (1 - s) w[t_i] (-logp[i, t_i]) + (s / C) sum_c w_c (-logp[i, c]), 0 for an ignored
+    target; "mean" divides the sum by sum_i w[t_i] over the kept targets (0 when none is kept;
+    PyTorch gives NaN)."""
+    classes, dtype = logp.shape[-1], backend.dtype_name(logp.dtype)
+    picks = computed(_picked, target, classes=classes, ignore=ignore_index, dtype=dtype)
+    weighted = picks * weight  # w[t_i] at the target's class, zeros on ignored rows
+    loss = -(logp * weighted).sum(axis=-1)
+    if label_smoothing:
+        kept = picks.sum(axis=-1)  # 1 for a kept target, 0 for an ignored one
+        smooth = -(logp * weight).sum(axis=-1) * kept
+        loss = loss * (1.0 - label_smoothing) + smooth * (label_smoothing / classes)
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    # A positive floor for the divisor: an all-ignored (or all-zero-weight) batch gives 0.
+    floor = 1e-4 if dtype == "float16" else 1e-30
+    return loss.sum() / weighted.sum().clip(min=floor)
+
+
 def _soft_cross_entropy(
     input: Tensor,
     target: Tensor,
     reduction: str,
     label_smoothing: float,
+    weight: Tensor | None = None,
 ) -> Tensor:
-    """Cross entropy against class probabilities: -sum_c q_c log p_c, q smoothed toward 1/C."""
+    """Cross entropy against class probabilities: -sum_c w_c q_c log p_c (w = 1 without
+    weights), q smoothed toward 1/C; "mean" divides by the number of targets, as PyTorch."""
     if target.shape != input.shape:
         raise ValueError(
             f"cross_entropy: probability targets must have the input's shape {input.shape}, "
@@ -336,6 +478,8 @@ def _soft_cross_entropy(
     classes = input.shape[dim]
     if label_smoothing:
         target = target * (1.0 - label_smoothing) + label_smoothing / classes
+    if weight is not None:  # one weight per class, along the class axis
+        target = target * weight.reshape((classes,) + (1,) * (input.ndim - 1 - dim))
     loss = -(_core.log_softmax(input, axis=dim) * target).sum(axis=dim)
     if reduction == "mean" and input.ndim >= 2:
         return loss.sum() * (1.0 / math.prod(loss.shape))  # PyTorch: divide by N * d1 * ...
@@ -351,18 +495,19 @@ def nll_loss(
     reduce: Any = None,
     reduction: str = "mean",
 ) -> Tensor:
-    """Negative log-likelihood of log-probabilities: loss_i = -input[i, t_i]; input (N, C),
-    (N, C, d1, ...) or (C,); "mean" averages over targets not equal to ignore_index."""
+    """Negative log-likelihood of log-probabilities: loss_i = -w[t_i] input[i, t_i] (w = 1
+    without `weight`); input (N, C), (N, C, d1, ...) or (C,); "mean" divides by the sum of
+    w[t_i] over the targets not equal to ignore_index."""
     op = "nll_loss"
-    if weight is not None or size_average is not None or reduce is not None:
-        raise NotImplementedError(
-            f"{op}: weight=, size_average= and reduce= are not supported; use reduction="
-        )
+    _no_legacy(op, size_average, reduce)
     _check_reduction(op, reduction)
     if not isinstance(input, Tensor) or input.ndim < 1:
         raise ValueError(f"{op}: input must be a Tensor with a class axis")
     target = _integer_targets(op, target, input, ignore_index)
     logp = _classes_last(input)
+    if weight is not None:
+        weight = _class_weights(op, weight, input)
+        return _weighted_nll(logp, target, weight, ignore_index, reduction)
     dtype = backend.dtype_name(logp.dtype)
     picks = computed(_picked, target, classes=logp.shape[-1], ignore=ignore_index, dtype=dtype)
     loss = -(logp * picks).sum(axis=-1)
@@ -578,6 +723,17 @@ __all__ = sorted(
         "log_softmax",
         "mse_loss",
         "normalize",
+        "relu6",
+        "hardtanh",
+        "softsign",
+        "selu",
+        "mish",
+        "hardsigmoid",
+        "hardswish",
+        "glu",
+        "softmin",
+        "smooth_l1_loss",
+        "huber_loss",
         "cosine_similarity",
         "nll_loss",
         "one_hot",

@@ -15,8 +15,11 @@ from .module import Module
 
 
 class _Loss(Module):
-    def __init__(self, reduction: str = "mean") -> None:
+    def __init__(self, reduction: str = "mean", size_average: Any = None, reduce: Any = None):
         super().__init__()
+        # PyTorch's deprecated size_average= / reduce= are refused, never ignored: ignoring
+        # reduce=False would silently give the mean where per-element losses were asked for.
+        F._no_legacy(type(self).__name__, size_average, reduce)
         self.reduction = reduction
 
     def extra_repr(self) -> str:
@@ -24,7 +27,8 @@ class _Loss(Module):
 
 
 class CrossEntropyLoss(_Loss):
-    """Softmax cross entropy with ignore_index (default -100) and label_smoothing."""
+    """Softmax cross entropy with class weights, ignore_index (default -100) and
+    label_smoothing."""
 
     def __init__(
         self,
@@ -35,18 +39,15 @@ class CrossEntropyLoss(_Loss):
         reduction: str = "mean",
         label_smoothing: float = 0.0,
     ) -> None:
-        super().__init__(reduction)
-        if weight is not None or size_average is not None or reduce is not None:
-            raise NotImplementedError(
-                "CrossEntropyLoss: weight=, size_average= and reduce= are not supported; "
-                "use reduction="
-            )
+        super().__init__(reduction, size_average, reduce)
+        self.register_buffer("weight", weight)  # moves with .to(), as PyTorch's
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
         return F.cross_entropy(
             input,
             target,
+            weight=self.weight,
             ignore_index=self.ignore_index,
             reduction=self.reduction,
             label_smoothing=self.label_smoothing,
@@ -54,7 +55,8 @@ class CrossEntropyLoss(_Loss):
 
 
 class NLLLoss(_Loss):
-    """Negative log-likelihood of log-probabilities, with ignore_index (default -100)."""
+    """Negative log-likelihood of log-probabilities, with class weights and ignore_index
+    (default -100)."""
 
     def __init__(
         self,
@@ -64,22 +66,21 @@ class NLLLoss(_Loss):
         reduce: Any = None,
         reduction: str = "mean",
     ) -> None:
-        super().__init__(reduction)
-        if weight is not None or size_average is not None or reduce is not None:
-            raise NotImplementedError(
-                "NLLLoss: weight=, size_average= and reduce= are not supported; use reduction="
-            )
+        super().__init__(reduction, size_average, reduce)
+        self.register_buffer("weight", weight)
         self.ignore_index = ignore_index
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
-        return F.nll_loss(input, target, ignore_index=self.ignore_index, reduction=self.reduction)
+        return F.nll_loss(
+            input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction
+        )
 
 
 class MSELoss(_Loss):
     """Mean squared error (reduction "mean", "sum" or "none")."""
 
     def __init__(self, size_average: Any = None, reduce: Any = None, reduction: str = "mean"):
-        super().__init__(reduction)
+        super().__init__(reduction, size_average, reduce)
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
         return F.mse_loss(input, target, reduction=self.reduction)
@@ -89,10 +90,38 @@ class L1Loss(_Loss):
     """Mean absolute error (reduction "mean", "sum" or "none")."""
 
     def __init__(self, size_average: Any = None, reduce: Any = None, reduction: str = "mean"):
-        super().__init__(reduction)
+        super().__init__(reduction, size_average, reduce)
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
         return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    """0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta; reduced."""
+
+    def __init__(
+        self,
+        size_average: Any = None,
+        reduce: Any = None,
+        reduction: str = "mean",
+        beta: float = 1.0,
+    ) -> None:
+        super().__init__(reduction, size_average, reduce)
+        self.beta = beta
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    """0.5 d^2 where d = |input - target| < delta, else delta (d - 0.5 delta); reduced."""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
+        super().__init__(reduction)
+        self.delta = delta
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
 
 
 class BCELoss(_Loss):
@@ -105,7 +134,7 @@ class BCELoss(_Loss):
         reduce: Any = None,
         reduction: str = "mean",
     ) -> None:
-        super().__init__(reduction)
+        super().__init__(reduction, size_average, reduce)
         self.weight = weight
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
@@ -123,7 +152,7 @@ class BCEWithLogitsLoss(_Loss):
         reduction: str = "mean",
         pos_weight: Tensor | None = None,
     ) -> None:
-        super().__init__(reduction)
+        super().__init__(reduction, size_average, reduce)
         self.weight, self.pos_weight = weight, pos_weight
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
@@ -142,7 +171,7 @@ class KLDivLoss(_Loss):
         reduction: str = "mean",
         log_target: bool = False,
     ) -> None:
-        super().__init__(reduction)
+        super().__init__(reduction, size_average, reduce)
         self.log_target = log_target
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
@@ -153,8 +182,10 @@ __all__ = [
     "BCELoss",
     "BCEWithLogitsLoss",
     "CrossEntropyLoss",
+    "HuberLoss",
     "KLDivLoss",
     "L1Loss",
     "MSELoss",
     "NLLLoss",
+    "SmoothL1Loss",
 ]
