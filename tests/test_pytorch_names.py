@@ -598,3 +598,19 @@ def test_gradients_at_exactly_zero_logits(device, call):
     ours = gradient(ta, ta.tensor(values, dtype="float64", device=device, requires_grad=True))
     theirs = gradient(torch, torch.tensor(values, requires_grad=True))
     np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-15)
+
+
+def test_std_of_a_constant_slice_has_a_zero_gradient_and_nan_stays_nan(device):
+    # sqrt(var)'s rule would give g / (2 * 0) * 0 = NaN; PyTorch's std gives 0 there.
+    values = np.array([[3.0, 3.0, 3.0], [1.0, 2.0, 4.0]])
+
+    def gradient(x):
+        (x.std(1) * x.std(1, unbiased=False)).sum().backward()
+        return np.asarray(x.grad.tolist())
+
+    ours = gradient(ta.tensor(values, dtype="float64", device=device, requires_grad=True))
+    theirs = gradient(torch.tensor(values, requires_grad=True))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-15)
+    assert not np.isnan(ours).any()
+    with_nan = ta.tensor([1.0, np.nan, 2.0], dtype="float64", device=device)
+    assert np.isnan(with_nan.std().item())

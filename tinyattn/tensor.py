@@ -816,13 +816,17 @@ class Tensor:
         keepdims: Any = None,
         unbiased: bool | None = None,
     ) -> Tensor:
-        """Standard deviation, sqrt(var); PyTorch's default correction=1 (``unbiased=True``)."""
+        """Standard deviation, sqrt(var); PyTorch's default correction=1 (``unbiased=True``).
+        Where the variance is 0 (a constant slice) the gradient is 0, as PyTorch's, not
+        g / (2 sqrt(0)) = inf times 0 = NaN: the square root sees 1 there, and is masked out."""
         dim, keepdim = _dims("std", dim, keepdim, axis, keepdims)
         if isinstance(correction, bool):  # x.std(dim, True): PyTorch's positional `unbiased`
             correction = int(correction)
         if unbiased is not None:
             correction = int(unbiased)
-        return self.var(axis=dim, keepdims=keepdim, correction=correction).sqrt()
+        variance = self.var(axis=dim, keepdims=keepdim, correction=correction)
+        spread = variance != 0  # NaN too: a NaN variance gives a NaN deviation
+        return where(spread, variance, 1.0).sqrt() * spread
 
     def logsumexp(
         self, dim: Any, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None
