@@ -143,10 +143,26 @@ def _registered_methods() -> dict[str, Callable]:
     return methods
 
 
+# Unary ops that also have an in-place form, ``x.exp_()``: the out-of-place result stored back.
+IN_PLACE_UNARY = ("abs", "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu")
+
+
+def _in_place_method(name: str) -> Callable:
+    op = f"{name}_"
+
+    def method(self: Tensor) -> Tensor:
+        return self._inplace(op, getattr(self, name))
+
+    return _named(method, op, f"``x.{name}()`` written into x, in place (its version goes up).")
+
+
 def _registered_ops(cls: type) -> type:
-    """Class decorator: give Tensor the methods and operators of the op tables."""
+    """Class decorator: give Tensor the methods and operators of the op tables, and the
+    in-place forms of `IN_PLACE_UNARY`."""
     for name, method in _registered_methods().items():
         setattr(cls, name, method)
+    for name in IN_PLACE_UNARY:
+        setattr(cls, f"{name}_", _in_place_method(name))
     return cls
 
 
@@ -1692,31 +1708,6 @@ class Tensor:
         return self._inplace("clamp_", lambda: self.clip(min, max), min, max)
 
     clip_ = clamp_
-
-    # The unary ops in place (``x.exp_()``): the out-of-place result stored back, as PyTorch's.
-    def abs_(self) -> Tensor:
-        return self._inplace("abs_", self.abs)
-
-    def neg_(self) -> Tensor:
-        return self._inplace("neg_", self.neg)
-
-    def exp_(self) -> Tensor:
-        return self._inplace("exp_", self.exp)
-
-    def log_(self) -> Tensor:
-        return self._inplace("log_", self.log)
-
-    def sqrt_(self) -> Tensor:
-        return self._inplace("sqrt_", self.sqrt)
-
-    def tanh_(self) -> Tensor:
-        return self._inplace("tanh_", self.tanh)
-
-    def sigmoid_(self) -> Tensor:
-        return self._inplace("sigmoid_", self.sigmoid)
-
-    def relu_(self) -> Tensor:
-        return self._inplace("relu_", self.relu)
 
     def pow_(self, exponent: Any) -> Tensor:
         return self._inplace("pow_", lambda: self**exponent, exponent)
