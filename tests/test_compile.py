@@ -9,6 +9,7 @@ run in the same order), on every backend.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -2003,3 +2004,22 @@ def test_a_retained_gradient_returned_by_the_step_replays_like_eager(device):
     for (loss_e, grad_e), (loss_c, grad_c) in zip(eager, compiled, strict=True):
         np.testing.assert_array_equal(loss_c, loss_e)
         np.testing.assert_array_equal(grad_c, grad_e)
+
+
+def test_a_non_leaf_input_where_a_leaf_held_a_gradient_does_not_warn(device):
+    """The call's key asks each known gradient holder for its gradient; an input passed at a
+    holder's position may be a non-leaf, whose .grad a program would be warned about reading:
+    the compiler reads it quietly."""
+    weight = ta.tensor(np.ones((3, 2)), dtype="float64", device=device).requires_grad_(True)
+
+    def step(x):
+        (x @ weight).sum().backward()  # no zero_grad: x's and weight's gradients accumulate
+        return weight.grad
+
+    run = ta.compile(step)
+    leaf = ta.tensor(np.ones((4, 3)), dtype="float64", device=device).requires_grad_(True)
+    run(leaf)
+    run(leaf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(leaf * 1.0)  # a non-leaf where the leaf held a gradient

@@ -566,7 +566,7 @@ class CompiledStep:
                     kinds.append("absent")
                     continue
                 holder = inputs[holder]
-            kinds.append(_grad_kind(holder.grad))
+            kinds.append(_grad_kind(holder._grad))
         return tuple(kinds)
 
     def _learn_grads(self, recorder: Recorder, inputs: list[Tensor], grads: tuple) -> tuple:

@@ -650,7 +650,7 @@ class Tape:
                 backend.copy_into(env[position], tensor.array)
             for leaf, slot, position in self._grads_read:
                 holder = leaf if position is None else inputs[position]
-                backend.copy_into(env[slot], holder.grad.array)
+                backend.copy_into(env[slot], holder._grad.array)
             for slot, made_with in self._remade:
                 backend.copy_into(env[slot], made_with)
             try:
