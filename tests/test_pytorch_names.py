@@ -310,6 +310,11 @@ CASES = [
                                               x.sum(1, dtype=t.float64),
                                               x.float().mean(0, dtype=t.float64)), [A]),
     Case("where one argument",  lambda t, m: t.where(m), [MASK]),
+    Case("reductions of integers with dtype", lambda t, x: (
+        x.sum(dtype=t.int32), x.prod(dtype=t.float64), x.cumsum(0, dtype=t.int32),
+        x.cumprod(0, dtype=t.float64), x.sum(), x.prod()),
+         [Const(np.array([3, -1, 2, 4], dtype=np.int32))]),
+    Case("prod dtype gradient", lambda t, x: x.float().prod(1, dtype=t.float64), [(3, 4)]),
     Case("in-place unary ops",  lambda t, x: tuple(
         getattr(x.detach().abs().clone(), name)() for name in (
             "abs_", "neg_", "exp_", "log_", "sqrt_", "tanh_", "sigmoid_", "relu_")) + (

@@ -647,23 +647,26 @@ class Tensor:
         dtype: Any = None,
     ) -> Tensor:
         """Sum over axes; bool and integer tensors sum to int64, as in PyTorch; `dtype` casts
-        the input first."""
+        the input first (`_accumulated`)."""
         axis, keepdims = _dims("sum", axis, keepdims, dim, keepdim)
-        source = self if dtype is None else self.to(dtype)
-        if not _is_float(source.array) and backend.dtype_name(source.dtype) != "int64":
-            source = source._cast("int64")
-        return Sum.apply(source, axis=axis, keepdims=keepdims)
+        source = _accumulated(self, dtype)
+        out = Sum.apply(source, axis=axis, keepdims=keepdims)
+        # NumPy and the array API widen an int32 sum to int64; an asked-for dtype is kept.
+        return out if out.dtype == source.dtype else out._cast(backend.dtype_name(source.dtype))
 
     def prod(
-        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
+        self,
+        axis: Any = None,
+        keepdims: bool = False,
+        *,
+        dim: Any = None,
+        keepdim: Any = None,
+        dtype: Any = None,
     ) -> Tensor:
-        """Product over axes (all by default); bool and integer tensors multiply in int64, as in
-        PyTorch. The gradient is exact where elements are zero (`ops.Prod`)."""
+        """Product over axes (all by default), in the dtype `sum` would use. The gradient is
+        exact where elements are zero (`ops.Prod`)."""
         axis, keepdims = _dims("prod", axis, keepdims, dim, keepdim)
-        source = self
-        if not _is_float(self.array) and backend.dtype_name(self.dtype) != "int64":
-            source = self._cast("int64")
-        return Prod.apply(source, axis=axis, keepdims=keepdims)
+        return Prod.apply(_accumulated(self, dtype, "prod"), axis=axis, keepdims=keepdims)
 
     def mean(
         self,
@@ -676,7 +679,7 @@ class Tensor:
     ) -> Tensor:
         """Mean over axes, of a float tensor (or with `dtype`, of the input cast to it)."""
         axis, keepdims = _dims("mean", axis, keepdims, dim, keepdim)
-        source = self if dtype is None else self.to(dtype)
+        source = self if dtype is None else _accumulated(self, dtype, "mean")
         backend.check_floating("mean", source.array)
         return Mean.apply(source, axis=axis, keepdims=keepdims)
 
@@ -857,18 +860,17 @@ class Tensor:
         total = (self - shift).exp().sum(axis=axes, keepdims=True).log() + shift
         return total if keepdim else total.squeeze(axes)
 
-    def cumsum(self, dim: int, *, axis: Any = None) -> Tensor:
-        """Running sum along dim (bool and integer tensors sum in int64, as in PyTorch)."""
+    def cumsum(self, dim: int, *, axis: Any = None, dtype: Any = None) -> Tensor:
+        """Running sum along dim, in the dtype `sum` would use."""
         dim, _ = _dims("cumsum", dim, False, axis, None)
-        source = self if _is_float(self.array) else self._cast("int64")
+        source = _accumulated(self, dtype, "cumsum")
         return Cumsum.apply(source, axis=normalize_axes("cumsum", dim, self.ndim)[0])
 
-    def cumprod(self, dim: int, *, axis: Any = None) -> Tensor:
-        """Running product along dim (bool and integer tensors in int64, as in PyTorch),
-        composed of Tensor products (`ops.scan.running_product`): exact gradients where
-        elements are zero."""
+    def cumprod(self, dim: int, *, axis: Any = None, dtype: Any = None) -> Tensor:
+        """Running product along dim, in the dtype `sum` would use, composed of Tensor products
+        (`ops.scan.running_product`): exact gradients where elements are zero."""
         dim, _ = _dims("cumprod", dim, False, axis, None)
-        source = self if _is_float(self.array) else self._cast("int64")
+        source = _accumulated(self, dtype, "cumprod")
         axis = normalize_axes("cumprod", dim, max(self.ndim, 1))[0]
         if not self.ndim:  # a 0-d tensor takes dim 0 or -1, as in PyTorch: itself
             return running_product(source.reshape(1), 0).reshape(())
@@ -1393,11 +1395,13 @@ class Tensor:
         Shapes: start, end and weight broadcast together."""
         backend.check_floating("lerp", self.array)
         end = self._operand(end, "lerp")
+        shape = broadcast_shapes("lerp", self.shape, end.shape)
         if type(weight) in _SCALARS:
             if weight < 0.5:
                 return self + weight * (end - self)
             return end - (end - self) * (1.0 - weight)
         weight = self._operand(weight, "lerp")
+        broadcast_shapes("lerp", shape, weight.shape)
         difference = end - self
         return where(weight < 0.5, self + weight * difference, end - difference * (1.0 - weight))
 
@@ -1406,7 +1410,8 @@ class Tensor:
         shape; with beta = 0 the input is not read (a NaN in it does not reach the result).
 
         Shapes: mat1 (n, m), mat2 (m, p), input broadcastable to (n, p) -> (n, p)."""
-        product = self._operand(mat1, "addmm").mm(mat2)
+        first = self._operand(mat1, "addmm")
+        product = first @ first._products("addmm", mat2, (2, 2))
         if self.ndim > 2 or broadcast_shapes("addmm", self.shape, product.shape) != product.shape:
             raise ValueError(
                 f"addmm: input of shape {self.shape} does not broadcast to the product's shape "
@@ -1474,9 +1479,8 @@ class Tensor:
                 f"repeat_interleave: repeats of shape {repeats.shape} for {size} entries along "
                 f"dim {axis}; give one count, or one per entry"
             )
-        counts = repeats.tolist()
-        counts = counts * size if isinstance(counts, list) and len(counts) == 1 else counts
-        counts = [counts] * size if not isinstance(counts, list) else counts
+        counts = repeats.reshape(-1).tolist()
+        counts = counts * size if len(counts) == 1 else counts  # one count for every entry
         if any(count < 0 for count in counts):
             raise ValueError(f"repeat_interleave: repeats must be >= 0, got {counts}")
         positions = [entry for entry, count in enumerate(counts) for _ in range(count)]
@@ -1488,6 +1492,9 @@ class Tensor:
         """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default 0 and the
         dtype's largest and lowest finite values);  dL/dx = g where x was finite, 0 elsewhere.
         Shapes: any."""
+        for name, value in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
+            if value is not None and type(value) not in _SCALARS:
+                raise TypeError(f"nan_to_num: {name} must be a number, got {value!r}")
         if not _is_float(self.array):
             return self.clone()
         largest = backend.largest_finite(self.dtype)
@@ -1765,6 +1772,21 @@ def _dims(op: str, axis: Any, keepdims: Any, dim: Any, keepdim: Any) -> tuple[An
     if keepdim is not None:
         keepdims = keepdim
     return axis, bool(keepdims)
+
+
+def _accumulated(tensor: Tensor, dtype: Any = None, op: str = "sum") -> Tensor:
+    """What sums and products run on: the tensor cast to `dtype` when given, else bool and
+    integer tensors as int64 (PyTorch's rule: no overflow of small integer types), floats as
+    they are."""
+    if dtype is not None:
+        if isinstance(dtype, str) and dtype not in backend.DTYPE_NAMES:
+            raise ValueError(
+                f"{op}: unknown dtype {dtype!r}: expected one of {', '.join(backend.DTYPE_NAMES)}"
+            )
+        return tensor._cast(dtype)
+    if _is_float(tensor.array) or backend.dtype_name(tensor.dtype) == "int64":
+        return tensor
+    return tensor._cast("int64")
 
 
 def _check_integral(op: str, tensor: Tensor) -> None:

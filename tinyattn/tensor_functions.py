@@ -1,10 +1,10 @@
 """Free functions composed from Tensor methods: einsum, pad, meshgrid and cosine_similarity
 (PyTorch's names).
 
-Imports `tensor` only. None holds derivative math: einsum is a permute, a reshape and one
-batched matmul; pad is a concat with constant blocks (or a slice, for negative padding); meshgrid
-reshapes and broadcasts; cosine_similarity divides by norms and sums. Their gradients, of any
-order, come from those ops.
+Imports `tensor` (and `ops` for two argument checks). None holds derivative
+math: einsum is a permute, a reshape and one batched matmul; pad is a concat with constant
+blocks (or a slice, for negative padding); meshgrid reshapes and broadcasts; cosine_similarity
+divides by norms and sums. Their gradients, of any order, come from those ops.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .ops import broadcast_shapes
+from .ops import broadcast_shapes, normalize_axes
 from .tensor import Tensor, concat, full
 
 _EINSUM_HELP = "e.g. 'bhtd,bhsd->bhts', 'ij,jk->ik' or 'ij->ji' (one or two operands, no '...')"
@@ -184,6 +184,7 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
             f"{type(x2).__name__}"
         )
     shape = broadcast_shapes("cosine_similarity", x1.shape, x2.shape)
+    normalize_axes("cosine_similarity", dim, len(shape))  # an error naming this function
     x1, x2 = x1.broadcast_to(shape), x2.broadcast_to(shape)
     norms = []
     for x in (x1, x2):

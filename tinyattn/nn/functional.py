@@ -209,8 +209,8 @@ def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
-    """x * relu6(x + 3) / 6;  dL/dx = g (2x + 3) / 6 where -3 < x < 3, 0 below, g above."""
-    return input * relu6(input + 3.0) * (1.0 / 6.0)
+    """x * hardsigmoid(x);  dL/dx = g (2x + 3) / 6 where -3 < x < 3, 0 below, g above."""
+    return input * hardsigmoid(input)
 
 
 def glu(input: Tensor, dim: int = -1) -> Tensor:
@@ -242,22 +242,25 @@ def smooth_l1_loss(
     _no_legacy("smooth_l1_loss", size_average, reduce)
     _check_reduction("smooth_l1_loss", reduction)
     difference = input - _as_tensor("smooth_l1_loss", target, input)
-    distance = difference.abs()
-    if beta == 0:
-        return _reduce("smooth_l1_loss", distance, reduction)
-    # The square of the difference, not of |d|: the curvature at d = 0 stays 1 / beta.
-    square = difference * difference * (0.5 / beta)
-    loss = where(distance < beta, square, distance - 0.5 * beta)
-    return _reduce("smooth_l1_loss", loss, reduction)
+    return _reduce("smooth_l1_loss", _smooth_l1(difference, beta), reduction)
 
 
 def huber_loss(input: Tensor, target: Any, reduction: str = "mean", delta: float = 1.0) -> Tensor:
-    """0.5 d^2 where d = |input - target| < delta, else delta (d - 0.5 delta)."""
+    """0.5 d^2 where d = |input - target| < delta, else delta (d - 0.5 delta): delta times
+    the smooth L1 loss with beta = delta."""
     _check_reduction("huber_loss", reduction)
     difference = input - _as_tensor("huber_loss", target, input)
+    return _reduce("huber_loss", _smooth_l1(difference, delta) * delta, reduction)
+
+
+def _smooth_l1(difference: Tensor, beta: float) -> Tensor:
+    """Elementwise 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (|d| for beta 0).
+    The square is of d itself, not of |d|: the curvature at d = 0 stays 1 / beta."""
     distance = difference.abs()
-    loss = where(distance < delta, difference * difference * 0.5, (distance - 0.5 * delta) * delta)
-    return _reduce("huber_loss", loss, reduction)
+    if beta == 0:
+        return distance
+    square = difference * difference * (0.5 / beta)
+    return where(distance < beta, square, distance - 0.5 * beta)
 
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
@@ -266,6 +269,8 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
     Shapes: any -> the same."""
     if not isinstance(input, Tensor):
         raise TypeError(f"normalize: expected a Tensor, got {type(input).__name__}")
+    if p not in (2, 1, math.inf, -math.inf, "fro"):
+        raise ValueError(f"normalize: p={p!r} is not supported; use 2, 1, inf or -inf")
     return input / input.norm(p=p, dim=dim, keepdim=True).clamp_min(eps)
 
 
