@@ -1,8 +1,9 @@
 """Benchmarks: tinyattn side by side with PyTorch (when importable) and raw NumPy (the floor).
 
 Run by hand, never as a test:  python benchmarks/bench.py [--quick] [--only NAME ...]
-Sections: overhead, step, attention, copytask, import. Every number is a median over repeats
-measured in this one run, and the tables print ratios, because the machine is shared and noisy.
+Sections: overhead, step, attention, copytask, import, gpu, gelu. Every number is a median over
+repeats measured in this one run, and the tables print ratios, because the machine is shared and
+noisy.
 Attention configurations each run in a fresh process so that peak memory is their own.
 """
 
@@ -668,6 +669,90 @@ def gpu(quick: bool) -> None:
     )
 
 
+# ------------------------------------------------------------------------------------ 7. GELU
+def gelu(quick: bool) -> None:
+    """Exact GELU in float32 at 1 thread, forward alone and forward + backward, against PyTorch
+    and the floor: the table method of ops/special.py as bare NumPy calls on preallocated arrays,
+    in the same pieces of 32,768 values (no autograd, no allocation). Then each one's largest
+    relative error against x * Phi(x) computed in float64 from math.erfc, on x in [-9, 6]."""
+    from tinyattn.ops import special  # noqa: PLC0415  (the table the floor reads)
+
+    terms = [np.asarray(t, np.float32) for t in special._cdf_table_terms()]
+    low, high, steps = special._CDF_LOW, special._CDF_HIGH, special._CDF_STEPS
+    piece = 32768
+    rows = []
+    for n in (8192, 32768, 262144):
+        host = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+        y = np.empty(n, np.float32)
+        u, node, cdf, gathered = (np.empty(min(n, piece), np.float32) for _ in range(4))
+        index = np.empty(min(n, piece), np.intp)
+
+        def floor(host=host, y=y, u=u, node=node, cdf=cdf, gathered=gathered, index=index):
+            for start in range(0, host.size, piece):
+                x = host[start : start + piece]
+                np.fmax(x, low / steps, out=u)
+                np.fmin(u, high / steps, out=u)
+                u *= steps
+                np.floor(u, out=node)
+                u -= node
+                node -= low
+                index[...] = node
+                terms[3].take(index, out=cdf, mode="wrap")
+                for term in (terms[2], terms[1], terms[0]):
+                    cdf *= u
+                    cdf += term.take(index, out=gathered, mode="wrap")
+                np.multiply(x, cdf, out=y[start : start + piece])
+
+        x = ta.tensor(host, requires_grad=True)
+
+        def ours_forward(x=x):
+            with ta.no_grad():
+                F.gelu(x)
+
+        def ours_both(x=x):
+            x.grad = None
+            F.gelu(x).sum().backward()
+
+        fns = {"floor": floor, "forward": ours_forward, "both": ours_both}
+        if torch is not None:
+            t = torch.from_numpy(host.copy()).requires_grad_()
+
+            def torch_forward(t=t):
+                with torch.no_grad():
+                    torch.nn.functional.gelu(t)
+
+            def torch_both(t=t):
+                t.grad = None
+                torch.nn.functional.gelu(t).sum().backward()
+
+            fns |= {"torch forward": torch_forward, "torch both": torch_both}
+        with Threads(1):
+            times = paired_times(fns, 20 if quick else 100)
+        rows.append(
+            [n, fmt(times["floor"]), fmt(times["forward"]), fmt(times.get("torch forward")),
+             ratio(times["forward"], times.get("torch forward")),
+             ratio(times["forward"], times["floor"]), fmt(times["both"]),
+             fmt(times.get("torch both")), ratio(times["both"], times.get("torch both"))]
+        )  # fmt: skip
+    table(
+        "Exact GELU, float32, 1 thread (us)",
+        ["values", "NumPy floor (fwd)", "tinyattn fwd", "PyTorch fwd", "tinyattn/PyTorch",
+         "tinyattn/NumPy", "tinyattn fwd+bwd", "PyTorch fwd+bwd", "tinyattn/PyTorch"],
+        rows,
+    )  # fmt: skip
+    values = np.linspace(-9.0, 6.0, 150_001).astype(np.float32)
+    exact = np.array([v * 0.5 * math.erfc(-v / math.sqrt(2.0)) for v in values.astype(float)])
+    errors = {"tinyattn": F.gelu(ta.tensor(values)).numpy()}
+    if torch is not None:
+        errors["PyTorch"] = torch.nn.functional.gelu(torch.from_numpy(values)).numpy()
+    print("\nlargest relative error on x in [-9, 6], and on x in [-3, 6]:")
+    for name, got in errors.items():
+        nonzero = exact != 0.0  # x = 0 exactly
+        relative = np.abs(got[nonzero] - exact[nonzero]) / np.abs(exact[nonzero])
+        near = values[nonzero] >= -3.0
+        print(f"  {name}: {relative.max():.2g}, {relative[near].max():.2g}")
+
+
 SECTIONS = {
     "overhead": overhead,
     "step": step,
@@ -675,6 +760,7 @@ SECTIONS = {
     "copytask": copytask,
     "import": import_time,
     "gpu": gpu,
+    "gelu": gelu,
 }
 
 
