@@ -2023,3 +2023,90 @@ def test_a_non_leaf_input_where_a_leaf_held_a_gradient_does_not_warn(device):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run(leaf * 1.0)  # a non-leaf where the leaf held a gradient
+
+
+# Module-level names a step reads as globals (the tests below rebind them between calls).
+LEARNING_RATE = 0.1
+SHIFT = None
+step = 0  # a loop counter named like `optimizer.step`: an attribute, not a global the step reads
+
+
+def test_a_global_or_enclosing_number_changed_after_recording_records_again(device):
+    """A replay runs none of the step's Python, so a learning rate read from a global or an
+    enclosing variable would stay at its recorded value. The step's own global and closure
+    names are part of the signature (as torch.compile guards on them): a new value records
+    again, equal to eager, and an unchanged one replays."""
+    global LEARNING_RATE
+    batches = _batches(device, 10)
+    for where in ("global", "closure"):
+        results = []
+        for compiled, change in ((False, True), (True, True), (False, False)):
+            model, _ = _mlp_and_optimizer(device)
+            rate = 0.1
+
+            def by_global(x, y, model=model):
+                loss = F.cross_entropy(model(x), y)
+                model.zero_grad()
+                loss.backward()
+                with ta.no_grad():
+                    # read late on purpose: the name is rebound between calls
+                    [p.sub_(LEARNING_RATE * p.grad) for p in model.parameters()]  # noqa: B023
+                return loss
+
+            def by_closure(x, y, model=model):
+                loss = F.cross_entropy(model(x), y)
+                model.zero_grad()
+                loss.backward()
+                with ta.no_grad():
+                    for p in model.parameters():
+                        p -= rate * p.grad  # noqa: B023  (read late on purpose)
+                return loss
+
+            chosen = by_global if where == "global" else by_closure
+            run = ta.compile(chosen) if compiled else chosen
+            losses = []
+            LEARNING_RATE = 0.1
+            for number, batch in enumerate(batches):
+                if number == 5 and change:  # after the recordings and some replays
+                    LEARNING_RATE = rate = 0.0
+                losses.append(float(run(*batch).numpy()))
+            results.append((losses, run))
+        (eager, _), (compiled_losses, run), (unchanged, _) = results
+        assert compiled_losses == eager, where
+        assert unchanged[6:] != eager[6:], "the new rate matters (a frozen one would differ)"
+        assert len(run.tapes) == 2, f"{where}: one tape per rate, each replayed"
+
+
+def test_a_global_bound_to_a_new_tensor_records_again(device):
+    """A tensor read from a global is a constant of the tape; binding the name to another
+    tensor after recording must not replay the old one's values."""
+    global SHIFT
+    ta.manual_seed(0)
+    lin = nn.Linear(3, 2).to(device)
+
+    def shifted(x):
+        return (lin(x) + SHIFT).sum()
+
+    compiled = ta.compile(shifted)
+    x = ta.ones(4, 3, device=device)
+    SHIFT = ta.zeros(2, device=device)
+    for _ in range(4):
+        assert float(compiled(x).numpy()) == float(shifted(x).numpy())
+    SHIFT = ta.full((2,), 10.0, device=device)
+    assert float(compiled(x).numpy()) == float(shifted(x).numpy())
+    assert float(compiled(x).numpy()) == float(shifted(x).numpy())
+
+
+def test_an_attribute_named_like_a_changing_global_does_not_stop_replays(device):
+    """Only names the step loads as globals are keyed: `optimizer.step()` beside a module-level
+    loop counter `step` replays as usual."""
+    global step
+    model, optimizer = _mlp_and_optimizer(device)
+    compiled = ta.compile(_plain_step(model, optimizer))
+    records = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step, batch in enumerate(_batches(device, 6)):  # noqa: B007
+            compiled(*batch)
+            records.append(len(compiled._first) + len(compiled.tapes))
+    assert len(compiled.tapes) == 1 and records[-1] == 1

@@ -8,8 +8,9 @@ written down once and replayed:
 
 - **Recording.** The first two calls with a new signature (the shapes, dtypes, devices and
   ``requires_grad`` of the tensor arguments, wherever they sit in the arguments, the other
-  arguments' values, grad mode, and the mode, settings, parameters, buffers and submodules of
-  every module the step calls) run eagerly, on private copies of the
+  arguments' values, the step function's globals and closure variables, grad mode, and the
+  mode, settings, parameters, buffers and submodules of every module the step calls) run
+  eagerly, on private copies of the
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
   backward rule, every gradient stored on a leaf, every in-place write, every random draw made
   outside an op, and calls that must run as Python on every step (``optimizer.step``, gradient
@@ -41,8 +42,10 @@ only while recording.
 
 from __future__ import annotations
 
+import dis
 import functools
 import threading
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -512,6 +515,40 @@ def _flattened(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor]]:
     return signature, inputs
 
 
+# Values a guard keeps as themselves: compared by value, so a new number records again.
+_PLAIN = (int, float, complex, bool, str, bytes, type(None))
+_UNBOUND = object()
+
+
+def _free_names(step: Callable) -> tuple[dict, tuple[str, ...], tuple]:
+    """(the globals of `step`'s function, the names its code may read from them, its closure
+    cells): what a replay would otherwise freeze. Nested code (a comprehension, a lambda) reads
+    the same globals, so its names count too. Empty for a callable that is not a function."""
+    function = getattr(step, "__func__", step)
+    code = getattr(function, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return {}, (), ()
+    names: set[str] = set()
+    codes = [code]
+    while codes:
+        current = codes.pop()
+        # Only names loaded as globals: co_names also holds attribute names (`optimizer.step`
+        # beside a loop's global `step` counter must not count).
+        names.update(i.argval for i in dis.get_instructions(current) if i.opname == "LOAD_GLOBAL")
+        codes.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return function.__globals__, tuple(sorted(names)), tuple(function.__closure__ or ())
+
+
+def _guard(value: Any) -> Any:
+    """A global's or closure variable's part of the cache key: plain values (and tuples of
+    them) by value, anything else by identity (a tensor compared by value would be an op)."""
+    if isinstance(value, _PLAIN):
+        return value
+    if type(value) is tuple:
+        return tuple(_guard(v) for v in value)
+    return ("id", id(value))
+
+
 class CompiledStep:
     """What `compile` returns: call it like the step. ``.tapes`` maps signatures to tapes."""
 
@@ -526,6 +563,10 @@ class CompiledStep:
             raise TypeError(f"compile: cuda_graphs must be True or False, got {cuda_graphs!r}")
         functools.update_wrapper(self, step)
         self.step = step
+        # The step's own global and enclosing names are read on every call and keyed, as
+        # torch.compile guards on them: a replay runs none of the step's Python, so a learning
+        # rate kept in a global and lowered after recording would otherwise stay as recorded.
+        self._globals, self._global_names, self._cells = _free_names(step)
         self.max_signatures = max_signatures
         self.cuda_graphs = cuda_graphs
         self._lock = threading.RLock()
@@ -547,6 +588,18 @@ class CompiledStep:
         with self._lock:
             return self._call(args, kwargs)
 
+    def _free_values(self) -> tuple:
+        """The current values of the step's globals and closure variables, as guards."""
+        get = self._globals.get
+        values = tuple(_guard(get(name, _UNBOUND)) for name in self._global_names)
+        cells = []
+        for cell in self._cells:
+            try:
+                cells.append(_guard(cell.cell_contents))
+            except ValueError:  # not yet bound in the enclosing function
+                cells.append(("id", id(_UNBOUND)))
+        return values + tuple(cells)
+
     def _key(self, signature: tuple, inputs: list[Tensor], grads: tuple) -> tuple:
         modes = tuple(getattr(owner, name) for owner, name in self._modes)
         # Which inputs are one tensor passed twice: a recording of step(a, a) reads one buffer
@@ -554,7 +607,7 @@ class CompiledStep:
         first: dict[int, int] = {}
         same = tuple(first.setdefault(id(tensor), k) for k, tensor in enumerate(inputs))
         mode = ("modes", autograd.is_grad_enabled(), modes)
-        return (*signature, ("same", same), mode, ("grads", grads))
+        return (*signature, ("same", same), mode, ("grads", grads), ("free", self._free_values()))
 
     def _grads(self, inputs: list[Tensor]) -> tuple:
         """What the known gradient holders hold before this call: None, or the kind of array
@@ -646,9 +699,10 @@ class CompiledStep:
                 f"compile: {self._unrepeated} calls in a row recorded a signature that no "
                 "later call repeated, so nothing replays: an argument that changes on every "
                 "call (a Python number such as a learning rate, a new object) is part of the "
-                "signature, and so are the called modules' modes and plain settings (a counter "
-                "a forward keeps on its module); pass such a value as a tensor, or keep it out "
-                "of the step's arguments and modules",
+                "signature, and so are the globals and enclosing variables the step function "
+                "reads, and the called modules' modes and plain settings (a counter a forward "
+                "keeps on its module); pass such a value as a tensor, or keep it out of the "
+                "step's arguments, names and modules",
                 RuntimeWarning,
                 stacklevel=4,
             )
