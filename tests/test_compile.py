@@ -2110,3 +2110,36 @@ def test_an_attribute_named_like_a_changing_global_does_not_stop_replays(device)
             compiled(*batch)
             records.append(len(compiled._first) + len(compiled.tapes))
     assert len(compiled.tapes) == 1 and records[-1] == 1
+
+
+def test_a_bound_methods_attribute_changed_after_recording_records_again(device):
+    """``trainer.step`` reading ``self.lr``: the object's public attributes count like globals."""
+
+    class Trainer:
+        def __init__(self) -> None:
+            self.model, _ = _mlp_and_optimizer(device)
+            self.lr = 0.1
+
+        def step(self, x, y):
+            loss = F.cross_entropy(self.model(x), y)
+            self.model.zero_grad()
+            loss.backward()
+            with ta.no_grad():
+                for p in self.model.parameters():
+                    p -= self.lr * p.grad
+            return loss
+
+    batches = _batches(device, 8)
+    results = []
+    for compiled in (False, True):
+        trainer = Trainer()
+        run = ta.compile(trainer.step) if compiled else trainer.step
+        losses = []
+        for number, batch in enumerate(batches):
+            if number == 5:
+                trainer.lr = 0.0
+            losses.append(float(run(*batch).numpy()))
+        results.append((losses, run))
+    (eager, _), (compiled_losses, run) = results
+    assert compiled_losses == eager
+    assert len(run.tapes) == 2

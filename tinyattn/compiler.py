@@ -8,7 +8,8 @@ written down once and replayed:
 
 - **Recording.** The first two calls with a new signature (the shapes, dtypes, devices and
   ``requires_grad`` of the tensor arguments, wherever they sit in the arguments, the other
-  arguments' values, the step function's globals and closure variables, grad mode, and the
+  arguments' values, the step function's globals and closure variables (and a bound method's
+  object's public attributes), grad mode, and the
   mode, settings, parameters, buffers and submodules of every module the step calls) run
   eagerly, on private copies of the
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
@@ -520,14 +521,16 @@ _PLAIN = (int, float, complex, bool, str, bytes, type(None))
 _UNBOUND = object()
 
 
-def _free_names(step: Callable) -> tuple[dict, tuple[str, ...], tuple]:
-    """(the globals of `step`'s function, the names its code may read from them, its closure
-    cells): what a replay would otherwise freeze. Nested code (a comprehension, a lambda) reads
-    the same globals, so its names count too. Empty for a callable that is not a function."""
+def _free_names(step: Callable) -> tuple[dict, tuple[str, ...], tuple, Any]:
+    """(the globals of `step`'s function, the names its code loads from them, its closure
+    cells, the object a bound method is bound to): what a replay would otherwise freeze.
+    Nested code (a comprehension, a lambda) reads the same globals, so its names count too.
+    Empty for a callable that is not a function."""
     function = getattr(step, "__func__", step)
+    owner = getattr(step, "__self__", None)
     code = getattr(function, "__code__", None)
     if not isinstance(code, types.CodeType):
-        return {}, (), ()
+        return {}, (), (), None
     names: set[str] = set()
     codes = [code]
     while codes:
@@ -536,7 +539,8 @@ def _free_names(step: Callable) -> tuple[dict, tuple[str, ...], tuple]:
         # beside a loop's global `step` counter must not count).
         names.update(i.argval for i in dis.get_instructions(current) if i.opname == "LOAD_GLOBAL")
         codes.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
-    return function.__globals__, tuple(sorted(names)), tuple(function.__closure__ or ())
+    cells = tuple(function.__closure__ or ())
+    return function.__globals__, tuple(sorted(names)), cells, getattr(owner, "__dict__", None)
 
 
 def _guard(value: Any) -> Any:
@@ -566,7 +570,8 @@ class CompiledStep:
         # The step's own global and enclosing names are read on every call and keyed, as
         # torch.compile guards on them: a replay runs none of the step's Python, so a learning
         # rate kept in a global and lowered after recording would otherwise stay as recorded.
-        self._globals, self._global_names, self._cells = _free_names(step)
+        # A bound method's object counts the same way: its public attributes (`self.lr`).
+        self._globals, self._global_names, self._cells, self._owner = _free_names(step)
         self.max_signatures = max_signatures
         self.cuda_graphs = cuda_graphs
         self._lock = threading.RLock()
@@ -589,7 +594,8 @@ class CompiledStep:
             return self._call(args, kwargs)
 
     def _free_values(self) -> tuple:
-        """The current values of the step's globals and closure variables, as guards."""
+        """The current values of the step's globals, closure variables and (for a bound
+        method) its object's public attributes, as guards."""
         get = self._globals.get
         values = tuple(_guard(get(name, _UNBOUND)) for name in self._global_names)
         cells = []
@@ -598,7 +604,9 @@ class CompiledStep:
                 cells.append(_guard(cell.cell_contents))
             except ValueError:  # not yet bound in the enclosing function
                 cells.append(("id", id(_UNBOUND)))
-        return values + tuple(cells)
+        owner = self._owner or {}
+        attributes = tuple((k, _guard(v)) for k, v in owner.items() if not k.startswith("_"))
+        return values + tuple(cells) + attributes
 
     def _key(self, signature: tuple, inputs: list[Tensor], grads: tuple) -> tuple:
         modes = tuple(getattr(owner, name) for owner, name in self._modes)
