@@ -10,6 +10,8 @@ any other op is a row here.
 Forward inputs are drawn by a generator named in the row: ``normal``; ``positive`` (for log,
 sqrt, pow); ``tails`` (|x| from 15 to 40, where cancelling formulas lose relative precision);
 ``distinct`` (all values of all inputs distinct, at least 0.1 apart and at least 0.1 from 0);
+``unit``, ``above_one`` and ``moderate`` (inside the domains of asin, acos and atanh, of acosh,
+and of tan, away from their derivatives' poles);
 ``nonzero`` (the same values, for ops with a pole at 0); ``untied`` (the same values, for ops
 with no derivative where values tie: topk, and std where all values are equal). The generator
 also names the domain the gradient check draws from (`DOMAINS`): relu, abs, clip, max, min and
@@ -96,6 +98,21 @@ def untied(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
 def tails(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
     """Values far out in both tails, where a formula that cancels loses relative precision."""
     return [rng.uniform(15.0, 40.0, shape) * rng.choice([-1.0, 1.0], shape) for shape in shapes]
+
+
+def unit(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    """Inside (-1, 1), away from the poles of asin's, acos's and atanh's derivatives at +-1."""
+    return [rng.uniform(-0.9, 0.9, shape) for shape in shapes]
+
+
+def above_one(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    """Above 1, away from the pole of acosh's derivative at 1."""
+    return [rng.uniform(1.1, 3.0, shape) for shape in shapes]
+
+
+def moderate(rng: np.random.Generator, shapes: list[tuple]) -> list[np.ndarray]:
+    """|x| < 1.3, away from tan's poles at +-pi/2."""
+    return [rng.uniform(-1.3, 1.3, shape) for shape in shapes]
 
 
 @dataclass(frozen=True)
@@ -394,6 +411,12 @@ ROWS = [
     Row("diag of a matrix", lambda a: a.diag(1), lambda a: np.diag(a, 1), [A]),
     Row("diag of a matrix below", lambda a: ta.diag(a, -2), lambda a: np.diag(a, -2), [A]),
     Row("diag of a vector", lambda a: a.diag(), lambda a: np.diag(a), [(4,)]),
+    Row("trace", lambda a: a.trace(), np.trace, [A]),
+    Row("logaddexp", lambda a, b: ta.logaddexp(a, b), np.logaddexp, [A, (4,)]),
+    Row("logaddexp at ties", lambda a: a.logaddexp(a), lambda a: np.logaddexp(a, a), [A]),
+    Row("logaddexp2", lambda a, b: a.logaddexp2(b), np.logaddexp2, [A, A]),
+    Row("hstack", lambda a, b: ta.hstack([a, b]), lambda a, b: np.hstack([a, b]), [A, (3, 2)]),
+    Row("vstack", lambda a, b: ta.vstack([a, b]), lambda a, b: np.vstack([a, b]), [A, (4,)]),
     Row("diag of a vector above", lambda a: a.diag(2), lambda a: np.diag(a, 2), [(3,)]),
     Row("diag of a vector below", lambda a: a.diag(-1), lambda a: np.diag(a, -1), [(3,)]),
     Row("tile", lambda a: a.tile(2), lambda a: np.tile(a, 2), [A]),
@@ -488,7 +511,8 @@ def _scatter_numpy(a: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) 
 # Every registered elementwise op (tinyattn/ops/table.py) gets rows here without a hand-written
 # line: its method, its free function, its operators and its scalar forms, against the NumPy
 # function the table names.
-GENERATORS = {"normal": normal, "positive": positive, "distinct": distinct, "nonzero": nonzero}
+GENERATORS = {"normal": normal, "positive": positive, "distinct": distinct, "nonzero": nonzero,
+              "unit": unit, "above_one": above_one, "moderate": moderate}  # fmt: skip
 
 
 def _unary_rows(spec: table.Unary) -> list[Row]:
@@ -587,6 +611,9 @@ DOMAINS = {
     untied: untied_tensors,
     tails: st.floats(-40.0, -15.0) | st.floats(15.0, 40.0),
     with_zeros: st.just(0.0) | st.floats(-3.0, 3.0),
+    unit: (-0.9, 0.9),
+    above_one: (1.1, 10.0),
+    moderate: (-1.3, 1.3),
 }
 
 

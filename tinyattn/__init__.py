@@ -23,9 +23,11 @@ from .tensor import (
     FUNCTIONS,
     Tensor,
     arange,
+    as_tensor,
     cat,
     concat,
     empty,
+    empty_like,
     equal,
     eye,
     from_numpy,
@@ -47,7 +49,7 @@ from .tensor import (
     zeros,
     zeros_like,
 )
-from .tensor_functions import cosine_similarity, einsum, meshgrid, pad
+from .tensor_functions import cosine_similarity, einsum, hstack, meshgrid, pad, vstack
 
 # Dtypes by PyTorch's names (inside this namespace `float`, `int` and `bool` name dtypes, as in
 # PyTorch); every dtype argument accepts these names.
@@ -121,6 +123,10 @@ __all__ = [
     "meshgrid",
     "cosine_similarity",
     "randint",
+    "as_tensor",
+    "empty_like",
+    "hstack",
+    "vstack",
     "short",
     "uint8",
     # `from tinyattn import *` must not replace Python's own max, sum, round, float, ...

@@ -74,6 +74,7 @@ from .ops.table import BINARY, LOGICAL, UNARY, Binary, Logical, Unary
 _HOST_ARRAY = backend.HOST_ARRAY
 # Python numbers that go straight to the array library as the other operand of a float tensor.
 _SCALARS = (float, int)
+_LN2 = math.log(2.0)
 _is_float = backend.is_float_array
 
 
@@ -553,6 +554,21 @@ class Tensor:
 
     def logical_not(self) -> Tensor:
         return self.bool().__invert__()
+
+    def logical_and(self, other: Any) -> Tensor:
+        """Elementwise `x and y` of the truth values (nonzero is True), as bool.
+        Shapes: x and y broadcast together."""
+        return self.bool() & self._operand(other, "logical_and").bool()
+
+    def logical_or(self, other: Any) -> Tensor:
+        """Elementwise `x or y` of the truth values (nonzero is True), as bool.
+        Shapes: x and y broadcast together."""
+        return self.bool() | self._operand(other, "logical_or").bool()
+
+    def logical_xor(self, other: Any) -> Tensor:
+        """Elementwise exclusive or of the truth values (nonzero is True), as bool.
+        Shapes: x and y broadcast together."""
+        return self.bool() ^ self._operand(other, "logical_xor").bool()
 
     def __matmul__(self, other: Any) -> Tensor:
         other = self._operand(other, "matmul")
@@ -1450,6 +1466,40 @@ class Tensor:
         padding = zeros((abs(diagonal), size), dtype=self.dtype, device=self.device)
         return cat([rows, padding] if diagonal > 0 else [padding, rows], dim=0)
 
+    def trace(self) -> Tensor:
+        """The sum of the main diagonal of a matrix;  dL/dx = g * I.  Shapes: (r, c) -> ()."""
+        if self.ndim != 2:
+            raise ValueError(f"trace: expected a 2-D tensor, got shape {self.shape}")
+        return self.diag().sum()
+
+    def count_nonzero(self, dim: int | tuple | None = None) -> Tensor:
+        """The number of nonzero entries (over `dim`, or all), as int64.
+        Shapes: (...) -> () or the shape without `dim`."""
+        return (self != 0).sum(dim=dim)
+
+    def logaddexp(self, other: Any) -> Tensor:
+        """log(e^x + e^y) without overflow: the larger plus log1p(exp(smaller - larger)), the
+        exponent clipped at 0 in each branch so that the branch not taken cannot overflow.
+        dL/dx = g * sigmoid(x - y), dL/dy = g * sigmoid(y - x) (1/2 each at ties).
+        Shapes: x and y broadcast together."""
+        backend.check_floating("logaddexp", self.array)
+        other = self._operand(other, "logaddexp")
+        broadcast_shapes("logaddexp", self.shape, other.shape)
+        # Two equal infinities: inf - inf would be NaN (with a warning), but the result is that
+        # infinity, so their difference is taken as 0.
+        same_infinity = (self == other) & self.isinf()
+        difference = where(same_infinity, 0.0, other) - where(same_infinity, 0.0, self)
+        if_self = self + difference.clip(max=0.0).exp().log1p()
+        if_other = other + (-difference).clip(max=0.0).exp().log1p()
+        return where(difference <= 0, if_self, if_other)
+
+    def logaddexp2(self, other: Any) -> Tensor:
+        """log2(2^x + 2^y): logaddexp in base 2;  dL/dx = g * 2^x / (2^x + 2^y).
+        Shapes: x and y broadcast together."""
+        backend.check_floating("logaddexp2", self.array)
+        other = self._operand(other, "logaddexp2")
+        return (self * _LN2).logaddexp(other * _LN2) * (1.0 / _LN2)
+
     def tile(self, *dims: Any) -> Tensor:
         """The tensor repeated dims[i] times along dim i; fewer dims than dimensions count from
         the last (ones are put in front), as PyTorch's tile and NumPy's; the gradient sums the
@@ -2157,6 +2207,23 @@ def zeros_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) ->
     return _filled(other.shape, 0, dtype or other.dtype, other.device, requires_grad)
 
 
+def empty_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new tensor of other's shape, dtype and device; tinyattn fills it with zeros (PyTorch
+    leaves it unset)."""
+    return _filled(other.shape, 0, dtype or other.dtype, other.device, requires_grad)
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """`data` as a tensor: a Tensor itself when it already has the dtype and device asked for
+    (else converted with ``.to``, which keeps the graph), anything else copied into a new leaf
+    as `tensor` does (unlike PyTorch, a NumPy array's memory is not shared)."""
+    if isinstance(data, Tensor):
+        if device is not None:
+            data = data.to(device)
+        return data if dtype is None else data.to(dtype)
+    return tensor(data, dtype=dtype, device=device)
+
+
 def ones_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     return _filled(other.shape, 1, dtype or other.dtype, other.device, requires_grad)
 
@@ -2404,6 +2471,10 @@ FUNCTIONS = {
         *("unbind", "index_select", "movedim", "sort", "argsort", "roll", "isclose"),
         *("allclose", "norm", "frac", "lerp", "addmm", "diag", "tile", "repeat_interleave"),
         *("nan_to_num", "diff", "masked_select", "prod", "cumprod", "unique", "bincount"),
+        *("swapaxes", "broadcast_to", "detach", "trace", "count_nonzero", "logaddexp"),
+        *("logaddexp2", "logical_and", "logical_or", "logical_xor"),
+        *(f"{name}_" for name in IN_PLACE_UNARY),
+        *("clamp_", "clip_", "fill_", "zero_"),
     )
 }
 

@@ -1,10 +1,11 @@
-"""Free functions composed from Tensor methods: einsum, pad, meshgrid and cosine_similarity
-(PyTorch's names).
+"""Free functions composed from Tensor methods: einsum, pad, meshgrid, cosine_similarity, hstack
+and vstack (PyTorch's names).
 
 Imports `tensor` (and `ops` for two argument checks). None holds derivative
 math: einsum is a permute, a reshape and one batched matmul; pad is a concat with constant
 blocks (or a slice, for negative padding); meshgrid reshapes and broadcasts; cosine_similarity
-divides by norms and sums. Their gradients, of any order, come from those ops.
+divides by norms and sums; hstack and vstack are concatenations. Their gradients, of any order,
+come from those ops.
 """
 
 from __future__ import annotations
@@ -191,3 +192,28 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
         norm = x.norm(dim=dim, keepdim=True)
         norms.append(norm + (norm.clamp_min(eps) - norm).detach())
     return ((x1 / norms[0]) * (x2 / norms[1])).sum(dim=dim)
+
+
+def _stacked_tensors(op: str, tensors: Any) -> list[Tensor]:
+    if not isinstance(tensors, list | tuple) or not tensors:
+        raise TypeError(f"{op}: expected a non-empty list or tuple of Tensors, got {tensors!r}")
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: expected Tensors, got {type(t).__name__}")
+    return list(tensors)
+
+
+def vstack(tensors: Sequence[Tensor]) -> Tensor:
+    """Rows on top of each other: 1-D tensors become rows (1, n), then concat along dim 0.
+
+    Shapes: (n,) or (r_i, ...) -> (sum of r_i, ...)."""
+    rows = _stacked_tensors("vstack", tensors)
+    return concat([t.reshape(1, -1) if t.ndim < 2 else t for t in rows], dim=0)
+
+
+def hstack(tensors: Sequence[Tensor]) -> Tensor:
+    """Side by side: concat along dim 1, or along dim 0 for 1-D tensors (0-d become (1,)).
+
+    Shapes: (n_i,) -> (sum of n_i,);  (r, c_i, ...) -> (r, sum of c_i, ...)."""
+    parts = [t.reshape(1) if t.ndim == 0 else t for t in _stacked_tensors("hstack", tensors)]
+    return concat(parts, dim=0 if parts[0].ndim == 1 else 1)

@@ -15,9 +15,12 @@ from .elementwise import (
     Div,
     DivScalar,
     Exp,
+    Exp2,
     Expm1,
     Log,
     Log1p,
+    Log2,
+    Log10,
     Maximum,
     Mul,
     MulScalar,
@@ -122,10 +125,12 @@ from .movement import Clone, Flip  # noqa: E402
 from .rounding import Ceil, Floor, FloorDivide, Remainder, Round, Sign, Trunc  # noqa: E402
 from .scan import Cumsum  # noqa: E402
 from .targets import ClassWeights, Dropout, KeptCount, bad_targets  # noqa: E402
-from .trig import Atan2, Cos, Sin  # noqa: E402
+from .trig import Acos, Acosh, Asin, Asinh, Atan, Atan2, Atanh, Cos, Cosh, Sin, Sinh, Tan  # noqa: E402
 
 __all__ += ["Ceil", "Clone", "Cos", "Cumsum", "Flip", "Floor", "FloorDivide", "Remainder"]
 __all__ += ["Atan2", "Expm1", "Log1p", "Round", "Sign", "Sin", "Trunc"]
+__all__ += ["Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cosh", "Sinh", "Tan"]
+__all__ += ["Exp2", "Log2", "Log10"]
 __all__ += [
     "ClassWeights",
     "Computed",

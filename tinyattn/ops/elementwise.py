@@ -184,6 +184,59 @@ class Log(Function):
         return grad / self.inputs[0]
 
 
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+class Log2(Function):
+    """y = log2(x);  dL/dx = g / (x ln 2).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).log2(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad / (self.inputs[0] * _LN2)
+
+
+class Log10(Function):
+    """y = log10(x);  dL/dx = g / (x ln 10).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).log10(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad / (self.inputs[0] * _LN10)
+
+
+class Exp2(Function):
+    """y = 2^x;  dL/dx = g * y ln 2.
+
+    Shapes: x (...) -> y (...). The array API has no exp2: pow(2, x), which is exact at integer
+    x where exp(x ln 2) is not.
+    """
+
+    __slots__ = ()
+    backward_reads = ("output",)
+
+    def forward(self, x: Any) -> Any:
+        xp = namespace(x)
+        return xp.pow(xp.asarray(2.0, dtype=x.dtype, device=x.device), x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad * (self.output * _LN2)
+
+
 class Log1p(Function):
     """y = log(1 + x), accurate where x is tiny (log(1 + x) would round 1 + x first);
     dL/dx = g / (1 + x).

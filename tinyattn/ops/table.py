@@ -23,9 +23,12 @@ from .elementwise import (
     Div,
     DivScalar,
     Exp,
+    Exp2,
     Expm1,
     Log,
     Log1p,
+    Log2,
+    Log10,
     Maximum,
     Mul,
     MulScalar,
@@ -42,7 +45,7 @@ from .elementwise import (
 )
 from .rounding import Ceil, Floor, FloorDivide, Remainder, Round, Trunc
 from .special import Erf
-from .trig import Atan2, Cos, Sin
+from .trig import Acos, Acosh, Asin, Asinh, Atan, Atan2, Atanh, Cos, Cosh, Sin, Sinh, Tan
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ class Unary:
     name: str
     function: type
     reference: str | None  # the NumPy function with the same meaning (None: tested by hand)
-    domain: str = "normal"  # where the tests draw inputs: normal, positive, distinct or nonzero
+    # Where the tests draw inputs: normal, positive, distinct, nonzero, unit (|x| < 1, for asin,
+    # acos and atanh), above_one (acosh) or moderate (|x| < 1.3, away from tan's poles).
+    domain: str = "normal"
     floats_only: bool = True  # refuse integer input (abs takes any dtype)
 
 
@@ -87,6 +92,9 @@ UNARY = (
     Unary("exp",     Exp,     "exp"),
     Unary("log",     Log,     "log",  domain="positive"),
     Unary("log1p",   Log1p,   "log1p", domain="positive"),
+    Unary("log2",    Log2,    "log2",  domain="positive"),
+    Unary("log10",   Log10,   "log10", domain="positive"),
+    Unary("exp2",    Exp2,    "exp2"),
     Unary("expm1",   Expm1,   "expm1"),
     Unary("sqrt",    Sqrt,    "sqrt", domain="positive"),
     Unary("tanh",    Tanh,    "tanh"),
@@ -95,6 +103,15 @@ UNARY = (
     Unary("abs",     Abs,     "abs",  domain="distinct", floats_only=False),
     Unary("sin",     Sin,     "sin"),
     Unary("cos",     Cos,     "cos"),
+    Unary("tan",     Tan,     "tan",     domain="moderate"),
+    Unary("asin",    Asin,    "arcsin",  domain="unit"),
+    Unary("acos",    Acos,    "arccos",  domain="unit"),
+    Unary("atan",    Atan,    "arctan"),
+    Unary("sinh",    Sinh,    "sinh"),
+    Unary("cosh",    Cosh,    "cosh"),
+    Unary("asinh",   Asinh,   "arcsinh"),
+    Unary("acosh",   Acosh,   "arccosh", domain="above_one"),
+    Unary("atanh",   Atanh,   "arctanh", domain="unit"),
     Unary("floor",   Floor,   "floor"),
     Unary("ceil",    Ceil,    "ceil"),
     Unary("round",   Round,   "round"),

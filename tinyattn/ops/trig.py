@@ -1,4 +1,6 @@
-"""Trigonometric primitives: sin and cos, each the other's derivative (up to a sign), and atan2.
+"""Trigonometric and hyperbolic primitives: sin and cos, each the other's derivative (up to a
+sign), tan, the inverse functions asin, acos, atan and atan2, and sinh, cosh (each the other's
+derivative), asinh, acosh and atanh.
 
 Forward runs on raw arrays; backward is written with Tensor ops, so sin and cos differentiate
 each other to any order.
@@ -62,3 +64,154 @@ class Atan2(Function):
             (scaled * b).sum_to(a.shape) if a.requires_grad else None,
             (-scaled * a).sum_to(b.shape) if b.requires_grad else None,
         )
+
+
+class Tan(Function):
+    """y = tan(x);  dL/dx = g * (1 + y^2).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("output",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).tan(x)
+
+    def backward(self, grad: Any) -> Any:
+        y = self.output
+        return grad * (y * y + 1.0)
+
+
+class Asin(Function):
+    """y = asin(x) in [-pi/2, pi/2] for x in [-1, 1];  dL/dx = g / sqrt(1 - x^2).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).asin(x)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        return grad / (1.0 - x * x).sqrt()
+
+
+class Acos(Function):
+    """y = acos(x) in [0, pi] for x in [-1, 1];  dL/dx = -g / sqrt(1 - x^2).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).acos(x)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        return -(grad / (1.0 - x * x).sqrt())
+
+
+class Atan(Function):
+    """y = atan(x) in (-pi/2, pi/2);  dL/dx = g / (1 + x^2).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).atan(x)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        return grad / (x * x + 1.0)
+
+
+class Sinh(Function):
+    """y = sinh(x) = (e^x - e^-x) / 2;  dL/dx = g * cosh(x).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).sinh(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad * self.inputs[0].cosh()
+
+
+class Cosh(Function):
+    """y = cosh(x) = (e^x + e^-x) / 2;  dL/dx = g * sinh(x).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).cosh(x)
+
+    def backward(self, grad: Any) -> Any:
+        return grad * self.inputs[0].sinh()
+
+
+class Asinh(Function):
+    """y = asinh(x) = log(x + sqrt(x^2 + 1));  dL/dx = g / sqrt(x^2 + 1).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).asinh(x)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        return grad / (x * x + 1.0).sqrt()
+
+
+class Acosh(Function):
+    """y = acosh(x) = log(x + sqrt(x^2 - 1)) for x >= 1;  dL/dx = g / sqrt(x^2 - 1).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).acosh(x)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        return grad / (x * x - 1.0).sqrt()
+
+
+class Atanh(Function):
+    """y = atanh(x) = log((1 + x) / (1 - x)) / 2 for |x| < 1;  dL/dx = g / (1 - x^2).
+
+    Shapes: x (...) -> y (...).
+    """
+
+    __slots__ = ()
+    backward_reads = ("inputs",)
+
+    def forward(self, x: Any) -> Any:
+        return namespace(x).atanh(x)
+
+    def backward(self, grad: Any) -> Any:
+        x = self.inputs[0]
+        return grad / (1.0 - x * x)
