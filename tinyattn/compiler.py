@@ -543,6 +543,22 @@ def _free_names(step: Callable) -> tuple[dict, tuple[str, ...], tuple, Any]:
     return function.__globals__, tuple(sorted(names)), cells, getattr(owner, "__dict__", None)
 
 
+class _Same:
+    """A key part equal only to one for the very same object. It holds the object, so that
+    the id cannot be reused by a new one while the key lives (an id alone could be)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
 def _guard(value: Any) -> Any:
     """A global's or closure variable's part of the cache key: plain values (and tuples of
     them) by value, anything else by identity (a tensor compared by value would be an op)."""
@@ -550,7 +566,7 @@ def _guard(value: Any) -> Any:
         return value
     if type(value) is tuple:
         return tuple(_guard(v) for v in value)
-    return ("id", id(value))
+    return _Same(value)
 
 
 class CompiledStep:
@@ -603,7 +619,7 @@ class CompiledStep:
             try:
                 cells.append(_guard(cell.cell_contents))
             except ValueError:  # not yet bound in the enclosing function
-                cells.append(("id", id(_UNBOUND)))
+                cells.append(_UNBOUND)
         owner = self._owner or {}
         attributes = tuple((k, _guard(v)) for k, v in owner.items() if not k.startswith("_"))
         return values + tuple(cells) + attributes
