@@ -724,9 +724,10 @@ class CompiledStep:
                 "later call repeated, so nothing replays: an argument that changes on every "
                 "call (a Python number such as a learning rate, a new object) is part of the "
                 "signature, and so are the globals and enclosing variables the step function "
-                "reads, and the called modules' modes and plain settings (a counter a forward "
+                "reads, a bound method's object's attributes (a counter the step keeps on "
+                "self), and the called modules' modes and plain settings (a counter a forward "
                 "keeps on its module); pass such a value as a tensor, or keep it out of the "
-                "step's arguments, names and modules",
+                "step's arguments, names, object and modules",
                 RuntimeWarning,
                 stacklevel=4,
             )
