@@ -2143,3 +2143,62 @@ def test_a_bound_methods_attribute_changed_after_recording_records_again(device)
     (eager, _), (compiled_losses, run) = results
     assert compiled_losses == eager
     assert len(run.tapes) == 2
+
+
+CONFIG = {"lr": 0.1, "clip": 1.0}
+
+
+def test_a_setting_in_a_small_config_dict_or_namespace_records_again(device):
+    """``config["lr"]`` and ``args.lr`` read inside the step: a small dict or namespace of
+    settings is keyed by its entries too, so a rate lowered after recording records again."""
+    import argparse
+
+    batches = _batches(device, 8)
+    args = argparse.Namespace(lr=0.1, steps=8)
+    for where in ("dict", "namespace"):
+        results = []
+        for compiled in (False, True):
+            model, _ = _mlp_and_optimizer(device)
+            CONFIG["lr"], args.lr = 0.1, 0.1
+
+            def step(x, y, model=model, where=where):
+                loss = F.cross_entropy(model(x), y)
+                model.zero_grad()
+                loss.backward()
+                rate = CONFIG["lr"] if where == "dict" else args.lr
+                with ta.no_grad():
+                    for p in model.parameters():
+                        p -= rate * p.grad
+                return loss
+
+            run = ta.compile(step) if compiled else step
+            losses = []
+            for number, batch in enumerate(batches):
+                if number == 5:
+                    CONFIG["lr"], args.lr = 0.0, 0.0
+                losses.append(float(run(*batch).numpy()))
+            results.append((losses, run))
+        (eager, _), (compiled_losses, run) = results
+        assert compiled_losses == eager, where
+        assert len(run.tapes) == 2, where
+
+
+def test_a_large_dict_read_by_the_step_is_keyed_by_identity_only(device):
+    """A vocabulary-sized dict is keyed by identity only (reading it on every call would cost
+    more than the replay saves); binding the name to another dict records again."""
+    global CONFIG
+    saved = CONFIG
+    try:
+        CONFIG = {f"token{k}": k for k in range(100)} | {"scale": 1.0}
+        ta.manual_seed(0)
+        lin = nn.Linear(3, 1).to(device)
+        compiled = ta.compile(lambda x: lin(x).sum() * CONFIG["scale"])
+        x = ta.ones(2, 3, device=device)
+        for _ in range(3):
+            compiled(x)
+        assert len(compiled.tapes) == 1
+        CONFIG = dict(CONFIG, scale=2.0)
+        expected = float((lin(x).sum() * 2.0).numpy())
+        assert float(compiled(x).numpy()) == expected
+    finally:
+        CONFIG = saved

@@ -8,8 +8,9 @@ written down once and replayed:
 
 - **Recording.** The first two calls with a new signature (the shapes, dtypes, devices and
   ``requires_grad`` of the tensor arguments, wherever they sit in the arguments, the other
-  arguments' values, the step function's globals and closure variables (and a bound method's
-  object's public attributes), grad mode, and the
+  arguments' values, the step function's globals and closure variables (the entries of a
+  small settings dict or namespace among them, and a bound method's object's public
+  attributes), grad mode, and the
   mode, settings, parameters, buffers and submodules of every module the step calls) run
   eagerly, on private copies of the
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
@@ -43,6 +44,7 @@ only while recording.
 
 from __future__ import annotations
 
+import argparse
 import dis
 import functools
 import threading
@@ -559,13 +561,35 @@ class _Same:
         return id(self.value)
 
 
+# A dict or namespace of settings (`config["lr"]`, `args.lr`) up to this size is keyed by its
+# entries too, one level deep; a larger one (a vocabulary) only by identity, as reading it on
+# every call would cost more than the replay saves.
+_SETTINGS_SIZE = 64
+
+
 def _guard(value: Any) -> Any:
     """A global's or closure variable's part of the cache key: plain values (and tuples of
-    them) by value, anything else by identity (a tensor compared by value would be an op)."""
+    them) by value, anything else by identity (a tensor compared by value would be an op); a
+    small dict or namespace by identity and by its entries, each plain by value or else by
+    identity."""
     if isinstance(value, _PLAIN):
         return value
     if type(value) is tuple:
         return tuple(_guard(v) for v in value)
+    entries = value if type(value) is dict else None
+    if isinstance(value, types.SimpleNamespace | argparse.Namespace):
+        entries = vars(value)
+    if entries is not None and len(entries) <= _SETTINGS_SIZE:
+        return (_Same(value), tuple((_shallow(k), _shallow(v)) for k, v in entries.items()))
+    return _Same(value)
+
+
+def _shallow(value: Any) -> Any:
+    """A plain value (or a tuple of them) by value, anything else by identity."""
+    if isinstance(value, _PLAIN) or (
+        type(value) is tuple and all(isinstance(v, _PLAIN) for v in value)
+    ):
+        return value
     return _Same(value)
 
 
