@@ -227,6 +227,23 @@ ERRORS = [
     ("logical_and devices", lambda d: ta.logical_and(_ones(2, device=d), ta.ones(2, device="cpu"))
      if d != "cpu" else ta.logical_and(_ones(2, device=d), "a"),
      (RuntimeError, TypeError), ["logical_and"]),
+    ("index_add index", lambda d: _ones(3, 4, device=d).index_add(0, _ones(2, device=d),
+     _ones(2, 4, device=d)), TypeError, ["index_add", "1-D integer", "float64"]),
+    ("index_add source", lambda d: _ones(3, 4, device=d).index_add(
+     1, ta.tensor([0, 1], device=d), _ones(3, 3, device=d)),
+     ValueError, ["index_add", "(3, 3)", "(3, 2)", "(3, 4)"]),
+    ("scatter_add src", lambda d: _ones(3, 4, device=d).scatter_add(
+     0, ta.tensor([[0, 1]], device=d), _ones(2, device=d)),
+     ValueError, ["scatter_add", "(2,)", "(1, 2)"]),
+    ("scatter_add range", lambda d: _ones(3, 4, device=d).scatter_add(
+     0, ta.tensor([[0, 3]], device=d), _ones(1, 2, device=d)),
+     IndexError, ["scatter_add", "3", "size 3"]),
+    ("diagonal dims", lambda d: _ones(3, 4, device=d).diagonal(0, 1, -1),
+     ValueError, ["diagonal", "differ"]),
+    ("addcdiv integers", lambda d: ta.ones(2, dtype="int64", device=d).addcdiv(
+     _ones(2, device=d), _ones(2, device=d)), TypeError, ["addcdiv", "int64"]),
+    ("addcmul broadcast", lambda d: _ones(2, 3, device=d).addcmul(_ones(3, device=d),
+     _ones(4, device=d)), ValueError, ["addcmul", "(3,)", "(4,)"]),
     ("cosine_similarity shapes", lambda d: ta.cosine_similarity(_ones(2, 3, device=d),
      _ones(2, 4, device=d)), ValueError, ["cosine_similarity", "(2, 3)", "(2, 4)"]),
 ]  # fmt: skip

@@ -412,6 +412,18 @@ ROWS = [
     Row("diag of a matrix below", lambda a: ta.diag(a, -2), lambda a: np.diag(a, -2), [A]),
     Row("diag of a vector", lambda a: a.diag(), lambda a: np.diag(a), [(4,)]),
     Row("trace", lambda a: a.trace(), np.trace, [A]),
+    Row("diagonal", lambda a: a.diagonal(1, 0, 2),
+        lambda a: np.diagonal(a, 1, 0, 2), [B3]),
+    Row("addcmul", lambda a, b, c: a.addcmul(b, c, value=0.5), lambda a, b, c: a + 0.5 * b * c,
+        [A, A, (4,)]),
+    Row("addcdiv", lambda a, b, c: ta.addcdiv(a, b, c, value=-2.0), lambda a, b, c: a - 2.0 * b / c,
+        [A, A, A], make=nonzero),
+    Row("scatter_add", lambda a, i, b: a.scatter_add(0, i, b),
+        lambda a, i, b: _scatter_add_numpy(a, 0, i, b),
+        [A, Const(np.array([[0, 2, 0, 1], [2, 2, 1, 0]])), (2, 4)]),
+    Row("index_add", lambda a, i, b: a.index_add(1, i, b, alpha=0.5),
+        lambda a, i, b: _index_add_numpy(a, 1, i, b * 0.5),
+        [A, Const(np.array([1, 3, 1])), (3, 3)]),
     Row("logaddexp", lambda a, b: ta.logaddexp(a, b), np.logaddexp, [A, (4,)]),
     Row("logaddexp at ties", lambda a: a.logaddexp(a), lambda a: np.logaddexp(a, a), [A]),
     Row("logaddexp2", lambda a, b: a.logaddexp2(b), np.logaddexp2, [A, A]),
@@ -499,6 +511,20 @@ def _weighted_ce_numpy(x: np.ndarray, targets: list, weight: list, s: float) -> 
         total += (1 - s) * w[t] * -logp[row, t] + s / len(w) * -(w * logp[row]).sum()
         norm += w[t]
     return np.asarray(total / norm)
+
+
+def _scatter_add_numpy(a: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) -> np.ndarray:
+    out = a.copy()
+    positions = list(np.indices(index.shape))
+    positions[dim] = index
+    np.add.at(out, tuple(positions), src[tuple(slice(0, n) for n in index.shape)])
+    return out
+
+
+def _index_add_numpy(a: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) -> np.ndarray:
+    out = np.moveaxis(a.copy(), dim, 0)
+    np.add.at(out, index, np.moveaxis(src, dim, 0))
+    return np.moveaxis(out, 0, dim)
 
 
 def _scatter_numpy(a: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) -> np.ndarray:

@@ -44,6 +44,15 @@ def _pad(lib):
     return lib.nn.functional.pad if lib is torch else lib.pad
 
 
+SPREAD = [[0, 2, 0, 1], [2, 2, 1, 0]]  # scatter_add along dim 0: repeated places add up
+REPEATS = [[3, 3], [0, 1], [1, 1]]  # along dim 1
+
+
+def _ix(lib, like, data):
+    """An int64 index tensor on `like`'s device."""
+    return lib.tensor(data, device=like.device)
+
+
 MASK = Const(np.array([[True, False, True, True], [False, False, False, False], [True] * 4]))
 ROW_MASK = Const(np.array([True, False, True]))
 INDEX = Const(np.array([[0, 3], [1, 1], [2, 0]]))
@@ -255,6 +264,18 @@ CASES = [
     Case("swapaxes broadcast_to detach", lambda t, x: (t.swapaxes(x, 0, 2),
                                                        t.broadcast_to(x[0], (2, 3, 4)),
                                                        t.detach(x) * 2.0), [B3]),
+    Case("addcmul addcdiv",     lambda t, x, y, z: (t.addcmul(x, y, z, value=0.3),
+                                                    x.addcmul(y, z[0]),
+                                                    t.addcdiv(x, y, z.abs() + 1.0, value=-2.0),
+                                                    x.addcdiv(y, z.abs() + 1.0)), [A, A, A]),
+    Case("scatter_add",         lambda t, x, y: (x.scatter_add(0, _ix(t, x, SPREAD), y[:2]),
+                                                 t.scatter_add(x, 1, _ix(t, x, REPEATS), y[:, :2])),
+         [A, A]),
+    Case("index_add",           lambda t, x, y: (x.index_add(0, _ix(t, x, [2, 0, 2]), y),
+                                                 t.index_add(x, 1, _ix(t, x, [1, 3, 1, 1]), y,
+                                                             alpha=-0.5)), [A, A]),
+    Case("diagonal",            lambda t, x: (x.diagonal(), t.diagonal(x, 1, 0, 2),
+                                              x.diagonal(-1, 2, 1), x[0].diagonal(-2)), [B3]),
     Case("trunc frac",          lambda t, x: ((x * 3).trunc(), t.frac(x * 3)), [A],
          distinct=True),
     Case("atan2",               lambda t, x, y: (t.atan2(x, y), x.atan2(y[0])), [A, A],
@@ -645,3 +666,26 @@ def test_std_of_a_constant_slice_has_a_zero_gradient_and_nan_stays_nan(device):
     assert not np.isnan(ours).any()
     with_nan = ta.tensor([1.0, np.nan, 2.0], dtype="float64", device=device)
     assert np.isnan(with_nan.std().item())
+
+
+def test_a_hand_written_adam_step_with_addcmul_addcdiv_and_lerp_runs_as_in_pytorch(device):
+    """PyTorch's own Adam, written out with the in-place methods it uses (mul_, addcmul_,
+    addcdiv_, and lerp_ for an EMA of the weights), gives the same parameters in both."""
+    rng = np.random.default_rng(0)
+    start, grads = rng.standard_normal((3, 4)), [rng.standard_normal((3, 4)) for _ in range(4)]
+    results = []
+    for lib in (ta, torch):
+        kwargs = {"device": device} if lib is ta else {}
+        p = lib.tensor(start, dtype=lib.float64, **kwargs)
+        ema, m, v = p.clone(), lib.zeros_like(p), lib.zeros_like(p)
+        for step, g in enumerate(grads, 1):
+            g = lib.tensor(g, dtype=lib.float64, **kwargs)
+            with lib.no_grad():
+                m.mul_(0.9).add_(g, alpha=0.1)
+                v.mul_(0.999).addcmul_(g, g, value=0.001)
+                denom = (v / (1 - 0.999**step)).sqrt().add_(1e-8)
+                p.addcdiv_(m, denom, value=-0.01 / (1 - 0.9**step))
+                ema.lerp_(p, 0.1)
+        results.append([t.cpu().numpy() if lib is torch else t.numpy() for t in (p, ema, v)])
+    for ours, theirs in zip(*results, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-15)

@@ -1152,6 +1152,70 @@ class Tensor:
         written = (hits > 0).reshape(self.shape)
         return where(written, placed.reshape(self.shape), self)
 
+    def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        """Out of place: a copy with ``src[i][j]`` added at ``out[index[i][j]][j]`` (dim 0; and
+        so on); repeated places add up.  dL/dx = g, dL/dsrc = g gathered at the places.
+
+        Shapes: x (...); index and src of x's ndim, index no larger than src -> x's shape."""
+        index, src = self._operand(index, "scatter_add"), self._operand(src, "scatter_add")
+        axis = normalize_axes("scatter_add", dim, self.ndim)[0]
+        _check_index("scatter_add", self, axis, index)
+        if src.ndim != index.ndim or any(n > m for n, m in zip(index.shape, src.shape)):
+            raise ValueError(
+                f"scatter_add: src of shape {src.shape} is smaller than index of shape "
+                f"{index.shape} (it needs index's ndim and at least its sizes)"
+            )
+        positions = computed(_flat_positions, index, shape=self.shape, axis=axis).array
+        src = src[tuple(slice(0, n) for n in index.shape)].to(self.dtype)
+        key = parse_key(positions, (self.numel(),))
+        return self + IndexAdd.apply(src.reshape(-1), shape=(self.numel(),), key=key).reshape(
+            self.shape
+        )
+
+    def index_add(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
+        """Out of place: a copy with ``alpha * source``'s slices along `dim` added at the
+        positions `index` names (repeats add up).  dL/dx = g, dL/dsource = alpha * g[index].
+
+        Shapes: x (..., n, ...), index (k,) integers, source (..., k, ...) -> x's shape."""
+        index, source = self._operand(index, "index_add"), self._operand(source, "index_add")
+        axis = normalize_axes("index_add", dim, self.ndim)[0]
+        name = backend.dtype_name(index.dtype)
+        if not name.startswith(("int", "uint")) or index.ndim != 1:
+            raise TypeError(
+                f"index_add: index must be a 1-D integer tensor, got shape {index.shape} and "
+                f"dtype {name}"
+            )
+        expected = self.shape[:axis] + (index.shape[0],) + self.shape[axis + 1 :]
+        if source.shape != expected:
+            raise ValueError(
+                f"index_add: source of shape {source.shape} does not fit: {index.shape[0]} "
+                f"entries along dim {axis} of a tensor of shape {self.shape} need {expected}"
+            )
+        key = parse_key((slice(None),) * axis + (index.array,), self.shape)
+        source = source.to(self.dtype) if alpha == 1 else source.to(self.dtype) * alpha
+        return self + IndexAdd.apply(source, shape=self.shape, key=key)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal `offset` of the matrices that dims `dim1` and `dim2` span (above the
+        main one for offset > 0), as a new last dim, as PyTorch orders it.
+        dL/dx = g on that diagonal, 0 elsewhere.
+
+        Shapes: (..., r, ..., c, ...) -> (the other dims..., the diagonal's length)."""
+        if type(offset) is not int:
+            raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
+        if self.ndim < 2:
+            raise ValueError(f"diagonal: needs at least 2 dimensions, got shape {self.shape}")
+        first, second = (normalize_axes("diagonal", d, self.ndim)[0] for d in (dim1, dim2))
+        if first == second:
+            raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+        rest = [d for d in range(self.ndim) if d not in (first, second)]
+        moved = self.permute(*rest, first, second)
+        rows, columns = moved.shape[-2:]
+        start_row, start_column = max(-offset, 0), max(offset, 0)
+        length = max(min(rows - start_row, columns - start_column), 0)
+        steps = arange(length, device=self.device)
+        return moved[(slice(None),) * (self.ndim - 2) + (steps + start_row, steps + start_column)]
+
     def topk(
         self,
         k: int,
@@ -1438,6 +1502,22 @@ class Tensor:
         if beta == 0:
             return product
         return (self if beta == 1 else self * beta) + product
+
+    def addcmul(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+        """x + value * t1 * t2 (Adam's second-moment update);  dL/dx = g,
+        dL/dt1 = value * g * t2, dL/dt2 = value * g * t1.  Shapes: all three broadcast."""
+        backend.check_floating("addcmul", self.array)
+        t1, t2 = self._operand(tensor1, "addcmul"), self._operand(tensor2, "addcmul")
+        broadcast_shapes("addcmul", self.shape, broadcast_shapes("addcmul", t1.shape, t2.shape))
+        return self + (t1 * t2 if value == 1 else t1 * value * t2)
+
+    def addcdiv(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+        """x + value * t1 / t2 (Adam's parameter update);  dL/dx = g,
+        dL/dt1 = value * g / t2, dL/dt2 = -value * g * t1 / t2^2.  Shapes: all three broadcast."""
+        backend.check_floating("addcdiv", self.array)
+        t1, t2 = self._operand(tensor1, "addcdiv"), self._operand(tensor2, "addcdiv")
+        broadcast_shapes("addcdiv", self.shape, broadcast_shapes("addcdiv", t1.shape, t2.shape))
+        return self + (t1 / t2 if value == 1 else t1 * value / t2)
 
     def diag(self, diagonal: int = 0) -> Tensor:
         """A 1-D tensor v -> the square matrix with v on diagonal `diagonal` (0 the main one,
@@ -1768,6 +1848,27 @@ class Tensor:
 
     def pow_(self, exponent: Any) -> Tensor:
         return self._inplace("pow_", lambda: self**exponent, exponent)
+
+    def addcmul_(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+        return self._inplace(
+            "addcmul_", lambda: self.addcmul(tensor1, tensor2, value=value), tensor1, tensor2
+        )
+
+    def addcdiv_(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+        return self._inplace(
+            "addcdiv_", lambda: self.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2
+        )
+
+    def lerp_(self, end: Any, weight: Any) -> Tensor:
+        return self._inplace("lerp_", lambda: self.lerp(end, weight), end, weight)
+
+    def scatter_add_(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return self._inplace("scatter_add_", lambda: self.scatter_add(dim, index, src), src)
+
+    def index_add_(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
+        return self._inplace(
+            "index_add_", lambda: self.index_add(dim, index, source, alpha=alpha), source
+        )
 
     def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
         """Set the elements where the bool `mask` (broadcast to this shape) is True to `value`."""
@@ -2472,7 +2573,8 @@ FUNCTIONS = {
         *("allclose", "norm", "frac", "lerp", "addmm", "diag", "tile", "repeat_interleave"),
         *("nan_to_num", "diff", "masked_select", "prod", "cumprod", "unique", "bincount"),
         *("swapaxes", "broadcast_to", "detach", "trace", "count_nonzero", "logaddexp"),
-        *("logaddexp2", "logical_and", "logical_or", "logical_xor"),
+        *("logaddexp2", "logical_and", "logical_or", "logical_xor", "addcmul", "addcdiv"),
+        *("scatter_add", "index_add", "diagonal"),
         *(f"{name}_" for name in IN_PLACE_UNARY),
         *("clamp_", "clip_", "fill_", "zero_"),
     )
