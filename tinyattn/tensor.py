@@ -1136,18 +1136,9 @@ class Tensor:
         The gradient of this tensor is zero at the written places; `src` gets the gradient
         gathered from them. Repeated target places are refused (PyTorch leaves them undefined).
         """
-        index = self._operand(index, "scatter")
-        axis = normalize_axes("scatter", dim, self.ndim)[0]
-        _check_index("scatter", self, axis, index)
-        positions = computed(_flat_positions, index, shape=self.shape, axis=axis).array
+        positions, key, values = self._scatter_places("scatter", dim, index, src)
         _check_unique("scatter", positions)
-        if isinstance(src, Tensor):
-            src = self._operand(src, "scatter")
-            src = src[tuple(slice(0, n) for n in index.shape)].to(self.dtype)
-        else:
-            src = self._operand(src, "scatter").broadcast_to(index.shape).to(self.dtype)
-        key = parse_key(positions, (self.numel(),))
-        placed = IndexAdd.apply(src.reshape(-1), shape=(self.numel(),), key=key)
+        placed = IndexAdd.apply(values, shape=(self.numel(),), key=key)
         hits = IndexAdd.apply(self.constant(_ones(positions)), shape=(self.numel(),), key=key)
         written = (hits > 0).reshape(self.shape)
         return where(written, placed.reshape(self.shape), self)
@@ -1157,20 +1148,28 @@ class Tensor:
         so on); repeated places add up.  dL/dx = g, dL/dsrc = g gathered at the places.
 
         Shapes: x (...); index and src of x's ndim, index no larger than src -> x's shape."""
-        index, src = self._operand(index, "scatter_add"), self._operand(src, "scatter_add")
-        axis = normalize_axes("scatter_add", dim, self.ndim)[0]
-        _check_index("scatter_add", self, axis, index)
-        if src.ndim != index.ndim or any(n > m for n, m in zip(index.shape, src.shape)):
-            raise ValueError(
-                f"scatter_add: src of shape {src.shape} is smaller than index of shape "
-                f"{index.shape} (it needs index's ndim and at least its sizes)"
-            )
+        _, key, values = self._scatter_places("scatter_add", dim, index, src)
+        return self + IndexAdd.apply(values, shape=(self.numel(),), key=key).reshape(self.shape)
+
+    def _scatter_places(self, op: str, dim: int, index: Any, src: Any) -> tuple[Any, Any, Tensor]:
+        """What scatter and scatter_add share: the flat places `index` names along `dim`
+        (checked), their key, and src's values for them in this tensor's dtype, flat (a tensor
+        cut to index's shape, or a number repeated)."""
+        index = self._operand(index, op)
+        axis = normalize_axes(op, dim, self.ndim)[0]
+        _check_index(op, self, axis, index)
         positions = computed(_flat_positions, index, shape=self.shape, axis=axis).array
-        src = src[tuple(slice(0, n) for n in index.shape)].to(self.dtype)
-        key = parse_key(positions, (self.numel(),))
-        return self + IndexAdd.apply(src.reshape(-1), shape=(self.numel(),), key=key).reshape(
-            self.shape
-        )
+        if isinstance(src, Tensor):
+            src = self._operand(src, op)
+            if src.ndim != index.ndim or any(n > m for n, m in zip(index.shape, src.shape)):
+                raise ValueError(
+                    f"{op}: src of shape {src.shape} is smaller than index of shape "
+                    f"{index.shape} (it needs index's ndim and at least its sizes)"
+                )
+            src = src[tuple(slice(0, n) for n in index.shape)]
+        else:
+            src = self._operand(src, op).broadcast_to(index.shape)
+        return positions, parse_key(positions, (self.numel(),)), src.to(self.dtype).reshape(-1)
 
     def index_add(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
         """Out of place: a copy with ``alpha * source``'s slices along `dim` added at the
@@ -1527,11 +1526,7 @@ class Tensor:
         if type(diagonal) is not int:
             raise TypeError(f"diag: diagonal must be an int, got {diagonal!r}")
         if self.ndim == 2:
-            rows, columns = self.shape
-            start_row, start_column = max(-diagonal, 0), max(diagonal, 0)
-            length = max(min(rows - start_row, columns - start_column), 0)
-            steps = arange(length, device=self.device)
-            return self[steps + start_row, steps + start_column]
+            return self.diagonal(diagonal)
         if self.ndim != 1:
             raise ValueError(f"diag: expected a 1-D or 2-D tensor, got shape {self.shape}")
         n = self.shape[0]
@@ -1578,6 +1573,7 @@ class Tensor:
         Shapes: x and y broadcast together."""
         backend.check_floating("logaddexp2", self.array)
         other = self._operand(other, "logaddexp2")
+        broadcast_shapes("logaddexp2", self.shape, other.shape)
         return (self * _LN2).logaddexp(other * _LN2) * (1.0 / _LN2)
 
     def tile(self, *dims: Any) -> Tensor:
@@ -2311,7 +2307,7 @@ def zeros_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) ->
 def empty_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """A new tensor of other's shape, dtype and device; tinyattn fills it with zeros (PyTorch
     leaves it unset)."""
-    return _filled(other.shape, 0, dtype or other.dtype, other.device, requires_grad)
+    return zeros_like(other, dtype, requires_grad)
 
 
 def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:

@@ -196,7 +196,12 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
 
 def _stacked_tensors(op: str, tensors: Any) -> list[Tensor]:
     if not isinstance(tensors, list | tuple) or not tensors:
-        raise TypeError(f"{op}: expected a non-empty list or tuple of Tensors, got {tensors!r}")
+        got = (
+            f"{len(tensors)} tensors"
+            if isinstance(tensors, list | tuple)
+            else type(tensors).__name__
+        )
+        raise TypeError(f"{op}: expected a non-empty list or tuple of Tensors, got {got}")
     for t in tensors:
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: expected Tensors, got {type(t).__name__}")
@@ -208,7 +213,7 @@ def vstack(tensors: Sequence[Tensor]) -> Tensor:
 
     Shapes: (n,) or (r_i, ...) -> (sum of r_i, ...)."""
     rows = _stacked_tensors("vstack", tensors)
-    return concat([t.reshape(1, -1) if t.ndim < 2 else t for t in rows], dim=0)
+    return _joined("vstack", [t.reshape(1, -1) if t.ndim < 2 else t for t in rows], 0)
 
 
 def hstack(tensors: Sequence[Tensor]) -> Tensor:
@@ -216,4 +221,12 @@ def hstack(tensors: Sequence[Tensor]) -> Tensor:
 
     Shapes: (n_i,) -> (sum of n_i,);  (r, c_i, ...) -> (r, sum of c_i, ...)."""
     parts = [t.reshape(1) if t.ndim == 0 else t for t in _stacked_tensors("hstack", tensors)]
-    return concat(parts, dim=0 if parts[0].ndim == 1 else 1)
+    return _joined("hstack", parts, 0 if parts[0].ndim == 1 else 1)
+
+
+def _joined(op: str, parts: list[Tensor], dim: int) -> Tensor:
+    """concat, with a shape mismatch reported under the name the program called."""
+    try:
+        return concat(parts, dim=dim)
+    except ValueError as exc:
+        raise ValueError(f"{op}: {exc}") from None
