@@ -685,18 +685,30 @@ def gelu(quick: bool) -> None:
         host = np.random.default_rng(0).standard_normal(n).astype(np.float32)
         y = np.empty(n, np.float32)
         u, node, cdf, gathered = (np.empty(min(n, piece), np.float32) for _ in range(4))
-        index = np.empty(min(n, piece), np.intp)
+        index, narrow = np.empty(min(n, piece), np.intp), np.empty(min(n, piece), np.int32)
+        nan = np.empty(min(n, piece), bool)
 
-        def floor(host=host, y=y, u=u, node=node, cdf=cdf, gathered=gathered, index=index):
+        def floor(
+            host=host,
+            y=y,
+            u=u,
+            node=node,
+            cdf=cdf,
+            gathered=gathered,
+            index=index,
+            narrow=narrow,
+            nan=nan,
+        ):
             for start in range(0, host.size, piece):
                 x = host[start : start + piece]
-                np.fmax(x, low / steps, out=u)
-                np.fmin(u, high / steps, out=u)
+                np.clip(x, low / steps, high / steps, out=u)
+                np.copyto(u, low / steps, where=np.isnan(u, out=nan))
                 u *= steps
                 np.floor(u, out=node)
                 u -= node
                 node -= low
-                index[...] = node
+                narrow[...] = node
+                index[...] = narrow
                 terms[3].take(index, out=cdf, mode="wrap")
                 for term in (terms[2], terms[1], terms[0]):
                     cdf *= u
