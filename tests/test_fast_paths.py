@@ -1,9 +1,9 @@
 """The array-level fast paths against the plain array API call they replace, on every backend:
 each kernel of `tinyattn.kernels` (sums through BLAS and their cached ones, the short-axis row
-max over a transposed copy, the softmax shift, the column of ones, the tiles and the thread map),
-the in-place bias and normalisation of the fused ops, the GPU tile sizes of block-wise attention,
-and the opt-in allocator setting. Values must agree to rounding; non-finite values and empty
-arrays must come out exactly as the plain call gives them."""
+max over a transposed copy, the softmax shift, the column of ones, ReLU's zeros operand, the
+tiles and the thread map), the in-place bias and normalisation of the fused ops, the GPU tile
+sizes of block-wise attention, and the opt-in allocator setting. Values must agree to rounding;
+non-finite values and empty arrays must come out exactly as the plain call gives them."""
 
 from __future__ import annotations
 
@@ -404,3 +404,33 @@ def test_float_times_bool_mask_multiplies_without_a_float_copy(device, dtype):
     counts = ta.tensor(np.arange(4), device=device)  # an integer tensor still promotes
     product = counts * ta.tensor(np.array([True, False, True, True]), device=device)
     assert product.dtype == counts.dtype and product.tolist() == [0, 0, 2, 3]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_relu_array_is_maximum_with_zero_bit_for_bit(device, dtype):
+    """The cached zeros operand changes the speed of maximum, not its values: NaN of either
+    sign, -0.0, infinities and subnormals come out as ``maximum(x, 0.0)`` gives them."""
+    if dtype == "float16" and device == "strict":
+        pytest.skip("the array API (and so the strict stand-in) has no float16")
+    finfo = np.finfo(dtype)
+    special = [np.nan, -np.nan, -0.0, 0.0, np.inf, -np.inf, finfo.smallest_subnormal]
+    special += [-finfo.smallest_subnormal, finfo.max, -finfo.max, 1.5, -1.5]
+    host = np.concatenate([np.array(special), np.random.default_rng(0).standard_normal(500)])
+    host = host.astype(dtype).reshape(2, -1)
+    got = backend.to_numpy(kernels.relu_array(_array(host, device)))
+    expected = np.maximum(host, 0.0)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got.view(f"u{host.itemsize}"), expected.view(f"u{host.itemsize}"))
+
+
+def test_zeros_operand_is_read_only_bounded_and_host_float_only():
+    x = np.ones((3, 4), np.float32)
+    zeros = kernels.zeros_operand(x)
+    assert zeros.shape == (3, 4) and zeros.dtype == np.float32 and not zeros.any()
+    assert not zeros.flags.writeable
+    with pytest.raises(ValueError):
+        zeros[0, 0] = 1.0
+    assert kernels.zeros_operand(np.ones(3, np.int64)) is None  # maximum(int, 0.0) promotes
+    assert kernels.zeros_operand(np.ones(kernels.ZEROS_LIMIT + 1, np.float32)) is None
+    big = np.full(kernels.ZEROS_LIMIT + 1, -2.0, np.float32)  # past the limit: the scalar
+    np.testing.assert_array_equal(kernels.relu_array(big), np.zeros_like(big))

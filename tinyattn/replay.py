@@ -121,8 +121,10 @@ def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Call
     if kind in _UNARY_UFUNCS:
         ufunc = getattr(u, _UNARY_UFUNCS[kind])
         return lambda o, x: ufunc(x, out=o)
-    if kind is ops.Relu:
-        return lambda o, x: u.maximum(x, 0.0, out=o)  # its forward's own call
+    if kind is ops.Relu:  # its forward's own call (`kernels.relu_array`)
+        zero = kernels.zeros_operand(arrays[0])
+        zero = 0.0 if zero is None else zero
+        return lambda o, x: u.maximum(x, zero, out=o)
     if kind in (ops.AddScalar, ops.MulScalar):
         ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
         if isinstance(c, int | float) and not isinstance(c, bool):

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..backend import namespace
-from ..kernels import power
+from ..kernels import power, relu_array
 
 # ------------------------------------------------------------------------------------ arithmetic
 
@@ -325,7 +325,7 @@ class Relu(Function):
     backward_reads = ("inputs",)
 
     def forward(self, x: Any) -> Any:
-        return namespace(x).maximum(x, 0.0)  # maximum, not where: ~10x faster, keeps NaN
+        return relu_array(x)  # maximum, not where: ~10x faster, keeps NaN
 
     def backward(self, grad: Any) -> Any:
         # The mask as a Tensor op (a bool tensor multiplies as 0 or 1): a compiled step records
