@@ -223,3 +223,17 @@ def test_invalid_parameter_lists_are_rejected():
         optim.Adam([p, 1.0])
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['momentum'\]"):
         optim.Adam([{"params": [p], "momentum": 0.9}])
+
+
+def test_flat_step_writes_each_parameter_once_and_names_a_read_only_one():
+    """The multi-tensor write-back bumps each version once, and a parameter whose storage is
+    read-only gets the in-place write's error, naming the op, not NumPy's."""
+    params = [nn.Parameter(ta.tensor(np.ones(3))), nn.Parameter(ta.tensor(np.ones((2, 2))))]
+    opt = optim.AdamW(params, lr=0.1)
+    sum((p * p).sum() for p in params).backward()
+    opt.step()
+    assert [p._version for p in params] == [1, 1]
+    assert opt._flats, "the multi-tensor path ran"
+    params[1].array.flags.writeable = False
+    with pytest.raises(RuntimeError, match=r"AdamW\.step: cannot write into .* read-only"):
+        opt.step()

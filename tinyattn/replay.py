@@ -586,8 +586,12 @@ class Tape:
             # Python (clip_grad_norm_) act on what the recorded ops read. The replay gives it
             # a copy when it ends: the next replay writes the buffer again.
             target = leaf if position is None else self._replayed_inputs[position]
-            target.grad = Tensor._from_op(env[slot], None)
-            self._handed.append(target.grad)
+            grad = Tensor._from_op(env[slot], None)
+            if autograd._recorder is None:
+                target._grad = grad  # the buffer has the leaf's shape, dtype and device
+            else:  # another thread records: the setter tells its recording
+                target.grad = grad
+            self._handed.append(grad)
 
         return run
 
