@@ -161,7 +161,7 @@ def _lowered_matmul(u: Any, out: Any, a: Any, b: Any) -> Callable | None:
         if rows is None:
             return None
         k = a.shape[-1]
-        return lambda o, a, b: u.matmul(u.reshape(a, (-1, k)), b, out=rows)
+        return lambda o, a, b: u.matmul(a.reshape(-1, k), b, out=rows)
     return lambda o, a, b: u.matmul(a, b, out=o)
 
 
@@ -190,9 +190,9 @@ def _lowered_sum(u: Any, x: Any, out: Any, axes: tuple, divisor: int | None) -> 
 
     def run(o: Any, x: Any) -> None:
         if trailing:  # (rows, summed) @ (summed,) -> (rows,)
-            u.matmul(u.reshape(x, (-1, summed)), ones, out=flat)
+            u.matmul(x.reshape(-1, summed), ones, out=flat)
         else:  # (summed,) @ (summed, columns) -> (columns,)
-            u.matmul(ones, u.reshape(x, (summed, -1)), out=flat)
+            u.matmul(ones, x.reshape(summed, -1), out=flat)
         if divisor is not None:
             u.divide(flat, divisor, out=flat)
 
@@ -208,10 +208,10 @@ def _lowered_linear(u: Any, out: Any, arrays: list) -> Callable | None:
         return None
     k = x.shape[-1]
     if len(arrays) == 2:
-        return lambda o, x, w: u.matmul(u.reshape(x, (-1, k)), w.T, out=rows)
+        return lambda o, x, w: u.matmul(x.reshape(-1, k), w.T, out=rows)
 
     def linear(o: Any, x: Any, w: Any, b: Any) -> None:
-        u.matmul(u.reshape(x, (-1, k)), w.T, out=rows)
+        u.matmul(x.reshape(-1, k), w.T, out=rows)
         u.add(rows, b, out=rows)
 
     return linear
@@ -241,7 +241,7 @@ def _lowered_layer_norm(
     eps, one_axis = fn.eps, len(axes) == 1
 
     def run(o: Any, x: Any, *affine: Any) -> None:
-        rows = u.reshape(x, (-1, n))
+        rows = x.reshape(-1, n)
         u.matmul(rows, ones, out=stat)  # the mean...
         u.divide(stat, n, out=stat)
         u.subtract(rows, column, out=rows_hat)  # ...taken away
@@ -252,7 +252,7 @@ def _lowered_layer_norm(
         u.sqrt(stat, out=stat)
         u.divide(1.0, stat, out=stat)  # rstd
         u.multiply(rows_hat, column, out=rows_hat)  # x_hat
-        flat = affine if one_axis else [u.reshape(a, (-1,)) for a in affine]
+        flat = affine if one_axis else [a.reshape(-1) for a in affine]
         u.multiply(rows_hat, flat[0], out=rows_out)  # the weight...
         if len(flat) == 2:
             u.add(rows_out, flat[1], out=rows_out)  # ...and the bias
@@ -280,12 +280,12 @@ def _lowered_softmax(u: Any, x: Any, out: Any, axis: int, log: bool) -> Callable
     shift_column, total_column = u.reshape(shift, (-1, 1)), u.reshape(total, (-1, 1))
 
     def run(o: Any, x: Any) -> None:
-        rows = u.reshape(x, (-1, n))
+        rows = x.reshape(-1, n)
         if columns is not None:  # each key's values in one row: an elementwise max of rows
             u.copyto(columns, rows.T)
-            u.max(columns, axis=0, out=shift)
+            columns.max(axis=0, out=shift)
         else:
-            u.max(rows, axis=1, out=shift)
+            rows.max(axis=1, out=shift)
         u.copyto(shift, 0.0, where=shift == -math.inf)  # a fully masked row: exp(-inf) = 0
         u.subtract(rows, shift_column, out=rows_out)
         u.exp(rows_out, out=exps)
@@ -318,11 +318,11 @@ def _lowered_take(fn: Any, kwargs: dict, x: Any, out: Any, x_slot: int) -> Calla
     rest = [part for part in parsed.full if not hasattr(part, "shape")]
     if len(slots) != 1 or any(part != slice(None) for part in rest) or len(rest) != x.ndim - 1:
         return None
-    take, axis, index_slot = backend.ufuncs_of(out).take, parsed.axis, slots[0].index
+    axis, index_slot = parsed.axis, slots[0].index
 
     def run(env: list) -> None:
         try:
-            take(env[x_slot], env[index_slot], axis=axis, out=out)
+            env[x_slot].take(env[index_slot], axis=axis, out=out)
         except IndexError as error:
             raise _out_of_range(error, axis, env[x_slot].shape[axis]) from None
 
@@ -367,10 +367,10 @@ def _lowered_index_add(
 
     def run(env: list) -> None:
         try:
-            u.take(identity, u.reshape(env[index_slot], (-1,)), axis=0, out=one_hot)
+            identity.take(env[index_slot].reshape(-1), axis=0, out=one_hot)
         except IndexError as error:
             raise _out_of_range(error, 0, rows) from None
-        u.matmul(one_hot.T, u.reshape(env[grad_slot], (n, columns)), out=flat_out)
+        u.matmul(one_hot.T, env[grad_slot].reshape(n, columns), out=flat_out)
 
     return run
 
