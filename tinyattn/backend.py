@@ -262,6 +262,15 @@ def empty_like(array: Any) -> Any:
     return namespace(array).empty_like(array)
 
 
+def reshape(array: Any, shape: tuple) -> Any:
+    """``xp.reshape(array, shape)``: a view where the layout allows, else a copy. A NumPy array
+    goes through its own method: NumPy's module function wraps it in Python, 1.5 us against
+    0.3 a call, and a training step of the benchmark models makes about 200 of them."""
+    if isinstance(array, np.ndarray):
+        return array.reshape(shape)
+    return namespace(array).reshape(array, shape)
+
+
 def copied(array: Any) -> Any:
     """A new array with `array`'s values (a NumPy scalar stays as it is: it cannot change)."""
     if isinstance(array, np.generic):

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .backend import ONE_HOT_LIMIT, contiguous, is_host_array, namespace, scatter_add
+from .backend import ONE_HOT_LIMIT, contiguous, is_host_array, namespace, reshape, scatter_add
 
 # ------------------------------------------------------------------------------ sums and maxima
 
@@ -45,12 +45,12 @@ def sum_array(x: Any, axes: tuple[int, ...], keepdims: bool = False) -> Any:
     if axes[0] == ndim - count:  # trailing: (rows, summed) @ (summed,) -> (rows,)
         kept = shape[: ndim - count]
         summed = x.size // math.prod(kept)
-        result = xp.reshape(x, (-1, summed)) @ ones_vector(xp, summed, x.dtype, x.device)
-        return xp.reshape(result, kept + (1,) * count if keepdims else kept)
+        result = reshape(x, (-1, summed)) @ ones_vector(xp, summed, x.dtype, x.device)
+        return reshape(result, kept + (1,) * count if keepdims else kept)
     kept = shape[count:]  # leading: (summed,) @ (summed, columns) -> (columns,)
     summed = x.size // math.prod(kept)
-    result = ones_vector(xp, summed, x.dtype, x.device) @ xp.reshape(x, (summed, -1))
-    return xp.reshape(result, (1,) * count + kept if keepdims else kept)
+    result = ones_vector(xp, summed, x.dtype, x.device) @ reshape(x, (summed, -1))
+    return reshape(result, (1,) * count + kept if keepdims else kept)
 
 
 @functools.lru_cache(maxsize=64)
@@ -124,9 +124,9 @@ def max_along(xp: Any, x: Any, axis: int) -> Any:
     """
     if x.ndim < 2 or axis % x.ndim != x.ndim - 1 or x.shape[-1] > SHORT_ROW or x.size == 0:
         return xp.max(x, axis=axis, keepdims=True)
-    rows = xp.reshape(x, (-1, x.shape[-1]))  # (..., n) -> (rows, n)
+    rows = reshape(x, (-1, x.shape[-1]))  # (..., n) -> (rows, n)
     columns = contiguous(xp.matrix_transpose(rows))  # (n, rows), each key's values in one row
-    return xp.reshape(xp.max(columns, axis=0), (*x.shape[:-1], 1))
+    return reshape(xp.max(columns, axis=0), (*x.shape[:-1], 1))
 
 
 def row_shift(xp: Any, x: Any, axis: int) -> Any:

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from ..autograd import Function, is_grad_enabled
-from ..backend import namespace
+from ..backend import namespace, reshape
 from .reductions import sum_array
 
 
@@ -28,13 +28,13 @@ class Linear(Function):
 
     def forward(self, x: Any, weight: Any, bias: Any = None) -> Any:
         xp = namespace(x)
-        rows = xp.reshape(x, (-1, x.shape[-1]))  # (..., in) -> (N, in): one GEMM for all rows
+        rows = reshape(x, (-1, x.shape[-1]))  # (..., in) -> (N, in): one GEMM for all rows
         y = xp.matmul(rows, xp.matrix_transpose(weight))  # (N, in) @ (in, out) -> (N, out)
         if bias is not None:
             # In place: y is a fresh array, and a second one of its size would cost another
             # trip through memory.
             y = _add_into(y, bias)
-        return xp.reshape(y, (*x.shape[:-1], weight.shape[0]))
+        return reshape(y, (*x.shape[:-1], weight.shape[0]))
 
     def backward(self, grad: Any) -> tuple:
         x, weight = self.inputs[0], self.inputs[1]

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from ..autograd import Function
-from ..backend import namespace, to_device
+from ..backend import namespace, reshape, to_device
 
 
 class Reshape(Function):
@@ -22,7 +22,7 @@ class Reshape(Function):
     shares_storage = True
 
     def forward(self, x: Any, shape: tuple = ()) -> Any:
-        return namespace(x).reshape(x, shape)
+        return reshape(x, shape)
 
     def backward(self, grad: Any) -> Any:
         return grad.reshape(self.inputs[0].shape)
@@ -117,8 +117,8 @@ class MatMul(Function):
         xp = namespace(a)
         if b.ndim == 2 and a.ndim > 2:
             # One (N, k) @ (k, m) GEMM instead of a loop of small ones over the batch dims.
-            flat = xp.matmul(xp.reshape(a, (-1, a.shape[-1])), b)  # (..., n, k) -> (N, m)
-            return xp.reshape(flat, (*a.shape[:-1], b.shape[-1]))
+            flat = xp.matmul(reshape(a, (-1, a.shape[-1])), b)  # (..., n, k) -> (N, m)
+            return reshape(flat, (*a.shape[:-1], b.shape[-1]))
         return xp.asarray(xp.matmul(a, b))
 
     def backward(self, grad: Any) -> tuple:
