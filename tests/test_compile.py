@@ -2202,3 +2202,45 @@ def test_a_large_dict_read_by_the_step_is_keyed_by_identity_only(device):
         assert float(compiled(x).numpy()) == expected
     finally:
         CONFIG = saved
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("ignore_index", [-100, 2, None])
+def test_cross_entropys_target_rows_replay_as_out_calls_equal_to_eager(
+    device, smoothing, ignore_index
+):
+    """Cross-entropy's target rows are gathered into their buffer where out= exists (NumPy),
+    equal to eager bit for bit on batches whose ignored targets change, all of them ignored in
+    one (the count of kept targets is then 1, the loss 0)."""
+    weight = ta.tensor(np.linspace(-1, 1, 15, dtype="float32").reshape(3, 5), device=device)
+    weight.requires_grad_(True)
+    kwargs = {} if ignore_index is None else {"ignore_index": ignore_index}
+
+    def step(x, targets):
+        weight.grad = None
+        loss = F.cross_entropy(x @ weight, targets, label_smoothing=smoothing, **kwargs)
+        loss.backward()
+        return loss, weight.grad
+
+    rng = np.random.default_rng(3)
+    ignored = -100 if ignore_index is None else ignore_index
+    batches = []
+    for call in range(6):
+        targets = rng.integers(0, 5, size=8)
+        if ignore_index is not None:
+            targets[rng.random(8) < 0.4] = ignored
+            if call == 3:
+                targets[:] = ignored
+        batches.append((rng.standard_normal((8, 3)).astype("float32"), targets))
+    as_tensors = [(ta.tensor(x, device=device), ta.tensor(t, device=device)) for x, t in batches]
+    eager = [tuple(r.numpy() for r in step(*b)) for b in as_tensors]
+    compiled = ta.compile(step)
+    for b, expected in zip(as_tensors, eager, strict=True):
+        for got, want in zip(compiled(*b), expected, strict=True):
+            np.testing.assert_array_equal(got.numpy(), want)
+    if ignore_index is not None:
+        assert eager[3][0] == 0.0, "every target ignored: loss 0, not 0/0"
+    labels = next(iter(compiled.tapes.values())).labels
+    lowered = device == "cpu"
+    assert ("ClassWeights forward (out=)" in labels) == lowered, labels
+    assert ("ClassWeights forward" in labels) != lowered, labels

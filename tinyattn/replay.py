@@ -74,9 +74,10 @@ def _lowered(
 
     Only NumPy and CuPy take ``out=``. The ops lowered are those whose forward is a few such
     calls: the elementwise ones, sums and means, products, Linear, a Reshape that copied,
-    Softmax and LogSoftmax (none of which keeps anything for backward), and LayerNorm with a
-    weight, which writes what it keeps into the `saved` buffers. Every other op replays through
-    its own ``forward``.
+    Softmax and LogSoftmax (none of which keeps anything for backward), cross-entropy's target
+    rows on the host, and LayerNorm with a weight, which writes what it keeps into the `saved`
+    buffers. Every other op replays through its own ``forward``. The kernels call the arrays'
+    own methods (``x.reshape``) where NumPy's module functions would add a Python wrapper.
     """
     if not backend.has_out(out):
         return None
@@ -108,6 +109,8 @@ def _lowered(
         return (lambda o, x: u.copyto(view, x)) if u.shares_memory(view, out) else None
     if kind in (ops.Softmax, ops.LogSoftmax) and backend.has_out(arrays[0]):
         return _lowered_softmax(u, arrays[0], out, fn.axis, log=kind is ops.LogSoftmax)
+    if kind is ops.ClassWeights and backend.is_host_array(arrays[0]):
+        return _lowered_class_weights(u, arrays[0], out, **kwargs)
     return None
 
 
@@ -296,6 +299,40 @@ def _lowered_softmax(u: Any, x: Any, out: Any, axis: int, log: bool) -> Callable
             u.subtract(rows_out, total_column, out=rows_out)
         else:
             u.divide(rows_out, total_column, out=rows_out)
+
+    return run
+
+
+def _lowered_class_weights(
+    u: Any, targets: Any, out: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
+) -> Callable | None:
+    """`ops.ClassWeights`' table lookup with its index made in scratch buffers: the targets as
+    int64, a target out of range sent past the table (so that the gather raises) and an
+    ignored one to the zero row, then the rows gathered into `out`. NumPy only: its take
+    refuses an index out of range, which is the replay's check of new targets."""
+    if classes > kernels.IDENTITY_ROWS or targets.size == 0:
+        return None  # the forward compares targets with classes instead
+    n = targets.size
+    rows = _rows_of(u, out, classes)
+    table = ops.targets._target_rows(backend.namespace(out), classes, smoothing, dtype, "cpu")
+    if rows is None or rows.shape[0] != n or table.dtype != out.dtype:
+        return None
+    index, bad, ignored = u.empty(n, dtype=u.int64), u.empty(n, dtype=bool), u.empty(n, dtype=bool)
+
+    def run(o: Any, targets: Any) -> None:
+        u.copyto(index, targets.reshape(-1), casting="unsafe")
+        u.less(index, 0, out=bad)
+        u.greater_equal(index, classes, out=ignored)  # scratch: the targets past the end
+        u.logical_or(bad, ignored, out=bad)
+        if ignore_index is not None:
+            u.equal(index, ignore_index, out=ignored)  # read before any index changes
+        u.copyto(index, classes + 1, where=bad)
+        if ignore_index is not None:
+            u.copyto(index, classes, where=ignored)
+        try:
+            table.take(index, axis=0, out=rows)
+        except IndexError:
+            raise ops.targets._out_of_range(classes, ignore_index) from None
 
     return run
 
