@@ -434,3 +434,19 @@ def test_zeros_operand_is_read_only_bounded_and_host_float_only():
     assert kernels.zeros_operand(np.ones(kernels.ZEROS_LIMIT + 1, np.float32)) is None
     big = np.full(kernels.ZEROS_LIMIT + 1, -2.0, np.float32)  # past the limit: the scalar
     np.testing.assert_array_equal(kernels.relu_array(big), np.zeros_like(big))
+
+
+def test_backend_reshape_is_the_namespaces_reshape(device):
+    """A view of a contiguous array, a copy of a transposed one, and the same values as the
+    namespace's own reshape either way (NumPy takes the array's method)."""
+    host = np.arange(24.0).reshape(2, 3, 4)
+    x = _array(host, device)
+    xp = backend.namespace(x)
+    got = backend.reshape(x, (6, 4))
+    np.testing.assert_array_equal(backend.to_numpy(got), host.reshape(6, 4))
+    transposed = xp.permute_dims(x, (2, 1, 0))
+    got = backend.reshape(transposed, (-1,))
+    np.testing.assert_array_equal(backend.to_numpy(got), host.transpose(2, 1, 0).reshape(-1))
+    if device == "cpu":
+        assert np.shares_memory(backend.reshape(x, (6, 4)), x)
+        assert not np.shares_memory(got, x)
