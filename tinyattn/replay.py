@@ -119,19 +119,16 @@ def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Call
     if not all(backend.has_out(a) for a in arrays):
         return None
     if kind in _BINARY_UFUNCS:
-        ufunc = getattr(u, _BINARY_UFUNCS[kind])
-        return lambda o, a, b: ufunc(a, b, out=o)
+        return UfuncCall(getattr(u, _BINARY_UFUNCS[kind]))
     if kind in _UNARY_UFUNCS:
-        ufunc = getattr(u, _UNARY_UFUNCS[kind])
-        return lambda o, x: ufunc(x, out=o)
+        return UfuncCall(getattr(u, _UNARY_UFUNCS[kind]))
     if kind is ops.Relu:  # its forward's own call (`kernels.relu_array`)
         zero = kernels.zeros_operand(arrays[0])
-        zero = 0.0 if zero is None else zero
-        return lambda o, x: u.maximum(x, zero, out=o)
+        return UfuncCall(u.maximum, 0.0 if zero is None else zero)
     if kind in (ops.AddScalar, ops.MulScalar):
         ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
         if isinstance(c, int | float) and not isinstance(c, bool):
-            return lambda o, x: ufunc(x, c, out=o)
+            return UfuncCall(ufunc, c)
     if kind is ops.Cast:  # astype's conversion, into the buffer (a mask made float, say)
         return lambda o, x: u.copyto(o, x, casting="unsafe")
     if kind is ops.Computed and kwargs.get("function") is ops.array_call:
@@ -139,8 +136,24 @@ def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Call
         # replay, so a fresh bool array each time; the same ufunc writes into a buffer instead.
         ufunc = getattr(u, dict(kwargs.get("options", ())).get("name", ""), None)
         if isinstance(ufunc, u.ufunc):
-            return lambda o, *arrays: ufunc(*arrays, out=o)
+            return UfuncCall(ufunc)
     return None
+
+
+class UfuncCall:
+    """A kernel that is one ufunc call: ``ufunc(*inputs, out=out)``, or with `constant` as the
+    last operand (a scalar, ReLU's zeros). `_kernel_run` makes its program item call the ufunc
+    itself, one Python call fewer than through this object, on the ~100 such items of a step."""
+
+    __slots__ = ("ufunc", "constant")
+
+    def __init__(self, ufunc: Any, constant: Any = None) -> None:
+        self.ufunc, self.constant = ufunc, constant
+
+    def __call__(self, out: Any, *arrays: Any) -> Any:
+        if self.constant is None:
+            return self.ufunc(*arrays, out=out)
+        return self.ufunc(*arrays, self.constant, out=out)
 
 
 # The ops whose forward is exactly one array function of the same name (out= aside).
@@ -414,6 +427,14 @@ def _lowered_index_add(
 
 def _kernel_run(kernel: Callable, buffer: Any, in_slots: list[int]) -> Callable[[list], None]:
     """A program item that runs an out= kernel into `buffer` on the current input arrays."""
+    if isinstance(kernel, UfuncCall) and len(in_slots) in (1, 2):
+        f, c, a, b = kernel.ufunc, kernel.constant, in_slots[0], in_slots[-1]
+        if c is None:
+            if len(in_slots) == 2:
+                return lambda env: f(env[a], env[b], out=buffer)
+            return lambda env: f(env[a], out=buffer)
+        if len(in_slots) == 1:
+            return lambda env: f(env[a], c, out=buffer)
     if len(in_slots) == 1:
         (a,) = in_slots
         return lambda env: kernel(buffer, env[a])
