@@ -143,7 +143,8 @@ def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Call
 class UfuncCall:
     """A kernel that is one ufunc call: ``ufunc(*inputs, out=out)``, or with `constant` as the
     last operand (a scalar, ReLU's zeros). `_kernel_run` makes its program item call the ufunc
-    itself, one Python call fewer than through this object, on the ~100 such items of a step."""
+    itself, one Python call fewer than through this object (about 100 items of a step of the
+    small benchmark model)."""
 
     __slots__ = ("ufunc", "constant")
 
