@@ -683,6 +683,8 @@ class CompiledStep:
         return grads
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
+        if autograd.active_recorder() is not None:  # a replay inside it would go unrecorded
+            raise CompileError("compile: a compiled step cannot call another compiled step")
         signature, inputs = _flattened(args, kwargs)
         grads = self._grads(inputs)
         key = self._key(signature, inputs, grads)
@@ -757,8 +759,6 @@ class CompiledStep:
             )
 
     def _record(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> tuple[Recorder, Any]:
-        if autograd.active_recorder() is not None:
-            raise CompileError("compile: a compiled step cannot call another compiled step")
         # The step runs on copies of the inputs' arrays: the recording's arrays become the
         # replay's buffers, and the caller's tensors must not be written by later replays.
         given = [tensor.array for tensor in inputs]
