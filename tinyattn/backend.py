@@ -300,8 +300,9 @@ def clip_into(array: Any, low: float, high: float) -> Any:
     """``array`` clipped to [low, high], with NaN sent to ``low``; in place where the library
     takes ``out=``, else a new array."""
     if isinstance(array, np.ndarray):
-        # np.clip has a vector loop where fmax and fmin do not: with the NaN found afterwards
-        # it took 23 us against 54 on 32,768 float32 values (AVX2), with the same result.
+        # NumPy's fmax and fmin against a scalar go value by value, where clip runs a vector
+        # loop: with the NaN found afterwards it took 23 us against 54 on 32,768 float32 values
+        # (an AVX2 CPU), with the same result.
         array.clip(low, high, out=array)
         np.copyto(array, low, where=np.isnan(array))
         return array

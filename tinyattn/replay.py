@@ -18,6 +18,7 @@ from typing import Any
 
 from . import autograd, backend, kernels, ops
 from .ops.reductions import sum_to_axes
+from .ops.targets import gather_target_rows
 from .tensor import Tensor
 
 
@@ -320,33 +321,18 @@ def _lowered_softmax(u: Any, x: Any, out: Any, axis: int, log: bool) -> Callable
 def _lowered_class_weights(
     u: Any, targets: Any, out: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
 ) -> Callable | None:
-    """`ops.ClassWeights`' table lookup with its index made in scratch buffers: the targets as
-    int64, a target out of range sent past the table (so that the gather raises) and an
-    ignored one to the zero row, then the rows gathered into `out`. NumPy only: its take
-    refuses an index out of range, which is the replay's check of new targets."""
+    """`ops.ClassWeights`' table lookup (`gather_target_rows`, the forward's own) with the rows
+    gathered into `out` rather than into a new array reshaped afterwards. NumPy only: its take
+    refuses a target out of range, which is the replay's check of new targets."""
     if classes > kernels.IDENTITY_ROWS or targets.size == 0:
         return None  # the forward compares targets with classes instead
-    n = targets.size
     rows = _rows_of(u, out, classes)
-    table = ops.targets._target_rows(backend.namespace(out), classes, smoothing, dtype, "cpu")
-    if rows is None or rows.shape[0] != n or table.dtype != out.dtype:
+    if rows is None or rows.shape[0] != targets.size:
         return None
-    index, bad, ignored = u.empty(n, dtype=u.int64), u.empty(n, dtype=bool), u.empty(n, dtype=bool)
+    xp = backend.namespace(targets)
 
     def run(o: Any, targets: Any) -> None:
-        u.copyto(index, targets.reshape(-1), casting="unsafe")
-        u.less(index, 0, out=bad)
-        u.greater_equal(index, classes, out=ignored)  # scratch: the targets past the end
-        u.logical_or(bad, ignored, out=bad)
-        if ignore_index is not None:
-            u.equal(index, ignore_index, out=ignored)  # read before any index changes
-        u.copyto(index, classes + 1, where=bad)
-        if ignore_index is not None:
-            u.copyto(index, classes, where=ignored)
-        try:
-            table.take(index, axis=0, out=rows)
-        except IndexError:
-            raise ops.targets._out_of_range(classes, ignore_index) from None
+        gather_target_rows(xp, targets, classes, ignore_index, smoothing, dtype, out=rows)
 
     return run
 

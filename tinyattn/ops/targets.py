@@ -40,20 +40,38 @@ class ClassWeights(Function):
             if backend.is_host_array(targets) and bool(xp.any(out_of_range)):
                 raise _out_of_range(classes, ignore_index)
             return _compared(xp, targets, classes, ignore_index, smoothing, dtype)
-        flat = xp.astype(xp.reshape(targets, (-1,)), xp.int64)  # room for C + 1 in any dtype
-        # A target out of range points past the table, and NumPy's take refuses it.
-        index = xp.where((flat < 0) | (flat >= classes), classes + 1, flat)
-        if ignore_index is not None:
-            index = xp.where(flat == ignore_index, classes, index)  # the zero row
-        table = _target_rows(xp, classes, smoothing, dtype, targets.device)
-        try:
-            rows = xp.take(table, index, axis=0)
-        except IndexError:
-            raise _out_of_range(classes, ignore_index) from None
+        rows = gather_target_rows(xp, targets, classes, ignore_index, smoothing, dtype)
         return xp.reshape(rows, (*targets.shape, classes))
 
     def backward(self, grad: Any) -> None:
         return None
+
+
+def gather_target_rows(
+    xp: Any,
+    targets: Any,
+    classes: int,
+    ignore_index: Any,
+    smoothing: float,
+    dtype: Any,
+    out: Any = None,
+) -> Any:
+    """`ClassWeights`' rows for up to `kernels.IDENTITY_ROWS` classes, one per target, gathered
+    from the table of the C possible rows and a zero row; written into `out` (a NumPy (n, C)
+    array: a compiled step's buffer) when given. A target out of range is sent past the table,
+    so that NumPy's take refuses it, and raises the op's error. Shapes: targets (...) -> (n, C).
+    """
+    flat = xp.astype(xp.reshape(targets, (-1,)), xp.int64)  # room for C + 1 in any dtype
+    index = xp.where((flat < 0) | (flat >= classes), classes + 1, flat)
+    if ignore_index is not None:
+        index = xp.where(flat == ignore_index, classes, index)  # the zero row
+    table = _target_rows(xp, classes, smoothing, dtype, targets.device)
+    try:
+        if out is not None:
+            return table.take(index, axis=0, out=out)
+        return xp.take(table, index, axis=0)
+    except IndexError:
+        raise _out_of_range(classes, ignore_index) from None
 
 
 def bad_targets(xp: Any, targets: Any, classes: int, ignore_index: Any) -> Any:
