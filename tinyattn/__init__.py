@@ -19,21 +19,15 @@ from .autograd import (
     set_grad_enabled,
 )
 from .backend import cupy_status, get_rng_state, keep_freed_memory, manual_seed, set_rng_state
-from .tensor import (
-    FUNCTIONS,
-    Tensor,
+from .creation import (
     arange,
     as_tensor,
-    cat,
-    concat,
     empty,
     empty_like,
-    equal,
     eye,
     from_numpy,
     full,
     full_like,
-    is_tensor,
     linspace,
     ones,
     ones_like,
@@ -43,13 +37,24 @@ from .tensor import (
     randn,
     randn_like,
     randperm,
-    stack,
     tensor,
-    where,
     zeros,
     zeros_like,
 )
-from .tensor_functions import cosine_similarity, einsum, hstack, meshgrid, pad, vstack
+from .methods.common import concat, stack, where
+from .tensor import Tensor
+from .tensor_functions import (
+    FUNCTIONS,
+    cat,
+    cosine_similarity,
+    einsum,
+    equal,
+    hstack,
+    is_tensor,
+    meshgrid,
+    pad,
+    vstack,
+)
 
 # Dtypes by PyTorch's names (inside this namespace `float`, `int` and `bool` name dtypes, as in
 # PyTorch); every dtype argument accepts these names.

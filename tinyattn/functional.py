@@ -15,6 +15,8 @@ import math
 from typing import Any
 
 from . import backend, kernels, ops
+from .creation import arange
+from .methods.common import where
 from .ops import (
     BlockwiseAttention,
     ClassWeights,
@@ -27,7 +29,7 @@ from .ops import (
     bad_targets,
     broadcast_shapes,
 )
-from .tensor import Tensor, arange, where
+from .tensor import Tensor
 
 # ------------------------------------------------------------------------------- softmax family
 

@@ -1,7 +1,8 @@
 """Free functions composed from Tensor methods: einsum, pad, meshgrid, cosine_similarity, hstack
-and vstack (PyTorch's names).
+and vstack (PyTorch's names), ``cat``, ``equal``, and ``FUNCTIONS``: ``ta.exp(x)``, ``ta.sum(x)``
+and every other function that is a Tensor method with the tensor first.
 
-Imports `tensor` (and `ops` for two argument checks). None holds derivative
+Imports `tensor`, `creation`, `methods` and `ops`. None holds derivative
 math: einsum is a permute, a reshape and one batched matmul; pad is a concat with constant
 blocks (or a slice, for negative padding); meshgrid reshapes and broadcasts; cosine_similarity
 divides by norms and sums; hstack and vstack are concatenations. Their gradients, of any order,
@@ -11,11 +12,15 @@ come from those ops.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from .creation import full
+from .methods.common import concat, describe
+from .methods.inplace import IN_PLACE_UNARY
 from .ops import broadcast_shapes, normalize_axes
-from .tensor import Tensor, concat, full
+from .ops.table import BINARY, LOGICAL, UNARY
+from .tensor import Tensor
 
 _EINSUM_HELP = "e.g. 'bhtd,bhsd->bhts', 'ij,jk->ik' or 'ij->ji' (one or two operands, no '...')"
 
@@ -230,3 +235,63 @@ def _joined(op: str, parts: list[Tensor], dim: int) -> Tensor:
         return concat(parts, dim=dim)
     except ValueError as exc:
         raise ValueError(f"{op}: {exc}") from None
+
+
+def _free_function(name: str) -> Callable:
+    """``tinyattn.name(input, *args)``: the method ``input.name(*args)`` (a number first, as in
+    ``tinyattn.pow(2.0, x)``, is turned into a tensor beside the other operand)."""
+
+    def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002  (PyTorch's name)
+        if not isinstance(input, Tensor):
+            anchor = next((a for a in args if isinstance(a, Tensor)), None)
+            if anchor is None:
+                raise TypeError(f"{name}: expected a Tensor, got {type(input).__name__}")
+            input = anchor._operand(input, name)  # noqa: A001
+        return getattr(input, name)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"``tinyattn.{name}(x, ...)`` is ``x.{name}(...)``."
+    return function
+
+
+def cat(tensors: Sequence[Tensor], dim: int = 0, *, axis: int | None = None) -> Tensor:
+    """PyTorch's name of `concat`."""
+    return concat(tensors, axis=dim if axis is None else axis)
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, Tensor)
+
+
+def equal(a: Tensor, b: Tensor) -> bool:
+    """PyTorch's ``torch.equal``: True when both have the same shape and the same values."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"equal: expected two Tensors, got {describe(a)} and {describe(b)}")
+    if a.shape != b.shape:
+        return False
+    return bool((a == b).all().item()) if a.numel() else True
+
+
+# The free functions that are a Tensor method with the tensor first: ta.exp(x) is x.exp().
+FUNCTIONS = {
+    name: _free_function(name)
+    for name in (
+        *(spec.name for spec in (*UNARY, *BINARY, *LOGICAL)),
+        *("amax", "amin", "argmax", "argmin", "chunk", "clone", "cumsum", "flatten", "flip"),
+        *("gather", "logsumexp", "masked_fill", "matmul", "max", "mean", "min", "minimum"),
+        *("multinomial", "nonzero", "numel", "permute", "reshape", "scatter", "softmax"),
+        *("log_softmax", "split", "squeeze", "std", "sum", "topk", "transpose", "tril", "triu"),
+        *("unsqueeze", "var", "clip", "clamp", "relu", "logical_not", "bitwise_not", "neg"),
+        *("all", "any"),
+        *("mm", "bmm", "mv", "dot", "outer", "t", "sign", "isnan", "isinf", "isfinite"),
+        *("square", "reciprocal", "rsqrt", "clamp_min", "clamp_max", "select", "narrow"),
+        *("unbind", "index_select", "movedim", "sort", "argsort", "roll", "isclose"),
+        *("allclose", "norm", "frac", "lerp", "addmm", "diag", "tile", "repeat_interleave"),
+        *("nan_to_num", "diff", "masked_select", "prod", "cumprod", "unique", "bincount"),
+        *("swapaxes", "broadcast_to", "detach", "trace", "count_nonzero", "logaddexp"),
+        *("logaddexp2", "logical_and", "logical_or", "logical_xor", "addcmul", "addcdiv"),
+        *("scatter_add", "index_add", "diagonal"),
+        *(f"{name}_" for name in IN_PLACE_UNARY),
+        *("clamp_", "clip_", "fill_", "zero_"),
+    )
+}

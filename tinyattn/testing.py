@@ -32,7 +32,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 
 from . import backend
 from .checking import GradcheckError, gradcheck, gradgradcheck
-from .tensor import Tensor, tensor
+from .creation import tensor
+from .tensor import Tensor
 
 FLOAT_DTYPES = ("float64", "float32")
 

@@ -18,7 +18,9 @@ from typing import Any
 
 from .. import autograd, backend
 from .. import functional as F
-from ..tensor import Tensor, arange, where, zeros
+from ..creation import arange, zeros
+from ..methods.common import where
+from ..tensor import Tensor
 from .layers import Linear, uniform
 from .module import Module, Parameter
 

@@ -20,10 +20,12 @@ from typing import Any
 
 from .. import backend
 from .. import functional as _core
+from ..creation import full
 from ..functional import *  # noqa: F403  (the re-export is the point of this module)
 from ..functional import __all__ as _core_all
+from ..methods.common import concat, where
 from ..ops.computed import computed
-from ..tensor import Tensor, concat, full, where
+from ..tensor import Tensor
 from ..tensor_functions import cosine_similarity  # noqa: F401  (re-exported: F.cosine_similarity)
 
 REDUCTIONS = ("none", "mean", "sum")

@@ -12,7 +12,8 @@ from typing import Any
 
 from .. import backend
 from .. import functional as F
-from ..tensor import Tensor, ones, rand, randn, zeros
+from ..creation import ones, rand, randn, zeros
+from ..tensor import Tensor
 from . import functional as torch_style
 from . import init
 from .module import Module, Parameter

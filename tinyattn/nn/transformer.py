@@ -12,7 +12,8 @@ from typing import Any
 
 from .. import backend
 from .. import functional as F
-from ..tensor import Tensor, arange, randn
+from ..creation import arange, randn
+from ..tensor import Tensor
 from .attention import KVCache, MultiHeadAttention
 from .layers import Dropout, LayerNorm, Linear
 from .module import Module, Parameter

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import backend
-from ..tensor import Tensor, stack
+from ..methods.common import stack
+from ..tensor import Tensor
 
 
 class Dataset:

@@ -1,0 +1,217 @@
+"""Factory functions: new tensors from data, shapes and random draws.
+
+``tensor``, ``from_numpy``, ``as_tensor``, ``zeros``/``ones``/``empty``/``full`` and their
+``_like`` forms, ``arange``, ``linspace``, ``eye``, ``rand``/``randn``/``randint``/``randperm``.
+The layer just above `tensor` (imports `backend`, `autograd`, `tensor` and `methods.common`).
+Floats default to float32; random draws come from the host generator that ``ta.manual_seed``
+seeds, so CPU and GPU runs start from the same numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import backend
+from .autograd import (
+    note_created,
+)
+from .methods.common import HOST_ARRAY, checked_shape, filled, shape_arg
+from .tensor import Tensor
+
+
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new leaf tensor holding a copy of `data` (floats default to float32)."""
+    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def from_numpy(array: Any, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A tensor from a NumPy array, keeping its dtype."""
+    if not isinstance(array, HOST_ARRAY):
+        raise TypeError(f"from_numpy: expected a NumPy array, got {type(array).__name__}")
+    return Tensor(array, device=device, requires_grad=requires_grad)
+
+
+def _filled(shape: Any, value: float, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
+    shape = shape_arg(shape if isinstance(shape, tuple) else (shape,))
+    return filled(Tensor._from_op, shape, value, dtype, device, requires_grad)
+
+
+def zeros(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    return _filled(checked_shape("zeros", shape_arg(shape)), 0, dtype, device, requires_grad)
+
+
+def ones(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _filled(checked_shape("ones", shape_arg(shape)), 1, dtype, device, requires_grad)
+
+
+def empty(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """A new tensor of the shape; tinyattn fills it with zeros (PyTorch leaves it unset)."""
+    return _filled(checked_shape("empty", shape_arg(shape)), 0, dtype, device, requires_grad)
+
+
+def full(
+    shape: Any, value: float, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    if not hasattr(value, "__float__"):
+        raise TypeError(f"full: the fill value must be a number, got {type(value).__name__}")
+    shape = checked_shape("full", shape_arg((shape,)))
+    return _filled(shape, value, dtype, device, requires_grad)
+
+
+def zeros_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _filled(other.shape, 0, dtype or other.dtype, other.device, requires_grad)
+
+
+def empty_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new tensor of other's shape, dtype and device; tinyattn fills it with zeros (PyTorch
+    leaves it unset)."""
+    return zeros_like(other, dtype, requires_grad)
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """`data` as a tensor: a Tensor itself when it already has the dtype and device asked for
+    (else converted with ``.to``, which keeps the graph), anything else copied into a new leaf
+    as `tensor` does (unlike PyTorch, a NumPy array's memory is not shared)."""
+    if isinstance(data, Tensor):
+        if device is not None:
+            data = data.to(device)
+        return data if dtype is None else data.to(dtype)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def ones_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _filled(other.shape, 1, dtype or other.dtype, other.device, requires_grad)
+
+
+def arange(
+    start: float,
+    end: float | None = None,
+    step: float = 1,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """Evenly spaced values in [start, end); integers give int64, floats float32."""
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ValueError(f"arange: step must not be zero (start={start}, end={end})")
+    if dtype is None:
+        all_ints = all(isinstance(v, int) for v in (start, end, step))
+        dtype = "int64" if all_ints else "float32"
+    xp, native = backend.resolve_device(device)
+    dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype))
+    out = Tensor._from_op(xp.arange(start, end, step, dtype=dtype, device=native), None)
+    note_created(out.array)
+    return out.requires_grad_() if requires_grad else out
+
+
+def randn(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """Standard normal samples from the host generator seeded by ``ta.manual_seed``."""
+    shape = checked_shape("randn", shape_arg(shape))
+    out = Tensor._from_op(backend.random_array("normal", shape, dtype, device), None)
+    return out.requires_grad_() if requires_grad else out
+
+
+def randint(
+    low: int,
+    high: Any = None,
+    size: Any = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+) -> Tensor:
+    """Integers uniform in [low, high) of shape `size` (``randint(high, size)`` starts at 0),
+    from the host generator seeded by ``ta.manual_seed``; int64 unless `dtype` says."""
+    if size is None and isinstance(high, tuple | list):
+        low, high, size = 0, low, high
+    if size is None:
+        raise TypeError("randint: the size (a tuple) is required, e.g. randint(0, 10, (2, 3))")
+    if high is None or high <= low:
+        raise ValueError(f"randint: need low < high, got low={low}, high={high}")
+    shape = checked_shape("randint", shape_arg((size,)))
+    return Tensor._from_op(backend.random_integers(low, high, shape, dtype, device), None)
+
+
+def randperm(
+    n: int, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """0 .. n-1 in a random order, from the host generator seeded by ``ta.manual_seed``; int64
+    unless `dtype` says."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"randperm: n must be an int >= 0, got {n!r}")
+    if requires_grad:
+        raise RuntimeError("randperm: an integer tensor cannot require grad")
+    return Tensor._from_op(backend.random_permutation(n, dtype, device), None)
+
+
+def linspace(
+    start: float,
+    end: float,
+    steps: int,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """`steps` evenly spaced values from `start` to `end`, both included; float32 unless
+    `dtype` says."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"linspace: steps must be an int >= 0, got {steps!r}")
+    data = backend.evenly_spaced(float(start), float(end), steps, dtype or "float32", device)
+    out = Tensor._from_op(data, None)
+    note_created(data)
+    return out.requires_grad_() if requires_grad else out
+
+
+def eye(
+    n: int,
+    m: int | None = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """The (n, m) identity (m = n unless given): ones on the diagonal; float32 unless `dtype`
+    says."""
+    for name, value in (("n", n), ("m", n if m is None else m)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"eye: {name} must be an int >= 0, got {value!r}")
+    xp, native = backend.resolve_device(device)
+    dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype) if dtype else "float32")
+    out = Tensor._from_op(xp.eye(n, m, dtype=dtype, device=native), None)
+    note_created(out.array)
+    return out.requires_grad_() if requires_grad else out
+
+
+def full_like(
+    other: Tensor, fill_value: float, dtype: Any = None, requires_grad: bool = False
+) -> Tensor:
+    return _filled(other.shape, fill_value, dtype or other.dtype, other.device, requires_grad)
+
+
+def rand_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Uniform samples in [0, 1) of `other`'s shape, dtype and device."""
+    return rand(*other.shape, dtype=dtype or other.dtype, device=other.device).requires_grad_(
+        requires_grad
+    )
+
+
+def randn_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Standard normal samples of `other`'s shape, dtype and device."""
+    return randn(*other.shape, dtype=dtype or other.dtype, device=other.device).requires_grad_(
+        requires_grad
+    )
+
+
+def rand(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """Uniform samples in [0, 1) from the host generator seeded by ``ta.manual_seed``."""
+    shape = checked_shape("rand", shape_arg(shape))
+    out = Tensor._from_op(backend.random_array("uniform", shape, dtype, device), None)
+    return out.requires_grad_() if requires_grad else out

@@ -1,0 +1,252 @@
+"""What the Tensor method families share, below the Tensor class.
+
+The families (one file each in this package) are mixin classes that tinyattn/tensor.py joins into
+``Tensor``; they cannot import tensor.py (it imports them), so they recognise a tensor by the
+common base `TensorBase`, named ``Tensor`` in their annotations and ``isinstance`` checks (every
+TensorBase is a tinyattn Tensor: nothing else derives from it). New tensors are made through
+``tensor._from_op``. Also here: the free functions the methods themselves call (``where``,
+``concat``, ``stack``), the dtype promotion rule (`promote`), and argument helpers. Imports
+`backend`, `autograd` and `ops` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from .. import backend
+from ..autograd import note_created
+from ..ops import (
+    Concat,
+    Where,
+    broadcast_shapes,
+    normalize_axes,
+)
+
+HOST_ARRAY = backend.HOST_ARRAY
+# Python numbers that go straight to the array library as the other operand of a float tensor.
+SCALARS = (float, int)
+is_float = backend.is_float_array
+
+
+class TensorBase:
+    """The root of Tensor's method families: every tinyattn Tensor is one, and nothing else.
+
+    It holds no state (Tensor declares the slots); it exists so that the families, which sit
+    below the Tensor class, can name and recognise a tensor."""
+
+    __slots__ = ()
+
+
+# Inside the families, `Tensor` in an annotation or an isinstance check means this base, which
+# is the same test as tinyattn.Tensor.
+Tensor = TensorBase
+
+
+class ValuesIndices(NamedTuple):
+    """What ``max(dim)``, ``min(dim)`` and ``topk`` return, as PyTorch's named tuples do."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def merged_dims(op: str, axis: Any, keepdims: Any, dim: Any, keepdim: Any) -> tuple[Any, bool]:
+    """Merge NumPy's (axis, keepdims) with PyTorch's (dim, keepdim) spellings."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError(f"{op}: got both axis={axis!r} and dim={dim!r}; give one")
+        axis = dim
+    if keepdim is not None:
+        keepdims = keepdim
+    return axis, bool(keepdims)
+
+
+def check_integral(op: str, tensor: Tensor) -> None:
+    name = backend.dtype_name(tensor.dtype)
+    if name != "bool" and not name.startswith(("int", "uint")):
+        raise TypeError(f"{op}: expected a bool or integer tensor, got dtype {name}")
+
+
+def shape_arg(args: tuple) -> tuple:
+    """Accept both ``f(2, 3)`` and ``f((2, 3))``."""
+    if len(args) == 1 and isinstance(args[0], list | tuple):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def type_name(value: Any) -> str:
+    """'str', or 'array_api_strict.Array' / 'torch.Tensor' for another library's array, with a
+    hint: such arrays are not converted implicitly (that would hide a device transfer)."""
+    module = type(value).__module__.split(".")[0]
+    if module == "builtins":
+        return type(value).__name__
+    return f"{module}.{type(value).__name__}; wrap it with ta.tensor(array, device=...)"
+
+
+def by_mask(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a * b`` is a float tensor times a bool mask that the array library multiplies
+    as it is (NumPy and CuPy: the float dtype, each value times 0 or 1), so no float copy of
+    the mask is made: a pass over memory fewer, in eager and in a compiled step."""
+    names = backend.dtype_name(a.dtype), backend.dtype_name(b.dtype)
+    if "bool" not in names or not backend.has_out(a.array):
+        return False  # the strict stand-in refuses bool with float: the mask is cast
+    other = b if names[0] == "bool" else a
+    return backend.is_floating(backend.namespace(other.array), other.dtype)
+
+
+def promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
+    """Cast both operands to their common dtype (array API rules; ints meet floats as floats)."""
+    xp = backend.namespace(a.array)
+    a_float, b_float = backend.is_floating(xp, a.dtype), backend.is_floating(xp, b.dtype)
+    if a_float and not b_float:
+        return a, b._cast(a.dtype)
+    if b_float and not a_float:
+        return a._cast(b.dtype), b
+    a_bool, b_bool = backend.dtype_name(a.dtype) == "bool", backend.dtype_name(b.dtype) == "bool"
+    if a_bool != b_bool:  # True + 1 == 2 as in NumPy and PyTorch (strict alone refused it)
+        return (a._cast(b.dtype), b) if a_bool else (a, b._cast(a.dtype))
+    try:
+        common = xp.result_type(a.dtype, b.dtype)
+    except TypeError as exc:
+        raise TypeError(
+            f"{op}: dtypes {backend.dtype_name(a.dtype)} and {backend.dtype_name(b.dtype)} "
+            "cannot be combined"
+        ) from exc
+    return a._cast(common), b._cast(common)
+
+
+def checked_shape(op: str, shape: tuple) -> tuple:
+    """Sizes must be non-negative ints (NumPy's own error names neither the op nor the shape)."""
+    for n in shape:
+        if isinstance(n, bool) or not hasattr(n, "__index__"):
+            raise TypeError(f"{op}: sizes must be ints, got shape {shape!r}")
+        if n < 0:
+            raise ValueError(f"{op}: sizes must be non-negative, got shape {shape!r}")
+    return tuple(int(n) for n in shape)
+
+
+def where(cond: Tensor, a: Any = None, b: Any = None) -> Any:
+    """Elementwise ``a if cond else b`` with broadcasting; gradients flow to a and b only.
+    With `cond` alone, the indices of its non-zero elements, one tensor per dimension
+    (``cond.nonzero(as_tuple=True)``, as PyTorch's one-argument where)."""
+    if a is None and b is None and isinstance(cond, Tensor):
+        return cond.nonzero(as_tuple=True)
+    if a is None or b is None:
+        raise TypeError("where: give both a and b, or neither (the indices of cond's non-zeros)")
+    if not isinstance(cond, Tensor) or backend.dtype_name(cond.dtype) != "bool":
+        raise TypeError(f"where: cond must be a bool Tensor, got {describe(cond)}")
+    anchor = next((t for t in (a, b) if isinstance(t, Tensor)), None)
+    if anchor is None:
+        anchor = cond._operand(0.0, "where")  # a float32 zero on cond's device
+    a, b = anchor._operand(a, "where"), anchor._operand(b, "where")
+    anchor._operand(cond, "where")
+    broadcast_shapes("where", broadcast_shapes("where", cond.shape, a.shape), b.shape)
+    if a.dtype != b.dtype:
+        a, b = promote(a, b, "where")
+    return Where.apply(cond, a, b)
+
+
+def describe(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"a tensor of dtype {backend.dtype_name(value.dtype)}"
+    return type(value).__name__
+
+
+def tensor_list(op: str, tensors: Sequence[Tensor]) -> list[Tensor]:
+    """A non-empty list of Tensors, or an error naming the op and the first bad element."""
+    if isinstance(tensors, Tensor):
+        raise TypeError(f"{op}: expected a sequence of Tensors, got a single Tensor")
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{op}: expected at least one tensor")
+    for position, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: element {position} is a {type(t).__name__}, not a Tensor")
+    return tensors
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -> Tensor:
+    """Join tensors along an existing axis; all other axes must match."""
+    axis = axis if dim is None else dim
+    tensors = tensor_list("concat", tensors)
+    first = tensors[0]
+    axis = normalize_axes("concat", axis, first.ndim)[0]
+    for position, t in enumerate(tensors[1:], start=1):
+        first._operand(t, "concat")
+        if t.ndim != first.ndim or any(
+            m != n for i, (m, n) in enumerate(zip(t.shape, first.shape)) if i != axis
+        ):
+            raise ValueError(
+                f"concat: tensor {position} has shape {t.shape}, which does not match shape "
+                f"{first.shape} of tensor 0 outside axis {axis}"
+            )
+    if len({t.dtype for t in tensors}) > 1:
+        target = first
+        for t in tensors[1:]:
+            target, _ = promote(t, target, "concat")
+        tensors = [t._cast(target.dtype) for t in tensors]
+    return Concat.apply(*tensors, axis=axis)
+
+
+def stack(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -> Tensor:
+    """Join same-shape tensors along a new axis."""
+    axis = axis if dim is None else dim
+    tensors = tensor_list("stack", tensors)
+    for position, t in enumerate(tensors[1:], start=1):
+        tensors[0]._operand(t, "stack")  # a device mismatch names stack, not concat
+        if t.shape != tensors[0].shape:
+            raise ValueError(
+                f"stack: tensor {position} has shape {t.shape}, "
+                f"but tensor 0 has shape {tensors[0].shape}"
+            )
+    axis = normalize_axes("stack", axis, tensors[0].ndim + 1)[0]  # an axis of the result
+    return concat([t.expand_dims(axis) for t in tensors], axis=axis)
+
+
+def named(method: Callable, name: str, doc: str | None) -> Callable:
+    method.__name__ = name
+    method.__qualname__ = f"Tensor.{name}"
+    method.__doc__ = doc
+    return method
+
+
+def device_spec(data: Any, device: Any) -> Any:
+    """Where a new tensor of `data` goes when no device is given: a device array stays on its
+    device; host data and other libraries' arrays (copied through the host) go to the default."""
+    if device is not None:
+        return device
+    if isinstance(data, HOST_ARRAY) or isinstance(data, int | float | bool | list | tuple):
+        return None
+    if not hasattr(data, "device"):
+        return None
+    try:
+        return backend.device_name(backend.device_of(data))
+    except AttributeError:  # another library's device (a torch tensor): copy through the host
+        return None
+
+
+def filled(
+    wrap: Callable, shape: tuple, value: Any, dtype: Any, device: Any, requires_grad: bool
+) -> Tensor:
+    """A new leaf of `shape` filled with `value` (float32 unless `dtype` says); `wrap` is
+    ``Tensor._from_op``, passed in because this module sits below the Tensor class."""
+    xp, native = backend.resolve_device(device)
+    dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype) if dtype is not None else "float32")
+    data = xp.full(shape, value, dtype=dtype, device=native)
+    note_created(data)
+    out = wrap(data, None)
+    return out.requires_grad_() if requires_grad else out
+
+
+def new_leaf(wrap: Callable, data: Any, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
+    """A new leaf holding a copy of `data`, as ``tinyattn.tensor(data, ...)`` makes it."""
+    array = backend.asarray(data, dtype=dtype, device=device_spec(data, device))
+    note_created(array)
+    out = wrap(array, None)
+    return out.requires_grad_() if requires_grad else out
+
+
+def index_range(like: Tensor, n: int) -> Tensor:
+    """``arange(n)`` as int64 on `like`'s device: the positions an index is built from."""
+    xp = backend.namespace(like.array)
+    return like._from_op(xp.arange(n, dtype=xp.int64, device=like.array.device), None)

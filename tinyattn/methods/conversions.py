@@ -1,0 +1,190 @@
+"""Tensor methods, conversions family: host values, devices and dtypes.
+
+``numpy()``, ``item()``, ``float(x)``/``int(x)``/``bool(x)``, ``tolist()``, ``to(device|dtype)``,
+``cpu()``/``cuda()``, the dtype shorthands (``float()``, ``long()``, ``bool()`` ...), ``type()``,
+and the ``new_*`` constructors that copy a tensor's dtype and device. Part of the tensor layer:
+imports `backend`, `autograd`, `ops` and `methods.common`. A cast is the Cast op (its gradient
+casts back); a move between devices is the ToDevice op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import backend
+from ..autograd import (
+    check_host_read,
+)
+from ..ops import (
+    Cast,
+    ToDevice,
+)
+from .common import HOST_ARRAY, Tensor, TensorBase, checked_shape, filled, new_leaf, shape_arg
+
+
+class ConversionMethods(TensorBase):
+    """Conversions: host values, devices, dtypes and the new_* constructors."""
+
+    __slots__ = ()  # every tensor's slots are declared once, in Tensor
+
+    def numpy(self) -> Any:
+        """A host NumPy copy of the values (an explicit device-to-host transfer on GPU)."""
+        check_host_read("numpy()")
+        return backend.to_numpy(self.array).copy()
+
+    def item(self) -> float | int | bool:
+        """The single value of a one-element tensor as a Python number."""
+        if self.numel() != 1:
+            raise ValueError(
+                f"item: only one-element tensors can be converted to a Python number, "
+                f"got shape {self.shape}"
+            )
+        check_host_read("item(), float(), int() or bool()")
+        return backend.to_numpy(self.array).reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError(
+                f"bool: the truth value of a tensor of shape {self.shape} is ambiguous; "
+                "use (x > 0).numpy().any() or .all() on the host"
+            )
+        return bool(self.item())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        if not isinstance(self.array, HOST_ARRAY):
+            raise TypeError(
+                f"__array__: cannot convert a tensor on device '{self.device}' to NumPy "
+                "implicitly; call .numpy() for an explicit copy"
+            )
+        check_host_read("conversion to a NumPy array")
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    def to(self, target: Any) -> Tensor:
+        """A copy on another device (``'cpu'``, ``'cuda'``, ``'cuda:1'``) or with another dtype.
+
+        Both are differentiable: the gradient flows back to this tensor's device and dtype.
+        """
+        if isinstance(target, str) and target not in backend.DTYPE_NAMES:
+            if target == self.device or backend.is_on(self.array, target):
+                return self  # already there, as PyTorch returns the tensor itself
+            return ToDevice.apply(self, device=target)
+        if isinstance(target, bool | int | float) or target is None:
+            raise TypeError(
+                f"to: expected a device ('cpu', 'cuda', 'cuda:N') or a dtype name "
+                f"({', '.join(backend.DTYPE_NAMES)}), got {target!r}"
+            )
+        return self._cast(target)
+
+    def _cast(self, dtype: Any) -> Tensor:
+        xp = backend.namespace(self.array)
+        if isinstance(dtype, str):
+            dtype = backend.dtype_of_name(xp, dtype)
+        if dtype == self.array.dtype:
+            return self
+        if self.requires_grad and not backend.is_floating(xp, dtype):
+            return self.detach()._cast(dtype)  # an integer copy carries no gradient
+        return Cast.apply(self, dtype=dtype)
+
+    def type(self, dtype: Any = None) -> Any:
+        """With a dtype: a copy converted to it (``x.type(ta.long)``); without: the type name."""
+        if dtype is None:
+            return f"tinyattn.{_TYPE_NAMES.get(backend.dtype_name(self.dtype), 'Tensor')}"
+        return self._cast(dtype)
+
+    def type_as(self, other: Tensor) -> Tensor:
+        """This tensor with `other`'s dtype and device (PyTorch's type names a device too)."""
+        moved = self if self.device == other.device else self.to(other.device)
+        return moved._cast(backend.dtype_name(other.dtype))
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python lists of numbers (a host copy)."""
+        check_host_read("tolist()")
+        return backend.to_numpy(self.array).tolist()
+
+    # Each is a call above (or two), so its gradient of any order is theirs.
+    def cpu(self) -> Tensor:
+        """``to('cpu')``: this tensor itself when it is there already."""
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> Tensor:
+        """``to('cuda')``; an int `device` is ``'cuda:N'``."""
+        return self.to(f"cuda:{device}" if isinstance(device, int) else device or "cuda")
+
+    def new_full(
+        self,
+        size: Any,
+        fill_value: float,
+        *,
+        dtype: Any = None,
+        device: Any = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
+        """A new tensor of `size` filled with `fill_value`, this tensor's dtype and device unless
+        given (the ``new_*`` family, as in PyTorch)."""
+        if not hasattr(fill_value, "__float__"):
+            raise TypeError(
+                f"new_full: the fill value must be a number, got {type(fill_value).__name__}"
+            )
+        shape = checked_shape("new_full", shape_arg((size,)))
+        dtype, device = dtype or self.dtype, device or self.device
+        return filled(self._from_op, shape, fill_value, dtype, device, requires_grad)
+
+    def new_zeros(
+        self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        return self.new_full(
+            shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad
+        )
+
+    def new_ones(
+        self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        return self.new_full(
+            shape_arg(size), 1, dtype=dtype, device=device, requires_grad=requires_grad
+        )
+
+    new_empty = new_zeros  # tinyattn's empty is zeros (PyTorch leaves the values unset)
+
+    def new_tensor(
+        self, data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        """A copy of `data` with this tensor's dtype and device unless given."""
+        dtype, device = dtype or self.dtype, device or self.device
+        return new_leaf(self._from_op, data, dtype, device, requires_grad)
+
+    # The dtype shorthands come last: in the class body above, `float`, `int` and `bool` still
+    # name Python's types (the annotations use them).
+
+    def float(self) -> Tensor:
+        return self._cast("float32")
+
+    def double(self) -> Tensor:
+        return self._cast("float64")
+
+    def long(self) -> Tensor:
+        return self._cast("int64")
+
+    def int(self) -> Tensor:
+        return self._cast("int32")
+
+    def bool(self) -> Tensor:
+        return self._cast("bool")
+
+
+_TYPE_NAMES = {
+    "float32": "FloatTensor",
+    "float64": "DoubleTensor",
+    "float16": "HalfTensor",
+    "int64": "LongTensor",
+    "int32": "IntTensor",
+    "int16": "ShortTensor",
+    "int8": "CharTensor",
+    "uint8": "ByteTensor",
+    "bool": "BoolTensor",
+}

@@ -1,0 +1,392 @@
+"""Tensor methods, indexing family: reading by position.
+
+``x[key]`` (basic slicing, integer and boolean index arrays), ``gather``, ``scatter``/
+``scatter_add``/``index_add`` (out of place), ``index_select``, ``masked_select``, ``topk``,
+``sort``/``argsort``, ``nonzero``, ``unique``, ``bincount`` and ``multinomial``. Part of the
+tensor layer: imports `backend`, `autograd`, `ops` and `methods.common`. Every index is checked
+here (dtype, bounds, device) with an error naming the op; the GetItem and IndexAdd ops trust it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import backend
+from ..autograd import (
+    check_host_read,
+)
+from ..ops import (
+    GetItem,
+    IndexAdd,
+    broadcast_shapes,
+    normalize_axes,
+)
+from ..ops.computed import computed
+from ..ops.indexing import parse_key
+from .common import Tensor, TensorBase, ValuesIndices, check_integral, is_float, stack, where
+
+
+class IndexingMethods(TensorBase):
+    """Indexing: reading by position, gathering, sorting."""
+
+    __slots__ = ()  # every tensor's slots are declared once, in Tensor
+
+    def __getitem__(self, key: Any) -> Tensor:
+        mask = _bool_mask(key)
+        if mask is not None:
+            return self._masked_select(mask)
+        key = _index_key(self, key)
+        if sum(1 for part in key if _is_index_array(part)) > 1:
+            return self._index_arrays(key)
+        return GetItem.apply(self, key=key)
+
+    def _index_arrays(self, key: tuple) -> Tensor:
+        """``x[i, j]``, ``x[:, i, j]``: adjacent index arrays, broadcast together, become one
+        index into their dims merged into one (row-major), so GetItem gathers once."""
+        at = [position for position, part in enumerate(key) if _is_index_array(part)]
+        first, last = at[0], at[-1]
+        if last - first + 1 != len(at) or any(not isinstance(p, slice) for p in key[:first]):
+            raise IndexError(
+                "getitem: several index arrays are supported when they are adjacent and only "
+                "slices come before them (x[i, j], x[:, i, j]); index in two steps otherwise"
+            )
+        if last >= self.ndim:
+            raise IndexError(f"getitem: too many indices for a tensor of shape {self.shape}")
+        xp = backend.namespace(self.array)
+        shape = ()
+        for part in key[first : last + 1]:
+            shape = broadcast_shapes("getitem", shape, part.shape)
+        for axis in range(first, last + 1):
+            _wrapped_index(xp, key[axis], self.shape[axis], axis)  # dtype and range checks
+        parts = [self._from_op(part, None) for part in key[first : last + 1]]
+        flat = computed(_merged_index, *parts, sizes=self.shape[first : last + 1], shape=shape)
+        merged = self.reshape(self.shape[:first] + (-1,) + self.shape[last + 1 :])
+        return merged[key[:first] + (flat,) + key[last + 1 :]]
+
+    def _masked_select(self, mask: Tensor) -> Tensor:
+        """``x[mask]``: the elements where the bool mask (over the leading dims) is True."""
+        mask = self._operand(mask, "getitem")
+        if mask.shape != self.shape[: mask.ndim]:
+            raise IndexError(
+                f"getitem: a bool mask of shape {mask.shape} does not match the leading "
+                f"dimensions of shape {self.shape}"
+            )
+        check_host_read("x[mask] with a bool mask (its length depends on the values)")
+        (flat,) = backend.nonzero(backend.namespace(mask.array).reshape(mask.array, (-1,)))
+        rows = self.reshape((-1,) + self.shape[mask.ndim :])
+        return rows[self._from_op(flat, None)]
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """``out[i][j][k] = x[index[i][j][k]][j][k]`` for dim 0 (and so on): values picked
+        along `dim`; index has this tensor's ndim and no larger sizes. The gradient adds back.
+        """
+        index = self._operand(index, "gather")
+        axis = normalize_axes("gather", dim, self.ndim)[0]
+        _check_index("gather", self, axis, index)
+        positions = computed(_flat_positions, index, shape=self.shape, axis=axis)
+        return self.reshape(-1)[positions].reshape(index.shape)
+
+    def scatter(self, dim: int, index: Tensor, src: Any) -> Tensor:
+        """Out of place: a copy with ``out[index[i][j]][j] = src[i][j]`` (dim 0; and so on).
+
+        The gradient of this tensor is zero at the written places; `src` gets the gradient
+        gathered from them. Repeated target places are refused (PyTorch leaves them undefined).
+        """
+        positions, key, values = self._scatter_places("scatter", dim, index, src)
+        _check_unique("scatter", positions)
+        placed = IndexAdd.apply(values, shape=(self.numel(),), key=key)
+        hits = IndexAdd.apply(self.constant(_ones(positions)), shape=(self.numel(),), key=key)
+        written = (hits > 0).reshape(self.shape)
+        return where(written, placed.reshape(self.shape), self)
+
+    def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        """Out of place: a copy with ``src[i][j]`` added at ``out[index[i][j]][j]`` (dim 0; and
+        so on); repeated places add up.  dL/dx = g, dL/dsrc = g gathered at the places.
+
+        Shapes: x (...); index and src of x's ndim, index no larger than src -> x's shape."""
+        _, key, values = self._scatter_places("scatter_add", dim, index, src)
+        return self + IndexAdd.apply(values, shape=(self.numel(),), key=key).reshape(self.shape)
+
+    def _scatter_places(self, op: str, dim: int, index: Any, src: Any) -> tuple[Any, Any, Tensor]:
+        """What scatter and scatter_add share: the flat places `index` names along `dim`
+        (checked), their key, and src's values for them in this tensor's dtype, flat (a tensor
+        cut to index's shape, or a number repeated)."""
+        index = self._operand(index, op)
+        axis = normalize_axes(op, dim, self.ndim)[0]
+        _check_index(op, self, axis, index)
+        positions = computed(_flat_positions, index, shape=self.shape, axis=axis).array
+        if isinstance(src, Tensor):
+            src = self._operand(src, op)
+            if src.ndim != index.ndim or any(n > m for n, m in zip(index.shape, src.shape)):
+                raise ValueError(
+                    f"{op}: src of shape {src.shape} is smaller than index of shape "
+                    f"{index.shape} (it needs index's ndim and at least its sizes)"
+                )
+            src = src[tuple(slice(0, n) for n in index.shape)]
+        else:
+            src = self._operand(src, op).broadcast_to(index.shape)
+        return positions, parse_key(positions, (self.numel(),)), src.to(self.dtype).reshape(-1)
+
+    def index_add(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
+        """Out of place: a copy with ``alpha * source``'s slices along `dim` added at the
+        positions `index` names (repeats add up).  dL/dx = g, dL/dsource = alpha * g[index].
+
+        Shapes: x (..., n, ...), index (k,) integers, source (..., k, ...) -> x's shape."""
+        index, source = self._operand(index, "index_add"), self._operand(source, "index_add")
+        axis = normalize_axes("index_add", dim, self.ndim)[0]
+        name = backend.dtype_name(index.dtype)
+        if not name.startswith(("int", "uint")) or index.ndim != 1:
+            raise TypeError(
+                f"index_add: index must be a 1-D integer tensor, got shape {index.shape} and "
+                f"dtype {name}"
+            )
+        expected = self.shape[:axis] + (index.shape[0],) + self.shape[axis + 1 :]
+        if source.shape != expected:
+            raise ValueError(
+                f"index_add: source of shape {source.shape} does not fit: {index.shape[0]} "
+                f"entries along dim {axis} of a tensor of shape {self.shape} need {expected}"
+            )
+        key = parse_key((slice(None),) * axis + (index.array,), self.shape)
+        source = source.to(self.dtype) if alpha == 1 else source.to(self.dtype) * alpha
+        return self + IndexAdd.apply(source, shape=self.shape, key=key)
+
+    def topk(
+        self,
+        k: int,
+        dim: int = -1,
+        largest: bool = True,
+        sorted: bool = True,  # noqa: A002
+    ) -> ValuesIndices:
+        """The k largest (or smallest) values along dim, in order, and their indices."""
+        axis = normalize_axes("topk", dim, self.ndim)[0] if self.ndim else 0
+        length = self.shape[axis] if self.ndim else 1
+        if not 0 <= k <= length:
+            raise ValueError(f"topk: k={k} is out of range for dim {dim} of shape {self.shape}")
+        indices = computed(_top_order, self, axis=axis, k=k, largest=largest)
+        return ValuesIndices(self.gather(axis, indices) if self.ndim else self, indices)
+
+    def nonzero(self, as_tuple: bool = False) -> Any:
+        """The indices of the non-zero elements: an (n, ndim) int64 tensor, or one per dim."""
+        check_host_read("nonzero() (its shape depends on the values)")
+        found = tuple(self._from_op(i, None) for i in backend.nonzero(self.array))
+        return found if as_tuple else stack(found, axis=1)
+
+    def unique(
+        self,
+        sorted: bool = True,  # noqa: A002  (PyTorch's name)
+        return_inverse: bool = False,
+        return_counts: bool = False,
+        dim: int | None = None,
+    ) -> Any:
+        """The distinct values, sorted (with `dim`, the distinct slices along it), and with
+        `return_inverse` / `return_counts` the tuple (values, inverse, counts) PyTorch returns:
+        inverse gives each element's (slice's) position in the values. No gradient flows
+        through it. Shapes: (...) -> (k,), inverse (...), counts (k,)."""
+        check_host_read("unique() (its length depends on the values)")
+        axis = None if dim is None else normalize_axes("unique", dim, self.ndim)[0]
+        values, inverse, counts = (self._from_op(a, None) for a in backend.unique(self.array, axis))
+        extra = [t for t, wanted in ((inverse, return_inverse), (counts, return_counts)) if wanted]
+        return (values, *extra) if extra else values
+
+    def bincount(self, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+        """How often each of 0, 1, ..., max (or minlength - 1, if larger) occurs in this 1-D
+        tensor of non-negative integers, int64; with `weights`, their sums per value instead:
+        y[b] = sum of weights[i] where x[i] = b, so dL/dweights[i] = g[x[i]] (PyTorch has no
+        gradient here). Shapes: (n,) -> (max(x) + 1 or minlength,)."""
+        if self.ndim != 1:
+            raise ValueError(f"bincount: expected a 1-D tensor, got shape {self.shape}")
+        check_integral("bincount", self)
+        if type(minlength) is not int or minlength < 0:
+            raise ValueError(f"bincount: minlength must be an int >= 0, got {minlength!r}")
+        check_host_read("bincount() (its length depends on the values)")
+        if self.numel() and int(self.min().item()) < 0:
+            raise ValueError(
+                f"bincount: values must be >= 0, got a minimum of {int(self.min().item())}"
+            )
+        length = max(int(self.max().item()) + 1 if self.numel() else 0, minlength)
+        if weights is None:
+            return self._from_op(backend.bincount(self.array, length), None)
+        weights = self._operand(weights, "bincount")
+        if weights.shape != self.shape:
+            raise ValueError(
+                f"bincount: weights of shape {weights.shape} for input of shape {self.shape}"
+            )
+        if not is_float(weights.array):
+            weights = weights._cast("float64")  # PyTorch gives double for integer weights
+        key = parse_key(self.array, (length,))
+        return IndexAdd.apply(weights, shape=(length,), key=key)
+
+    def multinomial(self, num_samples: int, replacement: bool = False) -> Tensor:
+        """Category indices drawn with these (unnormalised) weights, per row, from the host
+        generator seeded by ``ta.manual_seed``; without replacement they are distinct."""
+        if self.ndim not in (1, 2):
+            raise ValueError(f"multinomial: expected 1-d or 2-d weights, got shape {self.shape}")
+        host = backend.to_numpy(self.array).reshape(-1, self.shape[-1])
+        if not (host >= 0).all() or not (host.sum(axis=1) > 0).all():
+            raise ValueError("multinomial: weights must be non-negative with a positive sum")
+        if not replacement and num_samples > int((host > 0).sum(axis=1).min()):
+            raise ValueError(
+                f"multinomial: cannot draw {num_samples} distinct categories without "
+                f"replacement from a row with fewer non-zero weights (shape {self.shape})"
+            )
+        drawn = backend.multinomial(host, num_samples, replacement)
+        drawn = backend.asarray(drawn, device=self.device)
+        out = self._from_op(drawn, None)
+        return out.reshape(num_samples) if self.ndim == 1 else out
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        """The elements where the bool `mask` is True, as 1-D (mask and tensor broadcast
+        together); the gradient goes back to those elements.
+        Shapes: x, mask broadcast to S -> (the number of True elements of the mask over S,)."""
+        mask = self._operand(mask, "masked_select")
+        if backend.dtype_name(mask.dtype) != "bool":
+            raise TypeError(
+                f"masked_select: mask must be a bool tensor, got {backend.dtype_name(mask.dtype)}"
+            )
+        shape = broadcast_shapes("masked_select", self.shape, mask.shape)
+        return self.broadcast_to(shape)[mask.broadcast_to(shape)]
+
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
+        """The entries of `dim` at the positions of the 1-D integer tensor `index`."""
+        if not isinstance(index, Tensor) or index.ndim != 1:
+            raise ValueError(f"index_select: index must be a 1-D integer Tensor, got {index!r}")
+        check_integral("index_select", index)
+        return self[(*self._along("index_select", dim), index)]
+
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
+        """(values, indices) along `dim`, ascending unless `descending`: ``topk`` of the whole
+        dimension, so equal values keep their index order (``stable=True``'s order, given
+        whatever `stable` says)."""
+        if not self.ndim:
+            return self.topk(1, dim, largest=descending)
+        axis = normalize_axes("sort", dim, self.ndim)[0]
+        return self.topk(self.shape[axis], axis, largest=descending)
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+        return self.sort(dim, descending).indices
+
+
+def _ones(array: Any) -> Any:
+    xp = backend.namespace(array)
+    return xp.ones(array.shape, dtype=xp.float32, device=array.device)
+
+
+def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
+    """gather/scatter: an integer index of the same ndim, no larger, values in range."""
+    name = backend.dtype_name(index.dtype)
+    if not name.startswith(("int", "uint")):
+        raise TypeError(f"{op}: index must be an integer tensor, got dtype {name}")
+    if index.ndim != tensor.ndim or any(
+        n > m for d, (n, m) in enumerate(zip(index.shape, tensor.shape)) if d != axis
+    ):
+        raise ValueError(
+            f"{op}: index of shape {index.shape} does not fit a tensor of shape {tensor.shape} "
+            f"along dim {axis} (same ndim, no larger size in the other dims)"
+        )
+    if index.numel():
+        xp = backend.namespace(index.array)
+        low, high = int(xp.min(index.array)), int(xp.max(index.array))
+        if low < 0 or high >= tensor.shape[axis]:
+            raise IndexError(
+                f"{op}: index {low if low < 0 else high} is out of range for dim {axis} of "
+                f"size {tensor.shape[axis]}"
+            )
+
+
+def _merged_index(xp: Any, *parts: Any, sizes: tuple, shape: tuple) -> Any:
+    """Adjacent index arrays as one row-major index into their dims merged into one."""
+    flat = xp.zeros(shape, dtype=xp.int64, device=parts[0].device)
+    for part, size in zip(parts, sizes, strict=True):
+        index = xp.astype(part, xp.int64)
+        flat = flat * size + xp.broadcast_to(xp.where(index < 0, index + size, index), shape)
+    return flat
+
+
+def _top_order(xp: Any, x: Any, axis: int, k: int, largest: bool) -> Any:
+    """The positions of the k largest (or smallest) along `axis`, ties in index order."""
+    keys = x if backend.is_float_array(x) else xp.astype(x, xp.float64)
+    # A stable sort of -x puts the largest first and keeps ties in index order.
+    order = xp.argsort(-keys if largest else keys, axis=axis, stable=True)
+    return xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
+
+
+def _flat_positions(xp: Any, index: Any, shape: tuple, axis: int) -> Any:
+    """Row-major positions in a flattened `shape` of the elements gather/scatter address."""
+    positions = xp.zeros(index.shape, dtype=xp.int64, device=index.device)
+    stride = 1
+    for d in reversed(range(len(shape))):
+        if d == axis:
+            coordinate = xp.astype(index, xp.int64)
+        else:
+            along = [1] * index.ndim
+            along[d] = index.shape[d]
+            coordinate = xp.reshape(xp.arange(index.shape[d], device=index.device), tuple(along))
+        positions = positions + coordinate * stride
+        stride *= shape[d]
+    return xp.reshape(positions, (-1,))
+
+
+def _check_unique(op: str, positions: Any) -> None:
+    xp = backend.namespace(positions)
+    ordered = xp.sort(positions)
+    if positions.shape[0] > 1 and bool(xp.any(ordered[1:] == ordered[:-1])):
+        raise ValueError(
+            f"{op}: the index writes the same place twice, where PyTorch leaves the result "
+            "undefined; use unique indices"
+        )
+
+
+def _is_index_array(part: Any) -> bool:
+    return hasattr(part, "shape") and part.ndim > 0
+
+
+def _wrapped_index(xp: Any, index: Any, size: int, axis: int) -> Any:
+    """An integer index array as int64 in [0, size), or an IndexError naming the axis."""
+    if not backend.dtype_name(index.dtype).startswith(("int", "uint")):
+        raise IndexError(
+            f"getitem: index arrays must be integers, got dtype {backend.dtype_name(index.dtype)}"
+        )
+    index = xp.astype(index, xp.int64)
+    if math.prod(index.shape):
+        low, high = int(xp.min(index)), int(xp.max(index))
+        if low < -size or high >= size:
+            bad = low if low < -size else high
+            raise IndexError(f"getitem: index {bad} is out of range for axis {axis} of size {size}")
+    return xp.where(index < 0, index + size, index)
+
+
+def _bool_mask(key: Any) -> Tensor | None:
+    """The mask of ``x[mask]``: a bool Tensor as the whole key, else None."""
+    if isinstance(key, Tensor) and backend.dtype_name(key.dtype) == "bool" and key.ndim > 0:
+        return key
+    return None
+
+
+def _index_key(tensor: Tensor, key: Any) -> Any:
+    """Unwrap Tensors and lists in an indexing key into arrays on the tensor's device."""
+    parts = key if isinstance(key, tuple) else (key,)
+    converted = []
+    for part in parts:
+        if isinstance(part, Tensor):
+            if part.ndim == 0:
+                part = int(part.item())
+            else:
+                part = tensor._operand(part, "getitem").array
+        elif hasattr(part, "__array_interface__") and part.ndim == 0 and part.dtype.kind in "iu":
+            part = int(part)  # a NumPy integer scalar indexes like an int on every backend
+        elif isinstance(part, list) or hasattr(part, "__array_interface__"):
+            empty = isinstance(part, list) and not part  # x[[]] selects nothing, as in NumPy
+            part = backend.asarray(part, dtype="int64" if empty else None, device=tensor.device)
+        elif not (part is None or part is Ellipsis or isinstance(part, int | slice)):
+            if hasattr(part, "__index__"):
+                part = int(part)
+            else:
+                raise IndexError(f"getitem: unsupported index type {type(part).__name__}")
+        if hasattr(part, "dtype") and backend.dtype_name(part.dtype) == "bool":
+            raise IndexError(
+                "getitem: a bool mask must be the whole key, as a bool Tensor (x[mask]); "
+                "combine masks with slices via ta.where"
+            )
+        converted.append(part)
+    return tuple(converted)

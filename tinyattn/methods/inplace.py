@@ -1,0 +1,396 @@
+"""Tensor methods, in-place family: writes into a tensor's own storage.
+
+``add_``, ``mul_``, ``+=``, ``copy_``, ``fill_``, ``zero_``, ``clamp_``, ``masked_fill_``,
+``index_fill_``, ``scatter_``, ``x[key] = v`` and the in-place forms of the unary ops
+(``exp_()``, ``relu_()`` ...). Each computes its result out of place, then stores it into the
+tensor's array (`_store`) and bumps the version counter that the tensor shares with its views,
+so a backward that saved the old values refuses to run. Part of the tensor layer: imports
+`backend`, `autograd`, `ops` and `methods.common`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import backend
+from ..autograd import (
+    check_host_read,
+    is_grad_enabled,
+    no_grad,
+    note_store,
+)
+from ..ops import (
+    normalize_axes,
+)
+from ..ops.computed import computed
+from .common import Tensor, TensorBase, named, new_leaf, where
+
+# Unary ops that also have an in-place form, ``x.exp_()``: the out-of-place result stored back.
+IN_PLACE_UNARY = ("abs", "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu")
+
+
+def _in_place_method(name: str) -> Callable:
+    op = f"{name}_"
+
+    def method(self: Tensor) -> Tensor:
+        return self._inplace(op, getattr(self, name))
+
+    return named(method, op, f"``x.{name}()`` written into x, in place (its version goes up).")
+
+
+class InPlaceMethods(TensorBase):
+    """In-place writes: each stores an out-of-place result and bumps the version counter."""
+
+    __slots__ = ()  # every tensor's slots are declared once, in Tensor
+
+    # ========================================================================================
+    # In-place operations. Each writes into this tensor's existing array (so views and the
+    # array behind ``.array`` see the change) and adds one to its version, which backward checks
+    # before it uses a value saved in forward. They record no graph, so in grad mode they refuse
+    # a tensor that requires grad (a leaf with PyTorch's message) and a value that requires
+    # grad; under ``ta.no_grad()`` they work on anything (``w -= lr * w.grad`` keeps ``w``).
+    # ========================================================================================
+    def _inplace(
+        self, op: str, compute: Callable[[], Any], *values: Any, cast: bool = False
+    ) -> Tensor:
+        """Check that `op` may run, compute the new values out of place, and store them."""
+        _check_inplace(self, op, values)
+        with no_grad():
+            result = compute()
+        if result.shape != self.shape:
+            raise RuntimeError(
+                f"{op}: the result has shape {result.shape}, which does not fit in place in a "
+                f"tensor of shape {self.shape} (in-place operations cannot broadcast their target)"
+            )
+        if not cast:
+            _check_inplace_dtype(op, self, result)
+        self._store(op, result.array)
+        return self
+
+    def _store(self, op: str, array: Any) -> None:
+        """Write `array` (this tensor's shape) into the existing storage and bump the version."""
+        xp = backend.namespace(self.array)
+        note_store(self.array, array, op)  # a compiled step's recording notes the write
+        if array.dtype != self.array.dtype:
+            array = xp.astype(array, self.array.dtype)
+        if not hasattr(type(self.array), "__setitem__"):
+            self.array = array  # a NumPy scalar (a 0-d result) is immutable: nothing aliases it
+        else:
+            try:
+                self.array[...] = array
+            except ValueError as exc:  # a broadcast view (expand, broadcast_to) is read-only
+                raise RuntimeError(
+                    f"{op}: cannot write into this tensor of shape {self.shape}: its storage is "
+                    f"read-only ({exc}); a broadcast result (expand, broadcast_to) shares one "
+                    "element among many places, so write into a copy instead"
+                ) from exc
+        self._version_counter[0] += 1
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return self._inplace("add_", lambda: self + other, other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return self._inplace("sub_", lambda: self - other, other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return self._inplace("mul_", lambda: self * other, other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return self._inplace("div_", lambda: self / other, other)
+
+    def add_(self, other: Any, alpha: float = 1) -> Tensor:
+        """``self += alpha * other``, in place."""
+        return self._inplace("add_", lambda: self + (other if alpha == 1 else other * alpha), other)
+
+    def sub_(self, other: Any, alpha: float = 1) -> Tensor:
+        """``self -= alpha * other``, in place."""
+        return self._inplace("sub_", lambda: self - (other if alpha == 1 else other * alpha), other)
+
+    def mul_(self, other: Any) -> Tensor:
+        return self._inplace("mul_", lambda: self * other, other)
+
+    def div_(self, other: Any) -> Tensor:
+        return self._inplace("div_", lambda: self / other, other)
+
+    def copy_(self, src: Any) -> Tensor:
+        """Copy `src` into this tensor (broadcast to its shape, cast to its dtype and device)."""
+        if isinstance(src, Tensor) and src.device != self.device:
+            src = src.detach().to(self.device)
+        return self._inplace(
+            "copy_", lambda: self._operand(src, "copy_").broadcast_to(self.shape), src, cast=True
+        )
+
+    def fill_(self, value: Any) -> Tensor:
+        """Set every element to `value` (a number or a one-element tensor)."""
+        return self._inplace(
+            "fill_",
+            lambda: self._operand(value, "fill_").reshape(()).broadcast_to(self.shape),
+            value,
+            cast=True,
+        )
+
+    def zero_(self) -> Tensor:
+        return self.fill_(0)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        return self._inplace("clamp_", lambda: self.clip(min, max), min, max)
+
+    clip_ = clamp_
+
+    def pow_(self, exponent: Any) -> Tensor:
+        return self._inplace("pow_", lambda: self**exponent, exponent)
+
+    def addcmul_(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+        return self._inplace(
+            "addcmul_", lambda: self.addcmul(tensor1, tensor2, value=value), tensor1, tensor2
+        )
+
+    def addcdiv_(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+        return self._inplace(
+            "addcdiv_", lambda: self.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2
+        )
+
+    def lerp_(self, end: Any, weight: Any) -> Tensor:
+        return self._inplace("lerp_", lambda: self.lerp(end, weight), end, weight)
+
+    def scatter_add_(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return self._inplace("scatter_add_", lambda: self.scatter_add(dim, index, src), src)
+
+    def index_add_(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
+        return self._inplace(
+            "index_add_", lambda: self.index_add(dim, index, source, alpha=alpha), source
+        )
+
+    def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
+        """Set the elements where the bool `mask` (broadcast to this shape) is True to `value`."""
+        return self._inplace("masked_fill_", lambda: where(mask, value, self), value, cast=True)
+
+    def index_fill_(self, dim: int, index: Any, value: Any) -> Tensor:
+        """Set the slices ``index`` along dimension `dim` to `value`."""
+        axis = normalize_axes("index_fill_", dim, max(self.ndim, 1))[0]
+        hit = _positions_hit("index_fill_", self, axis, index)
+        return self._inplace("index_fill_", lambda: where(hit, value, self), value, cast=True)
+
+    def scatter_(self, dim: int, index: Tensor, src: Any) -> Tensor:
+        """``self[..., index[i, j], ...] = src[i, j]`` along `dim` (PyTorch's scatter_).
+
+        `src` is a tensor at least as large as `index` or a number. Where an index repeats, the
+        written value is unspecified in PyTorch; here it is the mean of the values sent there.
+        """
+        return self._inplace("scatter_", lambda: _scattered(self, dim, index, src), src, cast=True)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``x[key] = value``: basic slices, steps, integer lists or arrays, a bool mask."""
+        self._inplace("setitem", lambda: _assigned(self, key, value), value, cast=True)
+
+
+def _slices_hit(xp: Any, index: Any, size: int, shape: tuple) -> Any:
+    """A bool array of `shape`, True on the positions (along its one long axis) index names."""
+    flat = xp.reshape(xp.astype(index, xp.int64), (-1,))
+    flat = xp.where(flat < 0, flat + size, flat)
+    hit = xp.any(xp.arange(size, device=flat.device)[:, None] == flat[None, :], axis=1)
+    return xp.reshape(hit, shape)
+
+
+def _put(xp: Any, x: Any, values: Any, positions: Any) -> Any:
+    """x with x.flat[positions] = values (the last one wins where a position repeats)."""
+    targets = xp.reshape(positions, (-1,))
+    values = xp.astype(xp.reshape(values, (-1,)), x.dtype)
+    flat = xp.reshape(xp.asarray(x, copy=True), (-1,))
+    try:
+        flat[targets] = values
+    except IndexError:  # array_api_strict has no integer-array assignment: match one-hot
+        match = xp.arange(flat.shape[0], device=targets.device)[:, None] == targets[None, :]
+        first = xp.argmax(xp.astype(match, xp.int8), axis=1)
+        flat = xp.where(xp.any(match, axis=1), xp.take(values, first), flat)
+    return xp.reshape(flat, x.shape)
+
+
+def _scatter_mean(xp: Any, x: Any, index: Any, values: Any, axis: int, integral: bool) -> Any:
+    """x after scatter_ along `axis`: each written place gets the mean of the values sent there
+    (their sum for an integer or bool tensor, where a mean would not fit)."""
+    size = x.shape[axis]
+    idx = xp.astype(index, xp.int64)
+    idx = xp.where(idx < 0, idx + size, idx)
+    values = xp.astype(values, x.dtype)
+    # One-hot along a new last axis: match[..., i, ..., j] says index[..., i, ...] == j.
+    match = idx[..., None] == xp.arange(size, device=idx.device)
+    zero = xp.zeros((), dtype=values.dtype, device=values.device)
+    count = xp.sum(xp.astype(match, values.dtype), axis=axis)
+    total = xp.sum(xp.where(match, values[..., None], zero), axis=axis)
+    order = [*range(axis), total.ndim - 1, *range(axis, total.ndim - 1)]  # j back to `axis`
+    count, total = xp.permute_dims(count, tuple(order)), xp.permute_dims(total, tuple(order))
+    hit = count > 0
+    one = xp.ones((), dtype=values.dtype, device=values.device)
+    mean = total if integral else total / xp.where(hit, count, one)
+    region = tuple(slice(0, n) for n in index.shape)
+    written = region[:axis] + (slice(None),) + region[axis + 1 :]
+    full_hit = xp.zeros(x.shape, dtype=xp.bool, device=hit.device)
+    full_hit[written] = hit
+    full_values = xp.zeros(x.shape, dtype=x.dtype, device=hit.device)
+    full_values[written] = xp.astype(mean, x.dtype)
+    return xp.where(full_hit, full_values, x)
+
+
+# Used by the in-place section at the end of the Tensor class: the checks every in-place
+# operation makes, and the out-of-place values that indexing writes compute.
+def _check_inplace(tensor: Tensor, op: str, values: tuple) -> None:
+    """In grad mode an in-place change may not touch the graph: refuse it with the reason."""
+    if not is_grad_enabled():
+        return
+    if tensor.requires_grad and tensor._ctx is None:
+        raise RuntimeError(
+            f"{op}: a leaf Variable that requires grad is being used in an in-place operation. "
+            "Update parameters inside `with ta.no_grad():`."
+        )
+    if tensor.requires_grad:
+        raise RuntimeError(
+            f"{op}: the tensor of shape {tensor.shape} is part of a graph (made by "
+            f"{tensor._ctx.name}), and in-place operations record no graph; write it out of "
+            "place (y = y + v; ta.where for masked writes) or change it under ta.no_grad()"
+        )
+    for value in values:
+        if isinstance(value, Tensor) and value.requires_grad:
+            raise RuntimeError(
+                f"{op}: the value (shape {value.shape}) requires grad, but an in-place write "
+                "records no graph and would drop its gradient; build the tensor out of place "
+                "(ta.where, ta.concat, ta.stack) or pass value.detach()"
+            )
+
+
+def _dtype_kind(tensor: Tensor) -> int:
+    """0 bool, 1 integer, 2 floating: a result may be stored in place only into its kind or up."""
+    if backend.dtype_name(tensor.dtype) == "bool":
+        return 0
+    return 2 if backend.is_floating(backend.namespace(tensor.array), tensor.dtype) else 1
+
+
+def _check_inplace_dtype(op: str, tensor: Tensor, result: Tensor) -> None:
+    if _dtype_kind(result) > _dtype_kind(tensor):
+        raise RuntimeError(
+            f"{op}: result type {backend.dtype_name(result.dtype)} can't be cast to the desired "
+            f"output type {backend.dtype_name(tensor.dtype)} (shape {tensor.shape})"
+        )
+
+
+def _int_index(op: str, tensor: Tensor, index: Any, size: int, axis: int) -> Any:
+    """An index (Tensor, list or array) as a flat, range-checked integer array (no negatives)."""
+    index = tensor._operand(index, op)
+    xp = backend.namespace(index.array)
+    if not xp.isdtype(index.dtype, "integral"):
+        raise IndexError(
+            f"{op}: index must hold integers, got dtype {backend.dtype_name(index.dtype)}"
+        )
+    flat = xp.reshape(index.array, (-1,))
+    if flat.shape[0]:
+        low, high = int(xp.min(flat)), int(xp.max(flat))
+        if low < -size or high >= size:
+            bad = low if low < -size else high
+            raise IndexError(
+                f"{op}: index {bad} is out of range for dimension {axis} of size {size}"
+            )
+    return xp.where(flat < 0, flat + size, flat)
+
+
+def _positions_hit(op: str, tensor: Tensor, axis: int, index: Any) -> Tensor:
+    """A bool Tensor, True on the slices of dimension `axis` that `index` names."""
+    size = tensor.shape[axis] if tensor.ndim else 1
+    _int_index(op, tensor, index, size, axis)  # dtype and range checks
+    shape = [1] * tensor.ndim
+    if tensor.ndim:
+        shape[axis] = size
+    return computed(_slices_hit, tensor._operand(index, op), size=size, shape=tuple(shape))
+
+
+def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
+    """The values of `tensor` after ``scatter_(dim, index, src)``, computed out of place (as one
+    op, so a compiled step writes the new values on every replay)."""
+    xp = backend.namespace(tensor.array)
+    axis = normalize_axes("scatter_", dim, tensor.ndim)[0]
+    index = tensor._operand(index, "scatter_")
+    if index.ndim != tensor.ndim or any(
+        i > n for d, (i, n) in enumerate(zip(index.shape, tensor.shape)) if d != axis
+    ):
+        raise RuntimeError(
+            f"scatter_: index of shape {index.shape} does not fit a tensor of shape "
+            f"{tensor.shape} (same number of dimensions, no larger outside dimension {axis})"
+        )
+    _int_index("scatter_", tensor, index, tensor.shape[axis], axis)  # dtype and range checks
+    if isinstance(src, Tensor):
+        tensor._operand(src, "scatter_")
+        if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
+            raise RuntimeError(
+                f"scatter_: src of shape {src.shape} is smaller than index of shape {index.shape}"
+            )
+        values = src[tuple(slice(0, n) for n in index.shape)]
+    else:
+        values = tensor.constant(
+            xp.full(index.shape, src, dtype=tensor.dtype, device=tensor.array.device)
+        )
+    return computed(
+        _scatter_mean, tensor, index, values, axis=axis, integral=_dtype_kind(tensor) < 2
+    )
+
+
+def _bool_key(tensor: Tensor, key: Any) -> Tensor | None:
+    """The key as a bool Tensor when it is a boolean mask, else None."""
+    if isinstance(key, list) and key and all(isinstance(k, bool) for k in key):
+        key = new_leaf(tensor._from_op, key, None, tensor.device, False)
+    elif hasattr(key, "__array_interface__") and key.dtype.kind == "b":
+        key = new_leaf(tensor._from_op, key, None, tensor.device, False)
+    if isinstance(key, Tensor) and backend.dtype_name(key.dtype) == "bool":
+        return tensor._operand(key, "setitem")
+    return None
+
+
+def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
+    """The values of `tensor` after ``tensor[key] = value``, computed out of place (as one op,
+    so a compiled step writes the new values on every replay)."""
+    value = tensor._operand(value, "setitem")
+    mask = _bool_key(tensor, key)
+    if mask is not None:
+        return _mask_assigned(tensor, mask, value)
+    xp = backend.namespace(tensor.array)
+    size = tensor.numel()
+    # Which flat positions x[key] reads: indexing a tensor of positions gives every check
+    # (ranges, shapes) of x[key] and the places to write.
+    positions = xp.reshape(xp.arange(size, device=tensor.array.device), tensor.shape)
+    selected = tensor._from_op(positions, None)[key]
+    if value.shape != selected.shape:
+        value = value.broadcast_to(selected.shape)
+    if not selected.numel():
+        return tensor.detach()
+    return computed(_put, tensor, value, selected)
+
+
+def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
+    """``x[mask] = value``: a number, a value broadcast over the masked rows, or one per row."""
+    xp = backend.namespace(tensor.array)
+    if mask.shape != tensor.shape[: mask.ndim]:
+        raise IndexError(
+            f"setitem: a mask of shape {mask.shape} does not match the shape {tensor.shape} "
+            "of the tensor (it must equal its leading dimensions)"
+        )
+    rest = tensor.shape[mask.ndim :]
+    if value.ndim <= len(rest):  # the same value for every selected row
+        return where(mask.reshape(mask.shape + (1,) * len(rest)), value, tensor)
+    check_host_read("x[mask] = rows (how many rows it takes depends on the values)")
+    cond = xp.reshape(mask.array, mask.shape + (1,) * len(rest))
+    flags = xp.reshape(mask.array, (-1,))
+    count = int(xp.sum(xp.astype(flags, xp.int64)))
+    if value.shape != (count, *rest):
+        raise RuntimeError(
+            f"setitem: the mask selects {count} row(s) of shape {rest}, but the value has "
+            f"shape {value.shape}"
+        )
+    if count == 0:
+        return tensor.detach()
+    order = xp.cumulative_sum(xp.astype(flags, xp.int64)) - 1  # row i takes value[order[i]]
+    rows = xp.take(xp.reshape(value.array, (count, -1)), xp.where(order < 0, 0, order), axis=0)
+    gathered = xp.astype(xp.reshape(rows, tensor.shape), tensor.dtype)
+    return tensor._from_op(xp.where(cond, gathered, tensor.array), None)
+
+
+for _name in IN_PLACE_UNARY:
+    setattr(InPlaceMethods, f"{_name}_", _in_place_method(_name))

@@ -1,0 +1,397 @@
+"""Tensor methods, shape family: views and rearrangements.
+
+``size()``, ``numel()``, ``reshape``/``view``, ``permute``/``transpose``/``t``/``T``/``mT``,
+``unsqueeze``/``squeeze``, ``flatten``, ``expand``/``broadcast_to``, ``split``/``chunk``/``unbind``,
+``narrow``/``select``, ``diagonal``/``diag``, ``tril``/``triu``, and the copies ``repeat``,
+``tile``, ``flip``, ``roll``, ``repeat_interleave``, ``contiguous`` and ``clone``. Part of the
+tensor layer: imports `backend`, `ops` and `methods.common`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import backend
+from ..ops import (
+    BroadcastTo,
+    Clone,
+    Flip,
+    Permute,
+    Reshape,
+    SumTo,
+    broadcast_shapes,
+    check_reshape,
+    normalize_axes,
+)
+from .common import (
+    Tensor,
+    TensorBase,
+    check_integral,
+    checked_shape,
+    concat,
+    filled,
+    index_range,
+    merged_dims,
+    new_leaf,
+    shape_arg,
+    where,
+)
+
+
+class ShapeMethods(TensorBase):
+    """Shape: views, rearrangements and copies."""
+
+    __slots__ = ()  # every tensor's slots are declared once, in Tensor
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802  (the array API name)
+        """The last two axes swapped (a batch of matrix transposes)."""
+        if self.ndim < 2:
+            raise ValueError(f"mT: needs at least 2 dimensions, got shape {self.shape}")
+        return self.swapaxes(-1, -2)
+
+    def size(self, dim: int | None = None) -> Any:
+        """The shape (PyTorch's ``x.size()``), or the length of one dimension: ``x.size(0)``."""
+        if dim is None:
+            return self.shape
+        return self.shape[normalize_axes("size", dim, self.ndim)[0]]
+
+    def numel(self) -> int:
+        """The number of elements."""
+        return math.prod(self.array.shape)
+
+    def dim(self) -> int:
+        """The number of dimensions (``ndim``)."""
+        return self.array.ndim
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """The same values in a new shape; one size may be -1 (inferred)."""
+        shape = shape_arg(shape)
+        if shape == self.shape:
+            return self
+        return Reshape.apply(self, shape=check_reshape(self.shape, shape))
+
+    view = reshape
+
+    def contiguous(self) -> Tensor:
+        """This tensor itself: every tinyattn array is laid out so that reshape works."""
+        return self
+
+    def clone(self) -> Tensor:
+        """A copy in new memory that stays in the graph (the gradient passes through)."""
+        return Clone.apply(self)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dims start_dim..end_dim into one."""
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = (normalize_axes("flatten", d, self.ndim)[0] for d in (start_dim, end_dim))
+        if start > end:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1 :])
+
+    def permute(self, *axes: Any, dims: Any = None) -> Tensor:
+        """Reorder the axes: ``y.shape[i] == x.shape[axes[i]]``."""
+        axes = shape_arg(axes if dims is None else (dims,))
+        if sorted(a % self.ndim if self.ndim else a for a in axes) != list(range(self.ndim)):
+            raise ValueError(
+                f"permute: axes {axes} are not a permutation of a tensor with shape {self.shape}"
+            )
+        return Permute.apply(self, axes=tuple(a % self.ndim for a in axes))
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """Swap two dimensions (PyTorch's meaning; a full reordering is ``permute``)."""
+        return self.swapaxes(dim0, dim1)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802  (PyTorch's and NumPy's name)
+        """All dimensions reversed (the matrix transpose of a 2-d tensor)."""
+        return self.permute(*reversed(range(self.ndim)))
+
+    def swapaxes(self, axis1: int, axis2: int) -> Tensor:
+        a, b = (
+            normalize_axes("swapaxes", axis1, self.ndim)[0],
+            normalize_axes("swapaxes", axis2, self.ndim)[0],
+        )
+        axes = list(range(self.ndim))
+        axes[a], axes[b] = axes[b], axes[a]
+        return Permute.apply(self, axes=tuple(axes))
+
+    def expand_dims(self, axis: int) -> Tensor:
+        """Insert a size-1 axis at position `axis` of the result."""
+        ndim = self.ndim + 1
+        if not -ndim <= axis < ndim:
+            raise ValueError(
+                f"expand_dims: axis {axis} is out of range for a result with {ndim} dimensions"
+            )
+        axis %= ndim
+        return Reshape.apply(self, shape=self.shape[:axis] + (1,) + self.shape[axis:])
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        return self.expand_dims(dim)
+
+    def squeeze(self, axis: Any = None, *, dim: Any = None) -> Tensor:
+        """Remove size-1 axes (all of them, or the given ones, which must have size 1)."""
+        axis, _ = merged_dims("squeeze", axis, False, dim, None)
+        if axis is None:
+            axes = tuple(i for i, n in enumerate(self.shape) if n == 1)
+        else:
+            axes = normalize_axes("squeeze", axis, self.ndim)
+            for a in axes:
+                if self.shape[a] != 1:
+                    raise ValueError(
+                        f"squeeze: axis {a} of shape {self.shape} has size {self.shape[a]}, not 1"
+                    )
+        return Reshape.apply(
+            self, shape=tuple(n for i, n in enumerate(self.shape) if i not in axes)
+        )
+
+    def broadcast_to(self, *shape: Any) -> Tensor:
+        shape = shape_arg(shape)
+        if shape == self.shape:
+            return self
+        if len(shape) < self.ndim or broadcast_shapes("broadcast_to", self.shape, shape) != shape:
+            raise ValueError(f"broadcast_to: cannot broadcast shape {self.shape} to {shape}")
+        return BroadcastTo.apply(self, shape=shape)
+
+    def expand(self, *sizes: Any) -> Tensor:
+        """broadcast_to, where -1 keeps a dimension's size (PyTorch's expand)."""
+        sizes = shape_arg(sizes)
+        lead = len(sizes) - self.ndim
+        return self.broadcast_to(
+            tuple(self.shape[i - lead] if n == -1 and i >= lead else n for i, n in enumerate(sizes))
+        )
+
+    def repeat(self, *sizes: Any) -> Tensor:
+        """Tile the tensor `sizes[i]` times along dim i (PyTorch's repeat, NumPy's tile).
+
+        Composed from reshape and broadcast_to: (a, b) -> (1, a, 1, b) -> (r, a, s, b) ->
+        (r a, s b), so the gradient (a sum over the copies) comes from those ops.
+        """
+        sizes = checked_shape("repeat", shape_arg(sizes))
+        if len(sizes) < self.ndim:
+            raise ValueError(
+                f"repeat: {len(sizes)} repeat count(s) for a tensor with {self.ndim} dimensions"
+            )
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        spread = tuple(n for size in shape for n in (1, size))
+        tiled = tuple(n for count, size in zip(sizes, shape) for n in (count, size))
+        out = self.reshape(spread).broadcast_to(tiled)
+        return out.reshape(tuple(count * size for count, size in zip(sizes, shape)))
+
+    def flip(self, *dims: Any, **keywords: Any) -> Tensor:
+        """The values in reverse order along `dims` (``flip(0, 1)``, ``flip((0, 1))``,
+        ``flip(dims=[0])``)."""
+        axes = normalize_axes("flip", shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
+        if keywords:
+            raise TypeError(f"flip: unexpected keyword argument(s) {sorted(keywords)}")
+        return Flip.apply(self, axes=axes) if axes else self
+
+    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces of `split_size` along dim (the last may be shorter), or of the listed sizes."""
+        axis = normalize_axes("split", dim, self.ndim)[0]
+        length = self.shape[axis]
+        if isinstance(split_size_or_sections, int):
+            step = split_size_or_sections
+            if step <= 0:
+                raise ValueError(f"split: split_size must be positive, got {step}")
+            sizes = [min(step, length - start) for start in range(0, length, step)] or [0]
+        else:
+            sizes = list(split_size_or_sections)
+            if sum(sizes) != length:
+                raise ValueError(
+                    f"split: sizes {sizes} sum to {sum(sizes)}, not to the length {length} of "
+                    f"dim {dim} of shape {self.shape}"
+                )
+        pieces, start = [], 0
+        for size in sizes:
+            pieces.append(self[(slice(None),) * axis + (slice(start, start + size),)])
+            start += size
+        return tuple(pieces)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """At most `chunks` pieces of equal size ceil(n / chunks) along dim."""
+        if chunks <= 0:
+            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        length = self.shape[normalize_axes("chunk", dim, self.ndim)[0]]
+        return self.split(max(1, -(-length // chunks)), dim)
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        """Zeros above the `diagonal`-th diagonal of the last two dims."""
+        return where(_band(self, diagonal, lower=True), self, 0)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        """Zeros below the `diagonal`-th diagonal of the last two dims."""
+        return where(_band(self, diagonal, lower=False), self, 0)
+
+    def sum_to(self, shape: tuple) -> Tensor:
+        """Sum over broadcast axes so the result has `shape` (the adjoint of broadcast_to)."""
+        shape = tuple(shape)
+        if shape == self.shape:
+            return self
+        return SumTo.apply(self, shape=shape)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal `offset` of the matrices that dims `dim1` and `dim2` span (above the
+        main one for offset > 0), as a new last dim, as PyTorch orders it.
+        dL/dx = g on that diagonal, 0 elsewhere.
+
+        Shapes: (..., r, ..., c, ...) -> (the other dims..., the diagonal's length)."""
+        if type(offset) is not int:
+            raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
+        if self.ndim < 2:
+            raise ValueError(f"diagonal: needs at least 2 dimensions, got shape {self.shape}")
+        first, second = (normalize_axes("diagonal", d, self.ndim)[0] for d in (dim1, dim2))
+        if first == second:
+            raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+        rest = [d for d in range(self.ndim) if d not in (first, second)]
+        moved = self.permute(*rest, first, second)
+        rows, columns = moved.shape[-2:]
+        start_row, start_column = max(-offset, 0), max(offset, 0)
+        length = max(min(rows - start_row, columns - start_column), 0)
+        steps = index_range(self, length)
+        return moved[(slice(None),) * (self.ndim - 2) + (steps + start_row, steps + start_column)]
+
+    def t(self) -> Tensor:
+        """A matrix transposed; a tensor of 0 or 1 dims as it is (PyTorch's t())."""
+        if self.ndim > 2:
+            raise ValueError(
+                f"t: expects a tensor of at most 2 dims, got shape {self.shape}; use "
+                "transpose(dim0, dim1) or mT"
+            )
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    def view_as(self, other: Tensor) -> Tensor:
+        return self.reshape(*other.shape)
+
+    reshape_as = view_as
+
+    def expand_as(self, other: Tensor) -> Tensor:
+        return self.expand(*other.shape)
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        """A 1-D tensor v -> the square matrix with v on diagonal `diagonal` (0 the main one,
+        above it positive), zeros elsewhere; a 2-D tensor -> that diagonal of it, as 1-D.
+
+        Shapes: (n,) -> (n + |k|, n + |k|);  (r, c) -> (the diagonal's length,)."""
+        if type(diagonal) is not int:
+            raise TypeError(f"diag: diagonal must be an int, got {diagonal!r}")
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise ValueError(f"diag: expected a 1-D or 2-D tensor, got shape {self.shape}")
+        n = self.shape[0]
+        size = n + abs(diagonal)
+        # Row i of the result's n nonzero rows holds v[i] at column i + max(k, 0): a one-hot
+        # matrix times v, padded with |k| zero rows (below for k >= 0, above for k < 0).
+        columns = index_range(self, size)
+        one_hot = columns == (index_range(self, n) + max(diagonal, 0)).unsqueeze(1)
+        rows = self.unsqueeze(1) * one_hot
+        if diagonal == 0:
+            return rows
+        padding = filled(self._from_op, (abs(diagonal), size), 0, self.dtype, self.device, False)
+        return concat([rows, padding] if diagonal > 0 else [padding, rows], axis=0)
+
+    def tile(self, *dims: Any) -> Tensor:
+        """The tensor repeated dims[i] times along dim i; fewer dims than dimensions count from
+        the last (ones are put in front), as PyTorch's tile and NumPy's; the gradient sums the
+        copies. Shapes: (..., n_i, ...) -> (..., dims_i * n_i, ...)."""
+        dims = shape_arg(dims)
+        return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
+
+    def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Tensor:
+        """Each entry along `dim` repeated `repeats` times in place (``[a, b] -> [a, a, b, b]``);
+        `repeats` an int or a 1-D integer tensor of one count per entry; with no dim the tensor
+        is flattened first. The gradient sums the copies back.
+
+        Shapes: (..., n, ...) -> (..., sum of the repeats, ...)."""
+        source = self.reshape(-1) if dim is None else self
+        axis = 0 if dim is None else dim
+        size = source.shape[axis] if -source.ndim <= axis < source.ndim else 0
+        key = source._along("repeat_interleave", axis)
+        if type(repeats) is int:
+            if repeats < 0:
+                raise ValueError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
+            index = index_range(self, size * repeats) // max(repeats, 1)
+            return source[(*key, index)]
+        repeats = self._operand(repeats, "repeat_interleave")
+        check_integral("repeat_interleave", repeats)
+        if repeats.ndim > 1 or (repeats.ndim == 1 and repeats.shape[0] not in (1, size)):
+            raise ValueError(
+                f"repeat_interleave: repeats of shape {repeats.shape} for {size} entries along "
+                f"dim {axis}; give one count, or one per entry"
+            )
+        counts = repeats.reshape(-1).tolist()
+        counts = counts * size if len(counts) == 1 else counts  # one count for every entry
+        if any(count < 0 for count in counts):
+            raise ValueError(f"repeat_interleave: repeats must be >= 0, got {counts}")
+        positions = [entry for entry, count in enumerate(counts) for _ in range(count)]
+        return source[(*key, new_leaf(self._from_op, positions, "int64", self.device, False))]
+
+    def _along(self, op: str, dim: int) -> tuple:
+        """The indexing key's leading full slices up to `dim` (checked)."""
+        if not -self.ndim <= dim < self.ndim:
+            raise IndexError(f"{op}: dim {dim} is out of range for shape {self.shape}")
+        return (slice(None),) * (dim % self.ndim)
+
+    def select(self, dim: int, index: int) -> Tensor:
+        """``x[..., index, ...]`` at `dim`: that dimension removed."""
+        return self[(*self._along("select", dim), index)]
+
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+        """`length` entries of `dim` from `start` (a view)."""
+        size = self.shape[dim] if -self.ndim <= dim < self.ndim else 0
+        start = start + size if start < 0 else start
+        if length < 0 or not 0 <= start <= start + length <= size:
+            raise IndexError(
+                f"narrow: start {start} and length {length} do not fit dim {dim} of shape "
+                f"{self.shape}"
+            )
+        return self[(*self._along("narrow", dim), slice(start, start + length))]
+
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+        """The slices along `dim`, that dimension removed from each."""
+        key = self._along("unbind", dim)
+        return tuple(self[(*key, i)] for i in range(self.shape[dim]))
+
+    def roll(self, shifts: Any, dims: Any = None) -> Tensor:
+        """Entries moved `shifts` places along `dims` (wrapping around); without `dims`, along
+        the flattened tensor, then reshaped back."""
+        if dims is None:
+            return self.reshape(-1).roll(shifts, 0).reshape(*self.shape)
+        shifts, dims = (shifts, dims) if isinstance(dims, tuple | list) else ((shifts,), (dims,))
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+        out = self
+        for shift, dim in zip(shifts, dims, strict=True):
+            dim = normalize_axes("roll", dim, self.ndim)[0]
+            size = out.shape[dim]
+            keep = (size - shift % size) % size if size else 0
+            if keep:
+                out = concat([out.narrow(dim, keep, size - keep), out.narrow(dim, 0, keep)], dim)
+        return out
+
+    def movedim(self, source: int, destination: int) -> Tensor:
+        """Dimension `source` moved to position `destination`, the others in order."""
+        source, destination = (
+            normalize_axes("movedim", d, self.ndim)[0] for d in (source, destination)
+        )
+        order = list(range(self.ndim))
+        order.insert(destination, order.pop(source))
+        return self.permute(*order)
+
+
+def _band(tensor: Tensor, diagonal: int, lower: bool) -> Tensor:
+    """The bool mask of tril (lower) or triu over the last two dims of `tensor`."""
+    if tensor.ndim < 2:
+        raise ValueError(
+            f"{'tril' if lower else 'triu'}: needs at least 2 dimensions, got shape {tensor.shape}"
+        )
+    rows, cols = tensor.shape[-2:]
+    xp = backend.namespace(tensor.array)
+    offset = (
+        xp.arange(cols, device=tensor.array.device)[None, :]
+        - xp.arange(rows, device=tensor.array.device)[:, None]
+    )
+    return tensor._from_op(offset <= diagonal if lower else offset >= diagonal, None)
