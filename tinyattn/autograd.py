@@ -224,7 +224,7 @@ class Function:
       changed in place in between is an error, not a wrong gradient. An op whose backward uses
       only shapes (Add, Sum, Reshape) declares ``()``; Exp, which reads its output, ``("output",)``.
     - ``shares_storage``: True for ops whose result may be a view of input 0 (reshape, permute,
-      basic indexing): the result then shares that input's version counter.
+      basic indexing): when it is one, the result shares that input's version counter.
 
     After a backward without ``retain_graph`` the node is released: ``inputs`` and the saved
     values are dropped (that frees the memory), and ``released_inputs`` keeps a skeleton for
@@ -301,7 +301,9 @@ class Function:
                     recorded = True
                     break
         out = inputs[0]._from_op(data, fn if recorded else None)
-        if cls.shares_storage:  # a view: an in-place change through either one bumps both
+        if cls.shares_storage and backend.is_view_of(data, inputs[0].array):
+            # A view: an in-place change through either one bumps both. (A reshape of a
+            # transposed array, or an index array, copies: the copy keeps its own counter.)
             out._version_counter = inputs[0]._version_counter
         if recorded:
             fn._seq = _next_seq()

@@ -271,6 +271,49 @@ def reshape(array: Any, shape: tuple) -> Any:
     return namespace(array).reshape(array, shape)
 
 
+def reshape_view(array: Any, shape: tuple) -> Any:
+    """``array`` in `shape` as a view of the same memory, or None when its strides cannot express
+    that shape without a copy (PyTorch's ``view`` refuses those; ``reshape`` copies)."""
+    if math.prod(array.shape) == 0:
+        return namespace(array).reshape(array, shape)
+    host = _host_view(array)
+    if isinstance(host, np.ndarray):
+        view = host.reshape(shape)
+        if not np.may_share_memory(view, host):
+            return None
+        return view if host is array else namespace(array).reshape(array, shape)
+    view = namespace(array).reshape(array, shape)  # CuPy: a copy has its own pointer
+    return view if view.data.ptr == array.data.ptr else None
+
+
+def is_view_of(result: Any, source: Any) -> bool:
+    """Whether `result` is a view of `source`'s memory (both views of one allocation)."""
+    if result is source:
+        return True
+    base = getattr(result, "base", None)
+    if base is None and not hasattr(result, "_array"):
+        return False  # owns its memory (the common case of a NumPy or CuPy copy), fast
+    return storage_root(result) == storage_root(source)
+
+
+def is_contiguous(array: Any) -> bool:
+    """Whether `array` is laid out row-major without gaps (PyTorch's ``is_contiguous()``)."""
+    flags = getattr(_host_view(array), "flags", None)
+    return bool(getattr(flags, "c_contiguous", True)) if flags is not None else True
+
+
+def contiguous_copy(array: Any) -> Any:
+    """A row-major copy of `array` in new memory (``xp.asarray(copy=True)`` keeps a transposed
+    layout on NumPy)."""
+    host = _host_view(array)
+    if isinstance(host, np.ndarray) and host is array:
+        return np.array(array, order="C", copy=True)
+    if _is_cupy_array(array):
+        return ufuncs_of(array).array(array, order="C", copy=True)
+    # The strict stand-in: a row-major NumPy copy behind it, on the array's own device.
+    return namespace(array).asarray(np.array(host, order="C", copy=True), device=array.device)
+
+
 def copied(array: Any) -> Any:
     """A new array with `array`'s values (a NumPy scalar stays as it is: it cannot change)."""
     if isinstance(array, np.generic):

@@ -134,7 +134,9 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     for pair in range(len(pad) // 2):
         axis = input.ndim - 1 - pair
         out = _pad_axis(out, axis, pad[2 * pair], pad[2 * pair + 1], value)
-    return out
+    # Padding by nothing (or only cropping) leaves the input or a view of it; pad, as PyTorch's,
+    # always returns new memory.
+    return out if any(count > 0 for count in pad) else out.clone()
 
 
 def _pad_axis(x: Tensor, axis: int, before: int, after: int, value: float) -> Tensor:

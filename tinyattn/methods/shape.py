@@ -72,11 +72,29 @@ class ShapeMethods(TensorBase):
             return self
         return Reshape.apply(self, shape=check_reshape(self.shape, shape))
 
-    view = reshape
+    def view(self, *shape: Any) -> Tensor:
+        """The same memory in a new shape (one size may be -1), as PyTorch's view: writes through
+        either tensor reach the other. Refused where the strides cannot express the shape (a
+        transposed matrix flattened, say): ``reshape`` copies there."""
+        shape = check_reshape(self.shape, shape_arg(shape))
+        if backend.reshape_view(self.array, shape) is None:
+            raise RuntimeError(
+                f"view: size {shape} is not compatible with the input tensor's size and stride "
+                f"(shape {self.shape}, not contiguous): at least one dimension spans across two "
+                "contiguous subspaces. Use .reshape(...) instead."
+            )
+        return Reshape.apply(self, shape=shape)
 
     def contiguous(self) -> Tensor:
-        """This tensor itself: every tinyattn array is laid out so that reshape works."""
-        return self
+        """This tensor itself when its memory is row-major without gaps, else a row-major copy
+        (a transposed or sliced tensor), as PyTorch's ``contiguous()``."""
+        if backend.is_contiguous(self.array):
+            return self
+        return Clone.apply(self, contiguous=True)
+
+    def is_contiguous(self) -> bool:
+        """Whether the memory is row-major without gaps, so that ``view`` can take any shape."""
+        return backend.is_contiguous(self.array)
 
     def clone(self) -> Tensor:
         """A copy in new memory that stays in the graph (the gradient passes through)."""
@@ -178,7 +196,9 @@ class ShapeMethods(TensorBase):
         spread = tuple(n for size in shape for n in (1, size))
         tiled = tuple(n for count, size in zip(sizes, shape) for n in (count, size))
         out = self.reshape(spread).broadcast_to(tiled)
-        return out.reshape(tuple(count * size for count, size in zip(sizes, shape)))
+        out = out.reshape(tuple(count * size for count, size in zip(sizes, shape)))
+        # Counts of 1 everywhere leave a view of the input; repeat always owns new memory.
+        return out.clone() if all(count == 1 for count in sizes) else out
 
     def flip(self, *dims: Any, **keywords: Any) -> Tensor:
         """The values in reverse order along `dims` (``flip(0, 1)``, ``flip((0, 1))``,
@@ -186,7 +206,7 @@ class ShapeMethods(TensorBase):
         axes = normalize_axes("flip", shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
         if keywords:
             raise TypeError(f"flip: unexpected keyword argument(s) {sorted(keywords)}")
-        return Flip.apply(self, axes=axes) if axes else self
+        return Flip.apply(self, axes=axes) if axes else self.clone()  # a copy, as PyTorch's
 
     def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `split_size` along dim (the last may be shorter), or of the listed sizes."""
@@ -370,7 +390,7 @@ class ShapeMethods(TensorBase):
             keep = (size - shift % size) % size if size else 0
             if keep:
                 out = concat([out.narrow(dim, keep, size - keep), out.narrow(dim, 0, keep)], dim)
-        return out
+        return out.clone() if out is self else out  # a whole turn: still a copy, as PyTorch's
 
     def movedim(self, source: int, destination: int) -> Tensor:
         """Dimension `source` moved to position `destination`, the others in order."""

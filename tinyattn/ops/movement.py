@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..autograd import Function
-from ..backend import namespace
+from ..backend import contiguous_copy, namespace
 
 
 class Flip(Function):
@@ -22,7 +22,10 @@ class Flip(Function):
 
     def forward(self, x: Any, axes: tuple = ()) -> Any:
         self.axes = axes
-        return namespace(x).flip(x, axis=axes)
+        xp = namespace(x)
+        # A copy, as PyTorch's flip: NumPy's flip is a view, and a write through it (or into x)
+        # would reach the other without the shared version counter noticing.
+        return xp.asarray(xp.flip(x, axis=axes), copy=True)
 
     def backward(self, grad: Any) -> Any:
         return grad.flip(self.axes)
@@ -36,7 +39,9 @@ class Clone(Function):
 
     __slots__ = ()
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, contiguous: bool = False) -> Any:
+        if contiguous:  # ``x.contiguous()``: row-major, whatever x's layout
+            return contiguous_copy(x)
         return namespace(x).asarray(x, copy=True)
 
     def backward(self, grad: Any) -> Any:
