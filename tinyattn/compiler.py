@@ -1,10 +1,10 @@
 """The fast path for whole steps: ``ta.compile(step)`` records a step's array work, then replays it.
 
-Imports `backend`, `autograd`, `tensor` and `replay` (the replay half). The reference path
-(Tensor ops building a graph, the engine walking it) pays Python costs per op that small models
-feel: a Tensor object per result, argument checks, graph nodes, the engine's bookkeeping. A
-training step does the same array work every time its inputs have the same shapes, so it can be
-written down once and replayed:
+Imports `backend`, `autograd`, `tensor`, `replay` and `replay_kernels` (the replay half). The
+reference path (Tensor ops building a graph, the engine walking it) pays Python costs per op
+that small models feel: a Tensor object per result, argument checks, graph nodes, the engine's
+bookkeeping. A training step does the same array work every time its inputs have the same
+shapes, so it can be written down once and replayed:
 
 - **Recording.** The first two calls with a new signature (the shapes, dtypes, devices and
   ``requires_grad`` of the tensor arguments, wherever they sit in the arguments, the other
@@ -54,16 +54,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import autograd, backend
-from .replay import (
-    Slot,
-    Tape,
-    entry_name,
-    let_go,
-    position_in,
-    reads_and_writes,
-    rebuilt,
-    written_inputs,
-)
+from .replay import Tape, entry_name, let_go, position_in, reads_and_writes, written_inputs
+from .replay_kernels import Slot, rebuilt
 from .tensor import Tensor
 
 
