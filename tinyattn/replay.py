@@ -60,6 +60,13 @@ class Tape:
         self, recorder: Any, outputs: Any, inputs: list[Tensor], graphs: bool = True
     ) -> None:
         self.entries = recorder.tape
+        # A function whose backward runs outside it: the entries from `graph.split` on are the
+        # recorded backward, replayed by `replay_backward` when the caller's backward reaches
+        # the call; `replays` numbers the forward replays (a backward checks its own is last).
+        self.graph: GraphPart | None = recorder.graph
+        self.replays = 0
+        self.guards: list = recorder.guards  # Python values the step read (compile_guards)
+        self.checked: Any = None  # the recording it was built from, trimmed (verification)
         self.outputs = outputs  # the step's result, with Tensors replaced by slots
         self.env = list(recorder.arrays)  # slot -> its buffer (or its latest array, if dynamic)
         # Gradients from before the call that backward added to: each replay copies the leaf's
@@ -101,7 +108,12 @@ class Tape:
             if slot not in read_grads
         ]
         self._written_inputs = written_inputs(self.entries, self.env, len(inputs))
-        let_go(self.entries, keep=self._ruled)
+        # The graph of the recording this tape is built from is also the caller's, whose
+        # backward (through a function compiled without its backward) may still come: it is
+        # let go at the first replay instead.
+        self._unreleased = self.graph is not None
+        if not self._unreleased:
+            let_go(self.entries, keep=self._ruled)
         self._build()
         # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
         # share memory, and the program is built again on the shared buffers.
@@ -135,7 +147,16 @@ class Tape:
                 )
                 items.append((run, entry, position in self._drawing))
         self._items = items
-        self.segments = _segments(items, self.static)
+        self._cut(items)
+
+    def _cut(self, items: list[tuple]) -> None:
+        """The segments of the program: all of it, or the forward's and the backward's."""
+        split = len(self.entries) if self.graph is None else self.graph.split
+        position_of = {item: position for position, item in self._item_of.items()}
+        forward = [item for k, item in enumerate(items) if position_of[k] < split]
+        backward = [item for k, item in enumerate(items) if position_of[k] >= split]
+        self.segments = _segments(forward, self.static)
+        self.backward_segments = _segments(backward, self.static)
 
     def _release_after_last_use(self, last_use: dict[int, int]) -> None:
         """Forget each result held anew on every replay once its last reader has run, so the
@@ -148,7 +169,7 @@ class Tape:
         for item, slots in after.items():
             self.program[item] = _then_forget(self.program[item], slots)
         items = [(self.program[k], entry, draws) for k, (_, entry, draws) in enumerate(self._items)]
-        self.segments = _segments(items, self.static)
+        self._cut(items)
 
     # ------------------------------------------------------------------------ planning
     def _fresh(self, slot: int) -> bool:
@@ -308,9 +329,16 @@ class Tape:
             for slot, tensor, wanted, hooks in self._owners
         )
 
-    def replay(self, inputs: list[Tensor]) -> Any:
+    def replay(self, inputs: list[Tensor], given: Callable[[list], dict] | None = None) -> Any:
+        """Run the program (a function's forward only, with `graph`) on new inputs; returns the
+        step's result, holding copies of the buffers, or for the slots in ``given(env)`` the
+        tensors it gives (a forward's outputs in the caller's graph)."""
         env = self.env
         self._replayed_inputs = inputs
+        self.replays += 1
+        if self._unreleased:
+            self._unreleased = False
+            let_go(self.entries, keep=self._ruled)
         with self.graphs if self.graphs is not None else contextlib.nullcontext():
             for position, tensor in enumerate(inputs):
                 backend.copy_into(env[position], tensor.array)
@@ -331,7 +359,38 @@ class Tape:
                 # The step wrote into this input in place: so does its replay, as eager would.
                 backend.copy_into(inputs[position].array, env[position])
                 inputs[position]._version_counter[0] += writes
-        return rebuild(self.outputs, env)
+        return rebuild(self.outputs, env, given(env) if given is not None else {})
+
+    def replay_backward(self, grads: list) -> list:
+        """Run the recorded backward of a function on its outputs' gradients (arrays, None for
+        zeros): the gradients of its inputs and parameters, as copies (None where unused)."""
+        env, graph = self.env, self.graph
+        with self.graphs if self.graphs is not None else contextlib.nullcontext():
+            for slot, grad in zip(graph.seed_slots, grads, strict=True):
+                if slot is None:
+                    continue  # nothing in the backward reads this output's gradient
+                if grad is None:
+                    env[slot][...] = 0
+                else:
+                    backend.copy_into(env[slot], grad)
+            with autograd.no_grad():
+                for segment in self.backward_segments:
+                    segment.run(env, self.graphs)
+            return [
+                None if slot is None else backend.copied(env[slot]) for slot in graph.grad_slots
+            ]
+
+
+class GraphPart:
+    """Where a recording of a function whose backward runs outside it (``ta.compile(model)``)
+    keeps that backward: entries from `split` on, reading the outputs' gradients from
+    `seed_slots` and leaving the gradients of `wrt` (step inputs by position, or tensors such as
+    parameters) in `grad_slots`; `outputs` are the slots of the outputs that carry a graph."""
+
+    def __init__(self, split: int, outputs: list, seeds: list, grads: list, wrt: list) -> None:
+        self.split, self.out_slots, self.seed_slots = split, outputs, seeds
+        self.grad_slots, self.wrt = grads, wrt
+        self.eager: tuple = ()  # (outputs, wrt) of the recording's own graph
 
 
 def written_inputs(entries: list[tuple], arrays: list, inputs: int) -> list[tuple[int, int]]:
@@ -505,6 +564,8 @@ def _lives(tape: Tape, made: list[bool], inputs: int) -> tuple[dict, dict, set, 
             first.setdefault(slot, position)
             last[slot] = max(last.get(slot, position), position)
     pinned.update(slots_in(tape.outputs))
+    if tape.graph is not None:  # a backward's results, copied out after it ends
+        pinned.update(s for s in tape.graph.grad_slots if s is not None)
     return first, last, read_first, pinned
 
 
@@ -644,11 +705,18 @@ def _segments(items: list[tuple], static: list[bool]) -> list[_Segment]:
     return segments
 
 
-def rebuild(value: Any, env: list) -> Any:
-    if isinstance(value, Slot):  # a copy: the next replay writes into the buffer again
-        return Tensor._from_op(backend.copied(env[value.index]), None)
+def rebuild(value: Any, env: list, given: dict) -> Any:
+    """The step's result with each slot's tensor: the one `given` for it, or a copy of its
+    buffer (the next replay writes into the buffer again)."""
+    if isinstance(value, Slot):
+        tensor = given.get(value.index)
+        return (
+            tensor
+            if tensor is not None
+            else Tensor._from_op(backend.copied(env[value.index]), None)
+        )
     if isinstance(value, tuple | list):
-        return type(value)(rebuild(v, env) for v in value)
+        return type(value)(rebuild(v, env, given) for v in value)
     if isinstance(value, dict):
-        return {k: rebuild(v, env) for k, v in value.items()}
+        return {k: rebuild(v, env, given) for k, v in value.items()}
     return value
