@@ -25,6 +25,8 @@ from .tensor import Tensor
 
 # Values a guard keeps as themselves: compared by value, so a new number records again.
 PLAIN = (int, float, complex, bool, str, bytes, type(None))
+_PLAIN_TYPES = frozenset(PLAIN)
+_NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 UNBOUND = object()
 # A dict or namespace of settings (`config["lr"]`, `args.lr`) up to this size
 # is keyed by its entries too, one level deep; a larger one (a vocabulary) only by identity, as
@@ -42,7 +44,7 @@ class Same:
         self.value = value
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Same) and other.value is self.value
+        return type(other) is Same and other.value is self.value
 
     def __hash__(self) -> int:
         return id(self.value)
@@ -57,12 +59,13 @@ def guard(value: Any) -> Any:
     by identity and by its entries, each plain by value or else by identity. A list only by
     identity: a step appending to one (a loss history) must still replay; its entries are
     guarded where the code reads them with a constant index (``lrs[0]``)."""
-    if isinstance(value, PLAIN):
+    kind = type(value)  # by the type, not isinstance: no __class__ lookup on every call
+    if kind in _PLAIN_TYPES or issubclass(kind, PLAIN):
         return value
-    if type(value) is tuple:
+    if kind is tuple:
         return tuple(guard(v) for v in value)
-    entries = value if type(value) is dict else None
-    if isinstance(value, types.SimpleNamespace | argparse.Namespace):
+    entries = value if kind is dict else None
+    if issubclass(kind, _NAMESPACES):
         entries = vars(value)
     if entries is not None and len(entries) <= SETTINGS_SIZE:
         return (Same(value), tuple((shallow(k), shallow(v)) for k, v in entries.items()))

@@ -1,6 +1,6 @@
 """The fast path for whole steps: ``ta.compile(step)`` records a step's array work, then replays it.
 
-Imports `backend`, `autograd`, `tensor`, `replay` and `replay_kernels` (the replay half). The
+Imports `backend`, `autograd`, `tensor`, `replay` and the `compile_*` modules under it. The
 reference path (Tensor ops building a graph, the engine walking it) pays Python costs per op
 that small models feel: a Tensor object per result, argument checks, graph nodes, the engine's
 bookkeeping. A training step does the same array work every time its inputs have the same
@@ -16,7 +16,8 @@ shapes, so it can be written down once and replayed:
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
   backward rule, every gradient stored on a leaf, every in-place write, every random draw made
   outside an op, and calls that must run as Python on every step (``optimizer.step``, gradient
-  clipping, a scheduler's ``step``).
+  clipping, a scheduler's ``step``). A `compile_guards.Tracer` notes every Python value the
+  step's functions read (`compile_guards`); a replay first checks each is unchanged.
 - **Checking.** The two tapes must agree (if they do not, a third call is recorded and compared
   with the second, once: a first call may differ through state made on first use, such as
   gradients that were None): the same ops with the same arguments, and every array
@@ -36,10 +37,14 @@ shapes, so it can be written down once and replayed:
   gradients are copies holding the new values.
 - **On a GPU,** each run of array work between Python calls is captured once as a CUDA graph and
   then launched as one (`backend.CudaGraphs`).
+- **A function without its own backward** (``ta.compile(model)``) is recorded with its backward
+  and replays it when the caller's backward reaches its outputs (`compile_graph`).
+- **Verifying.** With ``verify_every=N`` every N-th replayed call records again and must equal
+  the tape's recording.
 
 What the tape cannot hold is refused when recording, not replayed: see `CompileError`. Python
 side effects of the step other than the calls listed above (printing, appending to a list) run
-only while recording.
+only while recording (and on verifying calls).
 """
 
 from __future__ import annotations
