@@ -44,10 +44,11 @@ from common import REMOVED, blas_info, child_env, gpt_example, median_seconds
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-MODES = ("eager", "compiled", "torch", "floor")
+MODES = ("eager", "compiled", "model", "torch", "floor")
 MODE_NAMES = {
     "eager": "tinyattn eager",
     "compiled": "tinyattn compiled",
+    "model": "compiled model, eager backward",
     "torch": "PyTorch eager",
     "floor": "NumPy GEMM floor",
 }
@@ -78,8 +79,10 @@ def _bench(allow_torch: bool):
 
 
 # ----------------------------------------------------------------------------- tinyattn models
-def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
-    """(step function, list of argument tuples): the model, its optimizer and its batches."""
+def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8, compile_model: bool = False):
+    """(step function, list of argument tuples): the model, its optimizer and its batches. With
+    `compile_model` (the small model only), the step calls ``ta.compile(model)`` and runs the
+    loss, backward and optimizer eagerly around it, the torch.compile way."""
     import tinyattn as ta
     from tinyattn import functional as F
     from tinyattn import nn, optim
@@ -129,10 +132,11 @@ def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
             tokens = rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"] + 1))
             args.append((ta.tensor(tokens[:, :-1]), ta.tensor(tokens[:, 1:])))
     vocab = cfg["vocab"]
+    forward = ta.compile(model) if compile_model else model
 
     def step(idx, targets):
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(idx).view(-1, vocab), targets.view(-1))
+        loss = F.cross_entropy(forward(idx).view(-1, vocab), targets.view(-1))
         loss.backward()
         optimizer.step()
         return loss
@@ -331,7 +335,7 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
     else:
         import tinyattn as ta
 
-        step, args = _tinyattn_step(model_name)
+        step, args = _tinyattn_step(model_name, compile_model=mode == "model")
         if mode == "compiled":
             step = ta.compile(step)
         counter = [0]
@@ -469,7 +473,7 @@ def main() -> None:
             for model_name in MODELS:
                 for mode in order:
                     key = (model_name, mode, threads)
-                    if key in errors:
+                    if key in errors or (mode == "model" and model_name != "small"):
                         continue
                     got = spawn(model_name, mode, threads, repeats[model_name])
                     if "error" in got:
@@ -498,7 +502,7 @@ def main() -> None:
             for mode in modes:
                 times = results.get((model_name, mode, threads))
                 if not times:
-                    cells.append("failed")
+                    cells.append("-" if mode == "model" and model_name != "small" else "failed")
                     continue
                 middle = statistics.median(times)
                 cells.append(

@@ -1,34 +1,31 @@
 """The replay half of ``ta.compile``: a checked recording as a program of array calls.
 
-Imports `backend`, `autograd` and `tensor`; `compiler` (which records and checks) builds a `Tape`
-from its second recording. The recording's own arrays are the buffers: every replay writes each
-result into the array the recording made for it, so views of buffers stay valid and are not made
-again, simple ops write with ``out=``, and addresses stay fixed for CUDA graphs. Buffers that
-are never alive at once share one array (`MemoryPlan`). The program is cut into segments, runs
-of array work and the Python between them; on CuPy each run of array work is captured once as
-a CUDA graph and launched as one.
+Imports `backend`, `autograd`, `tensor` and `replay_kernels` (the out= kernels); `compiler` (which
+records and checks) builds a `Tape` from its second recording. The recording's own arrays are the
+buffers: every replay writes each result into the array the recording made for it, so views of
+buffers stay valid and are not made again, simple ops write with ``out=``, and addresses stay
+fixed for CUDA graphs. Buffers never alive at once share one array (`MemoryPlan`). The program
+is cut into segments, runs of array work and the Python between them; on CuPy each run of array
+work is captured once as a CUDA graph and launched as one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable
 from typing import Any
 
-from . import autograd, backend, kernels, ops
-from .ops.reductions import sum_to_axes
-from .ops.targets import gather_target_rows
+from . import autograd, backend, ops
+from .replay_kernels import (
+    Slot,
+    filler,
+    kernel_run,
+    lowered,
+    lowered_index_add,
+    lowered_take,
+    slots_in,
+)
 from .tensor import Tensor
-
-
-class Slot:
-    """A placeholder for the array in slot `index`, inside an op's keyword arguments."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
 
 
 def entry_name(entry: tuple) -> str:
@@ -49,388 +46,6 @@ def position_in(tensor: Any, inputs: list) -> int | None:
     return next((k for k, t in enumerate(inputs) if t is tensor), None)
 
 
-def rebuilt(value: tuple | list, items: list) -> tuple | list:
-    """`value`'s type holding `items` (a named tuple takes them as separate arguments)."""
-    return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-
-
-def _filler(value: Any) -> Callable[[list], Any]:
-    """``fill(env)``: `value` with each Slot replaced by its slot's current array. Only the
-    containers on the way to a Slot are made again on each call; the rest is `value`'s own
-    (an index key holds a dozen fields, and one or two of them hold the index array)."""
-    if isinstance(value, Slot):
-        index = value.index
-        return lambda env: env[index]
-    if isinstance(value, tuple | list) and _slots_in(value):
-        parts = [_filler(v) for v in value]
-        return lambda env: rebuilt(value, [part(env) for part in parts])
-    return lambda env: value
-
-
-def _lowered(
-    fn: Any, arrays: list, out: Any, kwargs: dict, saved: list | None = None
-) -> Callable | None:
-    """A kernel ``kernel(out, *inputs)`` that writes `fn`'s forward result into `out` with the
-    same array calls its forward makes (so the values are the same bit for bit), or None.
-
-    Only NumPy and CuPy take ``out=``. The ops lowered are those whose forward is a few such
-    calls: the elementwise ones, sums and means, products, Linear, a Reshape that copied,
-    Softmax and LogSoftmax (none of which keeps anything for backward), cross-entropy's target
-    rows on the host, and LayerNorm with a weight, which writes what it keeps into the `saved`
-    buffers. Every other op replays through its own ``forward``. The kernels call the arrays'
-    own methods (``x.reshape``) where NumPy's module functions would add a Python wrapper.
-    """
-    if not backend.has_out(out):
-        return None
-    u = backend.ufuncs_of(out)
-    # By class, not by name: a user's own Function called "Exp" is not tinyattn's.
-    kind = type(fn)
-    if saved:
-        if kind is ops.LayerNorm and len(saved) == 2:
-            return _lowered_layer_norm(u, fn, arrays, out, *saved)
-        return None
-    elementwise = _lowered_elementwise(u, kind, arrays, kwargs)
-    if elementwise is not None:
-        return elementwise
-    if kind in (ops.Sum, ops.Mean, ops.SumTo) and backend.has_out(arrays[0]):
-        x = arrays[0]
-        if kind is ops.SumTo:
-            axes = sum_to_axes(x.shape, kwargs.get("shape", ()))
-        else:
-            axes = fn.axes
-        divisor = math.prod(x.shape[a] for a in axes) if kind is ops.Mean else None
-        return _lowered_sum(u, x, out, axes, divisor)
-    if kind is ops.MatMul and len(arrays) == 2:
-        return _lowered_matmul(u, out, *arrays)
-    if kind is ops.Linear:
-        return _lowered_linear(u, out, arrays)
-    if kind is ops.Reshape and backend.has_out(arrays[0]):
-        # A reshape that copied (its input was not contiguous): the same copy, into `out`.
-        view = u.reshape(out, arrays[0].shape)
-        return (lambda o, x: u.copyto(view, x)) if u.shares_memory(view, out) else None
-    if kind in (ops.Softmax, ops.LogSoftmax) and backend.has_out(arrays[0]):
-        return _lowered_softmax(u, arrays[0], out, fn.axis, log=kind is ops.LogSoftmax)
-    if kind is ops.ClassWeights and backend.is_host_array(arrays[0]):
-        return _lowered_class_weights(u, arrays[0], out, **kwargs)
-    return None
-
-
-def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Callable | None:
-    """The kernel of an op whose forward is one elementwise call, or None."""
-    if not all(backend.has_out(a) for a in arrays):
-        return None
-    if kind in _BINARY_UFUNCS:
-        return UfuncCall(getattr(u, _BINARY_UFUNCS[kind]))
-    if kind in _UNARY_UFUNCS:
-        return UfuncCall(getattr(u, _UNARY_UFUNCS[kind]))
-    if kind is ops.Relu:  # its forward's own call (`kernels.relu_array`)
-        zero = kernels.zeros_operand(arrays[0])
-        return UfuncCall(u.maximum, 0.0 if zero is None else zero)
-    if kind in (ops.AddScalar, ops.MulScalar):
-        ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
-        if isinstance(c, int | float) and not isinstance(c, bool):
-            return UfuncCall(ufunc, c)
-    if kind is ops.Cast:  # astype's conversion, into the buffer (a mask made float, say)
-        return lambda o, x: u.copyto(o, x, casting="unsafe")
-    if kind is ops.Computed and kwargs.get("function") is ops.array_call:
-        # A comparison or logical function (`x > 0`): its result was a new array on every
-        # replay, so a fresh bool array each time; the same ufunc writes into a buffer instead.
-        ufunc = getattr(u, dict(kwargs.get("options", ())).get("name", ""), None)
-        if isinstance(ufunc, u.ufunc):
-            return UfuncCall(ufunc)
-    return None
-
-
-class UfuncCall:
-    """A kernel that is one ufunc call: ``ufunc(*inputs, out=out)``, or with `constant` as the
-    last operand (a scalar, ReLU's zeros). `_kernel_run` makes its program item call the ufunc
-    itself, one Python call fewer than through this object (about 100 items of a step of the
-    small benchmark model)."""
-
-    __slots__ = ("ufunc", "constant")
-
-    def __init__(self, ufunc: Any, constant: Any = None) -> None:
-        self.ufunc, self.constant = ufunc, constant
-
-    def __call__(self, out: Any, *arrays: Any) -> Any:
-        if self.constant is None:
-            return self.ufunc(*arrays, out=out)
-        return self.ufunc(*arrays, self.constant, out=out)
-
-
-# The ops whose forward is exactly one array function of the same name (out= aside).
-_BINARY_UFUNCS = {ops.Add: "add", ops.Sub: "subtract", ops.Mul: "multiply", ops.Div: "divide"}
-_BINARY_UFUNCS[ops.Maximum] = "maximum"
-_UNARY_UFUNCS = {ops.Neg: "negative", ops.Exp: "exp", ops.Log: "log", ops.Tanh: "tanh"}
-_UNARY_UFUNCS[ops.Sqrt] = "sqrt"
-
-
-def _rows_of(u: Any, out: Any, columns: int) -> Any:
-    """`out` seen as (N, columns) without a copy, or None when that needs one."""
-    rows = u.reshape(out, (-1, columns))
-    return rows if u.shares_memory(rows, out) else None
-
-
-def _lowered_matmul(u: Any, out: Any, a: Any, b: Any) -> Callable | None:
-    if a.ndim < 2 or b.ndim < 2:
-        return None
-    if b.ndim == 2 and a.ndim > 2:  # the forward's one (N, k) @ (k, m) GEMM
-        rows = _rows_of(u, out, b.shape[-1])
-        if rows is None:
-            return None
-        k = a.shape[-1]
-        return lambda o, a, b: u.matmul(a.reshape(-1, k), b, out=rows)
-    return lambda o, a, b: u.matmul(a, b, out=o)
-
-
-def _ones_for(u: Any, x: Any, n: int) -> Any:
-    """The vector of `n` ones `kernels.sum_array` sums `x`'s rows with, or None where it calls
-    the library's sum instead (a dtype other than float32 and float64)."""
-    if not (x.dtype == u.float32 or x.dtype == u.float64):
-        return None
-    return kernels.ones_vector(backend.namespace(x), n, x.dtype, x.device)
-
-
-def _lowered_sum(u: Any, x: Any, out: Any, axes: tuple, divisor: int | None) -> Callable | None:
-    """`kernels.sum_array`'s product with a vector of ones, written into `out` (then divided by
-    `divisor`, for a mean), where sum_array takes that path; None where it does not."""
-    ndim, count = x.ndim, len(axes)
-    if not count or x.size == 0:
-        return None
-    trailing = axes[0] == ndim - count
-    if not trailing and axes[-1] != count - 1:
-        return None  # neither trailing nor leading: sum_array calls the library's sum
-    flat = u.reshape(out, (-1,))
-    summed = math.prod(x.shape[a] for a in axes)
-    ones = _ones_for(u, x, summed)
-    if ones is None or not u.shares_memory(flat, out):
-        return None
-
-    def run(o: Any, x: Any) -> None:
-        if trailing:  # (rows, summed) @ (summed,) -> (rows,)
-            u.matmul(x.reshape(-1, summed), ones, out=flat)
-        else:  # (summed,) @ (summed, columns) -> (columns,)
-            u.matmul(ones, x.reshape(summed, -1), out=flat)
-        if divisor is not None:
-            u.divide(flat, divisor, out=flat)
-
-    return run
-
-
-def _lowered_linear(u: Any, out: Any, arrays: list) -> Callable | None:
-    x, weight = arrays[0], arrays[1]
-    if x.ndim == 0 or (len(arrays) == 3 and arrays[2].dtype != out.dtype):
-        return None  # a promoting bias is added out of place by the forward
-    rows = _rows_of(u, out, weight.shape[0])
-    if rows is None:
-        return None
-    k = x.shape[-1]
-    if len(arrays) == 2:
-        return lambda o, x, w: u.matmul(x.reshape(-1, k), w.T, out=rows)
-
-    def linear(o: Any, x: Any, w: Any, b: Any) -> None:
-        u.matmul(x.reshape(-1, k), w.T, out=rows)
-        u.add(rows, b, out=rows)
-
-    return linear
-
-
-def _lowered_layer_norm(
-    u: Any, fn: Any, arrays: list, out: Any, x_hat: Any, rstd: Any
-) -> Callable | None:
-    """`ops.LayerNorm`'s forward (`fused._normalize`, then the weight and bias) as out= calls:
-    x_hat and rstd go into the buffers its backward reads, and the squares of the centred
-    values are made in `out` before the result overwrites them. The sums are `sum_array`'s
-    products with ones, the same calls in the same order as the forward, so the same bits."""
-    x = arrays[0]
-    if x.size == 0:
-        return None
-    if any(a.dtype != x.dtype for a in (*arrays, out, x_hat, rstd)) or not fn.has_weight:
-        return None  # a promotion, or no weight (without an affine part, y is x_hat itself)
-    axes = tuple(sorted(a % x.ndim for a in fn.axes))
-    if axes[0] != x.ndim - len(axes):
-        return None  # not the trailing axes: sum_array calls the library's sum
-    n = math.prod(x.shape[a] for a in axes)
-    rows_hat, rows_out, ones = _rows_of(u, x_hat, n), _rows_of(u, out, n), _ones_for(u, x, n)
-    stat = u.reshape(rstd, (-1,))
-    if rows_hat is None or rows_out is None or ones is None or not u.shares_memory(stat, rstd):
-        return None
-    column = u.reshape(stat, (-1, 1))  # (rows, 1): broadcast along each row
-    eps, one_axis = fn.eps, len(axes) == 1
-
-    def run(o: Any, x: Any, *affine: Any) -> None:
-        rows = x.reshape(-1, n)
-        u.matmul(rows, ones, out=stat)  # the mean...
-        u.divide(stat, n, out=stat)
-        u.subtract(rows, column, out=rows_hat)  # ...taken away
-        u.multiply(rows_hat, rows_hat, out=rows_out)  # squares, in `out` for now
-        u.matmul(rows_out, ones, out=stat)
-        u.divide(stat, n, out=stat)
-        u.add(stat, eps, out=stat)
-        u.sqrt(stat, out=stat)
-        u.divide(1.0, stat, out=stat)  # rstd
-        u.multiply(rows_hat, column, out=rows_hat)  # x_hat
-        flat = affine if one_axis else [a.reshape(-1) for a in affine]
-        u.multiply(rows_hat, flat[0], out=rows_out)  # the weight...
-        if len(flat) == 2:
-            u.add(rows_out, flat[1], out=rows_out)  # ...and the bias
-
-    return run
-
-
-def _lowered_softmax(u: Any, x: Any, out: Any, axis: int, log: bool) -> Callable | None:
-    """`ops.Softmax`'s (or, with `log`, `ops.LogSoftmax`'s) forward along the last axis as
-    out= calls into the tape's own scratch buffers: `kernels.row_shift`'s max (over a
-    transposed copy for short rows, as `kernels.max_along` takes it) with -inf maxima set to 0,
-    the shifted values, their exp, `sum_array`'s product with ones, and the division by the sums
-    (or the subtraction of their log), all-zero sums set to 1. The same calls in the same order
-    as the forward, so the same bits."""
-    if x.ndim < 2 or axis % x.ndim != x.ndim - 1 or x.size == 0 or x.dtype != out.dtype:
-        return None
-    n = x.shape[-1]
-    rows_out, ones = _rows_of(u, out, n), _ones_for(u, x, n)
-    if rows_out is None or ones is None:
-        return None
-    count = x.size // n
-    shift, total = u.empty((count,), dtype=x.dtype), u.empty((count,), dtype=x.dtype)
-    columns = u.empty((n, count), dtype=x.dtype) if n <= kernels.SHORT_ROW else None
-    exps = u.empty((count, n), dtype=x.dtype) if log else rows_out  # log keeps the shifted x
-    shift_column, total_column = u.reshape(shift, (-1, 1)), u.reshape(total, (-1, 1))
-
-    def run(o: Any, x: Any) -> None:
-        rows = x.reshape(-1, n)
-        if columns is not None:  # each key's values in one row: an elementwise max of rows
-            u.copyto(columns, rows.T)
-            columns.max(axis=0, out=shift)
-        else:
-            rows.max(axis=1, out=shift)
-        u.copyto(shift, 0.0, where=shift == -math.inf)  # a fully masked row: exp(-inf) = 0
-        u.subtract(rows, shift_column, out=rows_out)
-        u.exp(rows_out, out=exps)
-        u.matmul(exps, ones, out=total)
-        u.copyto(total, 1.0, where=total == 0)
-        if log:
-            u.log(total, out=total)
-            u.subtract(rows_out, total_column, out=rows_out)
-        else:
-            u.divide(rows_out, total_column, out=rows_out)
-
-    return run
-
-
-def _lowered_class_weights(
-    u: Any, targets: Any, out: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
-) -> Callable | None:
-    """`ops.ClassWeights`' table lookup (`gather_target_rows`, the forward's own) with the rows
-    gathered into `out` rather than into a new array reshaped afterwards. NumPy only: its take
-    refuses a target out of range, which is the replay's check of new targets."""
-    if classes > kernels.IDENTITY_ROWS or targets.size == 0:
-        return None  # the forward compares targets with classes instead
-    rows = _rows_of(u, out, classes)
-    if rows is None or rows.shape[0] != targets.size:
-        return None
-    xp = backend.namespace(targets)
-
-    def run(o: Any, targets: Any) -> None:
-        gather_target_rows(xp, targets, classes, ignore_index, smoothing, dtype, out=rows)
-
-    return run
-
-
-def _lowered_take(fn: Any, kwargs: dict, x: Any, out: Any, x_slot: int) -> Callable | None:
-    """``x[index]`` along one axis, every other part of the key a full slice (an embedding
-    lookup, a table row), as NumPy's ``take(x, index, axis, out=)``: the forward's own gather,
-    without parsing the key again or a separate range check (NumPy's take raises for an index
-    out of range itself)."""
-    parsed = getattr(fn, "key", None)
-    if type(fn) is not ops.GetItem or parsed is None or parsed.index is None:
-        return None
-    # NumPy only: CuPy's take wraps an index out of range silently, which the forward's host
-    # check is there to refuse.
-    if parsed.to_front or not backend.is_host_array(out) or not backend.is_host_array(x):
-        return None
-    template = kwargs.get("key")
-    parts = template if isinstance(template, tuple) else (template,)
-    slots = [part for part in parts if isinstance(part, Slot)]
-    rest = [part for part in parsed.full if not hasattr(part, "shape")]
-    if len(slots) != 1 or any(part != slice(None) for part in rest) or len(rest) != x.ndim - 1:
-        return None
-    axis, index_slot = parsed.axis, slots[0].index
-
-    def run(env: list) -> None:
-        try:
-            env[x_slot].take(env[index_slot], axis=axis, out=out)
-        except IndexError as error:
-            raise _out_of_range(error, axis, env[x_slot].shape[axis]) from None
-
-    return run
-
-
-def _out_of_range(error: IndexError, axis: int, size: int) -> IndexError:
-    """The library's words for an index out of range, with the op's name and the axis."""
-    return IndexError(
-        f"getitem: an index is out of range for axis {axis} of size {size} in a replay of a "
-        f"compiled step ({error})"
-    )
-
-
-def _lowered_index_add(
-    fn: Any, kwargs: dict, grad: Any, out: Any, grad_slot: int
-) -> Callable | None:
-    """The adjoint of an embedding lookup (`ops.IndexAdd` of rows, on the host) as
-    `kernels.index_add_rows`'s two calls into scratch buffers: the one-hot rows taken from the
-    identity, then their transpose times the gradient rows, written into `out`. NumPy's take
-    refuses an index out of range and wraps a negative one, as the forward's check does."""
-    parsed, template = getattr(fn, "key", None), kwargs.get("key")
-    if parsed is None or parsed.index is None or not isinstance(template.index, Slot):
-        return None
-    if not all(part == slice(None) for part in parsed.full[1:]) or out.ndim == 0:
-        return None
-    if not (backend.is_host_array(out) and backend.is_host_array(grad)):
-        return None  # CuPy's take wraps an index out of range: the forward's check must run
-    rows, n = out.shape[0], parsed.index.size
-    columns = math.prod(out.shape[1:])
-    if n * rows > backend.ONE_HOT_LIMIT or rows > kernels.IDENTITY_ROWS:
-        return None  # index_add_rows calls scatter_add, or compares, there
-    if grad.size != n * columns or grad.dtype != out.dtype:
-        return None
-    u = backend.ufuncs_of(out)
-    flat_out = _rows_of(u, out, columns)
-    if flat_out is None:
-        return None
-    identity = kernels.identity_rows(backend.namespace(out), rows, out.dtype, out.device)
-    one_hot = u.empty((n, rows), dtype=out.dtype)
-    index_slot = template.index.index
-
-    def run(env: list) -> None:
-        try:
-            identity.take(env[index_slot].reshape(-1), axis=0, out=one_hot)
-        except IndexError as error:
-            raise _out_of_range(error, 0, rows) from None
-        u.matmul(one_hot.T, env[grad_slot].reshape(n, columns), out=flat_out)
-
-    return run
-
-
-def _kernel_run(kernel: Callable, buffer: Any, in_slots: list[int]) -> Callable[[list], None]:
-    """A program item that runs an out= kernel into `buffer` on the current input arrays."""
-    if isinstance(kernel, UfuncCall) and len(in_slots) in (1, 2):
-        f, c, a, b = kernel.ufunc, kernel.constant, in_slots[0], in_slots[-1]
-        if c is None:
-            if len(in_slots) == 2:
-                return lambda env: f(env[a], env[b], out=buffer)
-            return lambda env: f(env[a], out=buffer)
-        if len(in_slots) == 1:
-            return lambda env: f(env[a], c, out=buffer)
-    if len(in_slots) == 1:
-        (a,) = in_slots
-        return lambda env: kernel(buffer, env[a])
-    if len(in_slots) == 2:
-        a, b = in_slots
-        return lambda env: kernel(buffer, env[a], env[b])
-    return lambda env: kernel(buffer, *[env[i] for i in in_slots])
-
-
 class Tape:
     """A checked recording (a `compiler.Recorder`), replayed on new input arrays.
 
@@ -445,6 +60,13 @@ class Tape:
         self, recorder: Any, outputs: Any, inputs: list[Tensor], graphs: bool = True
     ) -> None:
         self.entries = recorder.tape
+        # A function whose backward runs outside it: the entries from `graph.split` on are the
+        # recorded backward, replayed by `replay_backward` when the caller's backward reaches
+        # the call; `replays` numbers the forward replays (a backward checks its own is last).
+        self.graph: GraphPart | None = recorder.graph
+        self.replays = 0
+        self.guards: list = recorder.guards  # Python values the step read (compile_guards)
+        self.checked: Any = None  # the recording it was built from, trimmed (verification)
         self.outputs = outputs  # the step's result, with Tensors replaced by slots
         self.env = list(recorder.arrays)  # slot -> its buffer (or its latest array, if dynamic)
         # Gradients from before the call that backward added to: each replay copies the leaf's
@@ -486,7 +108,12 @@ class Tape:
             if slot not in read_grads
         ]
         self._written_inputs = written_inputs(self.entries, self.env, len(inputs))
-        let_go(self.entries, keep=self._ruled)
+        # The graph of the recording this tape is built from is also the caller's, whose
+        # backward (through a function compiled without its backward) may still come: it is
+        # let go at the first replay instead.
+        self._unreleased = self.graph is not None
+        if not self._unreleased:
+            let_go(self.entries, keep=self._ruled)
         self._build()
         # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
         # share memory, and the program is built again on the shared buffers.
@@ -520,7 +147,16 @@ class Tape:
                 )
                 items.append((run, entry, position in self._drawing))
         self._items = items
-        self.segments = _segments(items, self.static)
+        self._cut(items)
+
+    def _cut(self, items: list[tuple]) -> None:
+        """The segments of the program: all of it, or the forward's and the backward's."""
+        split = len(self.entries) if self.graph is None else self.graph.split
+        position_of = {item: position for position, item in self._item_of.items()}
+        forward = [item for k, item in enumerate(items) if position_of[k] < split]
+        backward = [item for k, item in enumerate(items) if position_of[k] >= split]
+        self.segments = _segments(forward, self.static)
+        self.backward_segments = _segments(backward, self.static)
 
     def _release_after_last_use(self, last_use: dict[int, int]) -> None:
         """Forget each result held anew on every replay once its last reader has run, so the
@@ -533,7 +169,7 @@ class Tape:
         for item, slots in after.items():
             self.program[item] = _then_forget(self.program[item], slots)
         items = [(self.program[k], entry, draws) for k, (_, entry, draws) in enumerate(self._items)]
-        self.segments = _segments(items, self.static)
+        self._cut(items)
 
     # ------------------------------------------------------------------------ planning
     def _fresh(self, slot: int) -> bool:
@@ -568,18 +204,18 @@ class Tape:
             if dynamic:  # lowered ops with an array among their arguments: x[index], its adjoint
                 run = None
                 if not saved:
-                    lower = _lowered_index_add if type(fn) is ops.IndexAdd else _lowered_take
+                    lower = lowered_index_add if type(fn) is ops.IndexAdd else lowered_take
                     run = lower(fn, kwargs, env[in_slots[0]], env[out], in_slots[0])
             else:
-                kernel = _lowered(fn, [env[i] for i in in_slots], env[out], kwargs, saved)
-                run = None if kernel is None else _kernel_run(kernel, env[out], in_slots)
+                kernel = lowered(fn, [env[i] for i in in_slots], env[out], kwargs, saved)
+                run = None if kernel is None else kernel_run(kernel, env[out], in_slots)
             if run is not None:
                 self.lowered += 1
                 return run
         write = self._writer(out)
         saved_writes = [(position, self._writer(slot)) for position, slot in saved_slots]
         forward = fn.forward
-        fillers = {k: _filler(v) for k, v in kwargs.items()} if dynamic else {}
+        fillers = {k: filler(v) for k, v in kwargs.items()} if dynamic else {}
 
         def run(env: list) -> None:
             args = kwargs if not dynamic else {k: fill(env) for k, fill in fillers.items()}
@@ -693,9 +329,16 @@ class Tape:
             for slot, tensor, wanted, hooks in self._owners
         )
 
-    def replay(self, inputs: list[Tensor]) -> Any:
+    def replay(self, inputs: list[Tensor], given: Callable[[list], dict] | None = None) -> Any:
+        """Run the program (a function's forward only, with `graph`) on new inputs; returns the
+        step's result, holding copies of the buffers, or for the slots in ``given(env)`` the
+        tensors it gives (a forward's outputs in the caller's graph)."""
         env = self.env
         self._replayed_inputs = inputs
+        self.replays += 1
+        if self._unreleased:
+            self._unreleased = False
+            let_go(self.entries, keep=self._ruled)
         with self.graphs if self.graphs is not None else contextlib.nullcontext():
             for position, tensor in enumerate(inputs):
                 backend.copy_into(env[position], tensor.array)
@@ -716,7 +359,38 @@ class Tape:
                 # The step wrote into this input in place: so does its replay, as eager would.
                 backend.copy_into(inputs[position].array, env[position])
                 inputs[position]._version_counter[0] += writes
-        return rebuild(self.outputs, env)
+        return rebuild(self.outputs, env, given(env) if given is not None else {})
+
+    def replay_backward(self, grads: list) -> list:
+        """Run the recorded backward of a function on its outputs' gradients (arrays, None for
+        zeros): the gradients of its inputs and parameters, as copies (None where unused)."""
+        env, graph = self.env, self.graph
+        with self.graphs if self.graphs is not None else contextlib.nullcontext():
+            for slot, grad in zip(graph.seed_slots, grads, strict=True):
+                if slot is None:
+                    continue  # nothing in the backward reads this output's gradient
+                if grad is None:
+                    env[slot][...] = 0
+                else:
+                    backend.copy_into(env[slot], grad)
+            with autograd.no_grad():
+                for segment in self.backward_segments:
+                    segment.run(env, self.graphs)
+            return [
+                None if slot is None else backend.copied(env[slot]) for slot in graph.grad_slots
+            ]
+
+
+class GraphPart:
+    """Where a recording of a function whose backward runs outside it (``ta.compile(model)``)
+    keeps that backward: entries from `split` on, reading the outputs' gradients from
+    `seed_slots` and leaving the gradients of `wrt` (step inputs by position, or tensors such as
+    parameters) in `grad_slots`; `outputs` are the slots of the outputs that carry a graph."""
+
+    def __init__(self, split: int, outputs: list, seeds: list, grads: list, wrt: list) -> None:
+        self.split, self.out_slots, self.seed_slots = split, outputs, seeds
+        self.grad_slots, self.wrt = grads, wrt
+        self.eager: tuple = ()  # (outputs, wrt) of the recording's own graph
 
 
 def written_inputs(entries: list[tuple], arrays: list, inputs: int) -> list[tuple[int, int]]:
@@ -889,7 +563,9 @@ def _lives(tape: Tape, made: list[bool], inputs: int) -> tuple[dict, dict, set, 
         for slot in writes:
             first.setdefault(slot, position)
             last[slot] = max(last.get(slot, position), position)
-    pinned.update(_slots_in(tape.outputs))
+    pinned.update(slots_in(tape.outputs))
+    if tape.graph is not None:  # a backward's results, copied out after it ends
+        pinned.update(s for s in tape.graph.grad_slots if s is not None)
     return first, last, read_first, pinned
 
 
@@ -934,16 +610,6 @@ def _is_dropped_view(tape: Tape, entry: tuple) -> bool:
     """Whether `Tape._op` drops this entry: a view of arrays that stay where they are."""
     _, _, in_slots, _, dynamic, _, _ = entry
     return _is_view_of_input(tape, entry) and not dynamic and all(tape.static[i] for i in in_slots)
-
-
-def _slots_in(value: Any) -> list[int]:
-    if isinstance(value, Slot):
-        return [value.index]
-    if isinstance(value, tuple | list):
-        return [s for v in value for s in _slots_in(v)]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _slots_in(v)]
-    return []
 
 
 def _then_forget(run: Callable[[list], None], slots: list[int]) -> Callable[[list], None]:
@@ -1039,11 +705,18 @@ def _segments(items: list[tuple], static: list[bool]) -> list[_Segment]:
     return segments
 
 
-def rebuild(value: Any, env: list) -> Any:
-    if isinstance(value, Slot):  # a copy: the next replay writes into the buffer again
-        return Tensor._from_op(backend.copied(env[value.index]), None)
+def rebuild(value: Any, env: list, given: dict) -> Any:
+    """The step's result with each slot's tensor: the one `given` for it, or a copy of its
+    buffer (the next replay writes into the buffer again)."""
+    if isinstance(value, Slot):
+        tensor = given.get(value.index)
+        return (
+            tensor
+            if tensor is not None
+            else Tensor._from_op(backend.copied(env[value.index]), None)
+        )
     if isinstance(value, tuple | list):
-        return type(value)(rebuild(v, env) for v in value)
+        return type(value)(rebuild(v, env, given) for v in value)
     if isinstance(value, dict):
-        return {k: rebuild(v, env) for k, v in value.items()}
+        return {k: rebuild(v, env, given) for k, v in value.items()}
     return value
