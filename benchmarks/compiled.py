@@ -78,25 +78,31 @@ def _bench(allow_torch: bool):
 
 
 # ----------------------------------------------------------------------------- tinyattn models
-def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
-    """(step function, list of argument tuples): the model, its optimizer and its batches."""
+def _tinyattn_step(
+    model_name: str, seed: int = 0, batches: int = 8, device: str = "cpu", sizes: dict | None = None
+):
+    """(step function, list of argument tuples): the model, its optimizer and its batches, on
+    `device`; `sizes` overrides entries of the model's configuration ("small" and "bench")."""
     import tinyattn as ta
     from tinyattn import functional as F
     from tinyattn import nn, optim
 
     rng = np.random.default_rng(seed)
     if model_name == "gpt":
+        if device != "cpu" or sizes:
+            raise ValueError("the gpt model runs on the CPU at its own sizes only")
         return _gpt_step(gpt_example("tinyattn"), seed, batches)
     if model_name == "bench":
         bench = _bench(allow_torch=False)
-        cfg = bench.STEP
+        cfg = bench.STEP | (sizes or {})
         ta.manual_seed(0)
-        model = bench.TinyattnModel(cfg)
+        model = bench.TinyattnModel(cfg).to(device)
         optimizer = optim.Adam(model.parameters(), lr=1e-3)
         host = [rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"])) for _ in range(batches)]
-        args = [(ta.tensor(b), ta.tensor(b)) for b in host]  # bench.py: targets are the tokens
+        # bench.py: targets are the tokens
+        args = [(ta.tensor(b, device=device), ta.tensor(b, device=device)) for b in host]
     else:
-        cfg = SMALL
+        cfg = SMALL | (sizes or {})
 
         class SmallLM(nn.Module):
             def __init__(self) -> None:
@@ -122,12 +128,14 @@ def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
                 return self.head(self.norm(x))
 
         ta.manual_seed(0)
-        model = SmallLM()
+        model = SmallLM().to(device)
         optimizer = optim.AdamW(model.parameters(), lr=3e-3)
         args = []
         for _ in range(batches):
             tokens = rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"] + 1))
-            args.append((ta.tensor(tokens[:, :-1]), ta.tensor(tokens[:, 1:])))
+            args.append(
+                (ta.tensor(tokens[:, :-1], device=device), ta.tensor(tokens[:, 1:], device=device))
+            )
     vocab = cfg["vocab"]
 
     def step(idx, targets):
@@ -170,25 +178,28 @@ def _gpt_step(example, seed: int = 0, batches: int = 8):
 
 
 # ------------------------------------------------------------------------------ PyTorch models
-def _torch_step(model_name: str):
+def _torch_step(model_name: str, device: str = "cpu", sizes: dict | None = None):
+    """PyTorch eager's (step function, list of argument tuples), on `device` ("cpu", "cuda")."""
     import torch
 
     if model_name == "gpt":
+        if device != "cpu" or sizes:
+            raise ValueError("the gpt model runs on the CPU at its own sizes only")
         return _gpt_step(gpt_example("torch"))
     if model_name == "bench":
         import tinyattn as ta
 
         bench = _bench(allow_torch=True)
-        cfg = bench.STEP
+        cfg = bench.STEP | (sizes or {})
         ta.manual_seed(0)
         state = {k: v.numpy() for k, v in bench.TinyattnModel(cfg).state_dict().items()}
-        model = bench.torch_model(cfg, state)
+        model = bench.torch_model(cfg, state).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         rng = np.random.default_rng(0)
         host = [rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"])) for _ in range(8)]
-        args = [(torch.from_numpy(b), torch.from_numpy(b)) for b in host]
+        args = [(torch.from_numpy(b).to(device), torch.from_numpy(b).to(device)) for b in host]
     else:
-        cfg = SMALL
+        cfg = SMALL | (sizes or {})
         tnn = torch.nn
         C, H, T = cfg["C"], cfg["H"], cfg["T"]
 
@@ -223,18 +234,20 @@ def _torch_step(model_name: str):
                 self.norm, self.head = tnn.LayerNorm(C), tnn.Linear(C, cfg["vocab"])
 
             def forward(self, idx):
-                x = self.token(idx) + self.position(torch.arange(idx.shape[1]))
+                positions = torch.arange(idx.shape[1], device=idx.device)
+                x = self.token(idx) + self.position(positions)
                 for block in self.blocks:
                     x = block(x)
                 return self.head(self.norm(x))
 
         torch.manual_seed(0)
-        model = SmallLM()
+        model = SmallLM().to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
         rng = np.random.default_rng(0)
         args = []
         for _ in range(8):
             tokens = torch.from_numpy(rng.integers(0, cfg["vocab"], (cfg["batch"], T + 1)))
+            tokens = tokens.to(device)
             args.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
     vocab = cfg["vocab"]
 
@@ -359,14 +372,16 @@ def spawn(model_name: str, mode: str, threads: int, repeats: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def check_losses(model_name: str, steps: int = 12) -> tuple[float, bool]:
+def check_losses(
+    model_name: str, steps: int = 12, device: str = "cpu", sizes: dict | None = None
+) -> tuple[float, bool]:
     """Eager and compiled training from the same seed on `steps` different batches: the largest
     relative difference of their losses, and whether they are equal bit for bit."""
     import tinyattn as ta
 
     losses = []
     for compiled in (False, True):
-        step, args = _tinyattn_step(model_name, seed=1, batches=steps)
+        step, args = _tinyattn_step(model_name, seed=1, batches=steps, device=device, sizes=sizes)
         step = ta.compile(step) if compiled else step
         losses.append([step(*a).item() for a in args])
     eager, replayed = losses

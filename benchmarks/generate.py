@@ -133,8 +133,26 @@ def write_weights(path: Path) -> None:
     np.savez(path, **{k: v.numpy() * 30.0 for k, v in model.state_dict().items()})
 
 
-def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
-    """One measurement, in this process: median seconds per generate call after a warm-up."""
+class _OnDevice:
+    """A library module whose tensor factories default to `device`: the example makes its
+    positions and caches with plain ``torch.arange`` / ``torch.zeros`` (the default device), and
+    tinyattn has no ``set_default_device``, so the example's module gets this in its place."""
+
+    FACTORIES = ("arange", "empty", "full", "ones", "tensor", "zeros")
+
+    def __init__(self, library, device: str) -> None:
+        self._library, self._device = library, device
+
+    def __getattr__(self, name: str):
+        found = getattr(self._library, name)
+        if name not in self.FACTORIES:
+            return found
+        return lambda *args, **kwargs: found(*args, **{"device": self._device, **kwargs})
+
+
+def worker(mode: str, threads: int, repeats: int, weights: str, device: str = "cpu") -> dict:
+    """One measurement, in this process: median seconds per generate call after a warm-up, with
+    the model on `device` (the library's own name for it: "cuda", or tinyattn's "strict")."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
@@ -154,10 +172,13 @@ def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
     torch = gpt.torch
     if library == "torch":
         torch.set_num_threads(threads)
+    if device != "cpu":
+        gpt.torch = _OnDevice(torch, device)
     model = gpt.GPT(CONFIG["vocab"], CONFIG["block"]).eval()
     state = np.load(weights)
     model.load_state_dict({k: torch.tensor(state[k]) for k in state.files})
-    prompt = torch.tensor(np.arange(CONFIG["prompt"])[None, :] % CONFIG["vocab"])
+    model.to(device)
+    prompt = torch.tensor(np.arange(CONFIG["prompt"])[None, :] % CONFIG["vocab"], device=device)
     options = {"kv_cache": mode != "full" and mode != "torch-full", "compiled": mode == "compiled"}
 
     def run() -> list[int]:
