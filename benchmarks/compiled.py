@@ -70,11 +70,18 @@ def _torch_available() -> bool:
 
 
 def _bench(allow_torch: bool):
-    """bench.py as a module; without `allow_torch` it leaves PyTorch out of this process."""
-    if not allow_torch:
-        sys.modules.setdefault("torch", None)  # `import torch` in bench.py raises ImportError
+    """bench.py as a module; without `allow_torch`, and PyTorch not yet imported, bench.py
+    imports without it (its PyTorch parts are left out)."""
     sys.path.insert(0, str(HERE))
-    return importlib.import_module("bench")
+    if allow_torch or "torch" in sys.modules or "bench" in sys.modules:
+        return importlib.import_module("bench")
+    # `import torch` in bench.py raises ImportError. The entry goes again at once: left in
+    # sys.modules, None breaks array-api-compat's look-up of torch.Tensor for CuPy arrays.
+    sys.modules["torch"] = None
+    try:
+        return importlib.import_module("bench")
+    finally:
+        del sys.modules["torch"]
 
 
 # ----------------------------------------------------------------------------- tinyattn models

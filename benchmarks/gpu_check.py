@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.abc
+import importlib.metadata
 import json
 import os
 import platform
@@ -44,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -76,6 +78,8 @@ class Plan:
     device: str  # tinyattn's device
     torch_device: str
     limits: dict
+    tiny: bool = False
+    with_torch: bool = True
     sizes: dict = field(default_factory=dict)  # overrides of compiled.py's model sizes
     loss_steps: int = 12
     warmup: int = 10  # a compiled step records 2 calls, captures on the 4th, launches after
@@ -97,7 +101,7 @@ GPU_LIMITS = {
     "attention": 45,
     "generate": 45,
     "copy": 45,
-    "tests": 150,
+    "tests": 130,
 }
 GPU = Plan(rehearse=False, device="cuda", torch_device="cuda", limits=GPU_LIMITS)
 REHEARSAL = Plan(
@@ -117,6 +121,23 @@ REHEARSAL = Plan(
     copy_steps=5,
     test_keyword="strict",
     test_files=("test_kv_cache.py", "test_fused.py"),
+)
+# The smallest rehearsal, for the project's own test of this script: on NumPy, several times
+# faster than the strict device's checked arrays.
+TINY = replace(
+    REHEARSAL,
+    tiny=True,
+    device="cpu",
+    sizes={"batch": 2, "T": 4},
+    loss_steps=4,
+    repeats=1,
+    rounds=1,
+    attention_length=32,
+    attention_repeats=1,
+    generation={"prompt": 3, "new": 2},
+    generation_repeats=1,
+    copy_steps=1,
+    test_files=("test_fused.py",),
 )
 
 
@@ -188,8 +209,18 @@ def graphs_since(before: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------ parts
+class NoTorch(importlib.abc.MetaPathFinder):
+    """--without-torch: `import torch` raises ModuleNotFoundError. (Not a None entry in
+    sys.modules: array-api-compat looks up `sys.modules["torch"].Tensor` when one exists.)"""
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name.partition(".")[0] == "torch":
+            raise ModuleNotFoundError(f"No module named {name!r} (--without-torch)", name=name)
+        return None
+
+
 def _torch():
-    """PyTorch, or None when it is not installed (its columns are left out)."""
+    """PyTorch, or None when it is not installed or left out (its columns show "-")."""
     try:
         import torch
     except ImportError:
@@ -211,7 +242,9 @@ def part_env(plan: Plan, limit: float) -> dict:
         "tinyattn": f"{ta.__version__} ({Path(ta.__file__).parent})",
         "gpu": None,
     }
-    info |= _cupy_info(ta) | _torch_info() | _nvidia_smi()
+    info |= _cupy_info(ta) | _torch_info(cuda=not plan.rehearse) | _nvidia_smi()
+    if not plan.with_torch:
+        info["torch"] = "left out (--without-torch)"
     return info
 
 
@@ -234,7 +267,10 @@ def _cupy_info(ta) -> dict:
     }
 
 
-def _torch_info() -> dict:
+def _torch_info(cuda: bool) -> dict:
+    """PyTorch's version; with `cuda` (importing it, seconds), its CUDA build and device."""
+    if not cuda:
+        return {"torch": _version("torch")}
     torch = _torch()
     if torch is None:
         return {"torch": "not installed"}
@@ -243,6 +279,13 @@ def _torch_info() -> dict:
     if info["torch_cuda_available"]:
         info["torch_gpu"] = torch.cuda.get_device_name()
     return info
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def _nvidia_smi() -> dict:
@@ -398,7 +441,7 @@ def part_generate(plan: Plan, limit: float) -> dict:
 def part_copy(plan: Plan, limit: float) -> dict:
     """examples/copy_task.py on the device for a fixed number of steps (no early stop needed)."""
     folder = Path(os.environ["GPU_CHECK_OUT"]) / "copy_task"
-    command = [sys.executable, str(ROOT / "examples" / "copy_task.py"), "--quiet"]
+    command = [sys.executable, "examples/copy_task.py", "--quiet"]  # run in the checkout
     command += ["--device", plan.device, "--steps", str(plan.copy_steps), "--out", str(folder)]
     start = time.perf_counter()
     done = run_bounded(command, limit - 5)
@@ -433,6 +476,9 @@ def part_tests(plan: Plan, limit: float) -> dict:
     done = run_bounded(command, limit - 10, env)
     (out_dir / "tests_pytest.log").write_text(done["output"])
     counts = count_outcomes(outcomes.read_text() if outcomes.exists() else "")
+    if counts["collected"] is None and not done["timed_out"]:
+        last = done["output"].strip().splitlines()[-1:] or ["(no output)"]
+        raise RuntimeError(f"pytest collected nothing: {last[0]}")
     return counts | {"timed_out": done["timed_out"], "returncode": done["returncode"],
                      "keyword": plan.test_keyword, "files": len(files)}  # fmt: skip
 
@@ -504,8 +550,10 @@ def run_bounded(command: list[str], limit: float, env: dict | None = None, log=N
             process.wait(timeout=max(limit, 1))
         except subprocess.TimeoutExpired:
             timed_out = True
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        finally:  # also when this process is stopped: its own session's group goes too
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
         capture.seek(0)
         output = "" if log else capture.read()
     return {"returncode": process.returncode, "timed_out": timed_out, "output": output}
@@ -517,6 +565,8 @@ def run_part_in_child(name: str, plan: Plan, out: Path) -> dict:
     (out / f"{name}.json").unlink(missing_ok=True)
     command = [sys.executable, str(Path(__file__).resolve()), "--part", name, str(out)]
     command += ["--rehearse"] if plan.rehearse else []
+    command += ["--tiny"] if plan.tiny else []
+    command += ["--without-torch"] if not plan.with_torch else []
     start = time.perf_counter()
     with open(out / f"{name}.log", "w") as log:
         done = run_bounded(command, limit, {"GPU_CHECK_OUT": str(out)}, log)
@@ -541,6 +591,8 @@ def child(name: str, plan: Plan, out: Path) -> None:
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("GPU_CHECK_OUT", str(out))
+    if not plan.with_torch:
+        sys.meta_path.insert(0, NoTorch())
     data = PART_FUNCTIONS[name](plan, plan.limits[name])
     (out / f"{name}.json").write_text(json.dumps(data, indent=1))
     print(json.dumps(data)[:2000])
@@ -575,7 +627,7 @@ def summary_rows(results: dict, plan: Plan) -> list[list[str]]:
         part = results.get(name, {"status": "not run", "data": None})
         data = part["data"] or {}
         for result, target, verdict in ROWS[name](data, plan):
-            rows.append([name, part["status"], result, target, verdict])
+            rows.append([name, part["status"].split(":")[0], result, target, verdict])
     return rows
 
 
@@ -681,7 +733,9 @@ def render_report(results: dict, plan: Plan, out: Path) -> str:
         part = results.get(name, {"status": "not run"})
         seconds = f", {part['seconds']:.1f} s of {part['limit']} s" if "seconds" in part else ""
         lines.append(f"### {name}: {part['status']}{seconds}")
-        lines += [""] + DETAILS.get(name, lambda d: [])(part.get("data") or {}) + [""]
+        if part.get("data"):
+            lines += [""] + DETAILS.get(name, lambda d: [])(part["data"])
+        lines.append("")
     files = sorted(p.name for p in out.iterdir() if p.suffix in (".json", ".log", ".jsonl"))
     lines += ["## Raw files", "", ", ".join(files) or "-", ""]
     return "\n".join(lines)
@@ -760,19 +814,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("out", type=Path, help="folder for report.md and the raw files")
     parser.add_argument("--rehearse", action="store_true", help="every part on the CPU, tiny")
+    parser.add_argument("--tiny", action="store_true", help="with --rehearse: smaller still")
     parser.add_argument("--only", nargs="+", choices=PARTS, help="run only these parts")
+    parser.add_argument(
+        "--without-torch",
+        action="store_true",
+        help="leave PyTorch out (its columns show '-'): importing it takes seconds per part",
+    )
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    plan = REHEARSAL if args.rehearse else GPU
+    if args.tiny and not args.rehearse:
+        parser.error("--tiny goes with --rehearse")
+    plan = (TINY if args.tiny else REHEARSAL) if args.rehearse else GPU
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out.resolve()
+    if args.without_torch:
+        plan = replace(plan, with_torch=False)
     if args.part:
         child(args.part, plan, out)
         return 0
+    # gpu_check.sh's overall limit stops this process with SIGTERM: the running part's
+    # processes are stopped, and the report says which part was cut off.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = {}
     for name in args.only or PARTS:
         print(f"[gpu_check] {name} (limit {plan.limits[name]} s) ...", flush=True)
-        results[name] = run_part_in_child(name, plan, out)
+        try:
+            results[name] = run_part_in_child(name, plan, out)
+        except SystemExit:
+            results[name] = {"status": "stopped by the overall limit", "data": None}
+            (out / "report.md").write_text(render_report(results, plan, out))
+            raise
         print(f"[gpu_check] {name}: {results[name]['status']} "
               f"in {results[name]['seconds']:.1f} s", flush=True)  # fmt: skip
         if name == "env" and results[name]["data"]:
