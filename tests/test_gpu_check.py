@@ -24,15 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
 
-def _load_driver():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+def _load(name: str):
+    """benchmarks/NAME.py as a module (the folder is not put on sys.path: its modules have
+    common names such as bench and common)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # dataclasses look their module up while the file runs
+    sys.modules[name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
     return module
 
 
-gpu_check = _load_driver()
+gpu_report = _load("gpu_report")  # first: gpu_check imports it
+gpu_check = _load("gpu_check")
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +57,14 @@ def test_every_part_runs_and_the_report_has_every_section(rehearsal):
     report = (out / "report.md").read_text()
     assert "Rehearsal on the CPU" in report
     assert "project: run from the tree (rehearsal, nothing installed)" in report
-    for key in gpu_check.ENV_KEYS:
+    for key in gpu_report.ENV_KEYS:
         assert f"- {key}: " in report
-    for name in gpu_check.PARTS:
+    for name in gpu_report.PARTS:
         assert f"### {name}: ok, " in report, name
         assert f"[gpu_check] {name}: ok" in printed
     summary = report.split("## Summary")[1].split("## Parts")[0]
     rows = [line.strip("|").split(" | ") for line in summary.splitlines() if " | ok | " in line]
-    assert {row[0].strip() for row in rows} == set(gpu_check.PARTS[1:])
+    assert {row[0].strip() for row in rows} == set(gpu_report.PARTS[1:])
     for part, _, result, _, verdict in rows:
         # the speed targets need PyTorch's numbers, left out here; correctness is judged
         expected = "no result" if part.strip() in ("steps", "attention") else "met"
@@ -71,11 +74,11 @@ def test_every_part_runs_and_the_report_has_every_section(rehearsal):
 
 def test_the_raw_numbers_parse_and_say_what_ran(rehearsal):
     out, _ = rehearsal
-    parts = {name: json.loads((out / f"{name}.json").read_text()) for name in gpu_check.PARTS}
+    parts = {name: json.loads((out / f"{name}.json").read_text()) for name in gpu_report.PARTS}
     summary = json.loads((out / "summary.json").read_text())
-    assert {summary[name]["status"] for name in gpu_check.PARTS} == {"ok"}
+    assert {summary[name]["status"] for name in gpu_report.PARTS} == {"ok"}
     assert parts["env"]["tinyattn"].startswith("0.")
-    for model in gpu_check.MODELS:
+    for model in gpu_report.MODELS:
         losses = parts["losses"]["models"][model]
         assert losses["bit_for_bit"] and losses["max_relative_difference"] == 0.0
         # the compiled training took the capture-and-launch path (the stand-in's graphs)
@@ -111,7 +114,7 @@ def test_verdicts_against_the_targets():
     tests = {k: 0 for k in ("failed", "error", "xfail")} | {"timed_out": False}
     tests |= {"passed": 9, "skipped": 1, "collected": 10, "ran": 10}
     results = _results(steps=steps, attention={"T": 8192, "ratio": 2.4}, tests=tests)
-    rows = gpu_check.summary_rows(results, gpu_check.GPU)
+    rows = gpu_report.summary_rows(results, gpu_check.GPU)
     verdicts = {row[2].split(":")[0]: row[4] for row in rows if row[0] in ("steps", "attention")}
     assert verdicts == {
         "small compiled": "met",
@@ -122,10 +125,10 @@ def test_verdicts_against_the_targets():
     }
     assert [row[4] for row in rows if row[0] == "tests"] == ["NOT MET"]
     assert [row[4] for row in rows if row[0] == "copy"] == ["no result"]  # not run
-    rehearsed = gpu_check.summary_rows(results, gpu_check.REHEARSAL)
+    rehearsed = gpu_report.summary_rows(results, gpu_check.REHEARSAL)
     assert {row[4] for row in rehearsed if row[0] == "steps"} == {"not judged (rehearsal)"}
     tests |= {"passed": 10, "skipped": 0}
-    assert gpu_check.summary_rows(_results(tests=tests), gpu_check.GPU)[-1][4] == "met"
+    assert gpu_report.summary_rows(_results(tests=tests), gpu_check.GPU)[-1][4] == "met"
 
 
 def test_test_outcomes_are_counted_per_test():
