@@ -295,7 +295,10 @@ def _nvidia_smi() -> dict:
     if shutil.which("nvidia-smi") is None:
         return {"driver": "nvidia-smi not found"}
     query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-    done = subprocess.run(query, capture_output=True, text=True, timeout=20)
+    try:
+        done = subprocess.run(query, capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return {"driver": "nvidia-smi did not answer within 20 s"}
     return {"driver": done.stdout.strip() or done.stderr.strip()}
 
 
