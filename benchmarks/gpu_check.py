@@ -463,8 +463,11 @@ def part_copy(plan: Plan, limit: float) -> dict:
     for key, pattern in patterns.items():
         found = re.search(pattern, done["output"])
         out[key] = float(found.group(1)) if found else None
+    if done["timed_out"]:
+        raise RuntimeError(f"copy_task.py: stopped by its limit after {limit - 5} s")
     if done["returncode"] != 0:
-        raise RuntimeError(f"copy_task.py: {done['output'].strip().splitlines()[-1:]}")
+        last = done["output"].strip().splitlines()[-1:] or ["(no output)"]
+        raise RuntimeError(f"copy_task.py: {last[0]}")
     return out
 
 
