@@ -3,6 +3,7 @@
 Run by hand, never as a test:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/compiled.py [--quick] [--plot]
+    python benchmarks/compiled.py --device cuda     # tinyattn on CuPy against PyTorch CUDA
 
 Three models: "small", a minGPT-sized causal language model written with tinyattn's own API
 (vocab 80, T 16, width 32, 2 heads, 2 pre-LN GELU blocks, MLP 128, final LayerNorm, batch 16,
@@ -325,8 +326,9 @@ def _floor_step(model_name: str):
 
 
 # ------------------------------------------------------------------------------------- worker
-def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
-    """One measurement, in this process: median seconds per step after a warm-up."""
+def worker(model_name: str, mode: str, threads: int, repeats: int, device: str = "cpu") -> dict:
+    """One measurement, in this process: median seconds per step after a warm-up, on `device`
+    (PyTorch's: "cuda" for tinyattn's "cuda", else "cpu")."""
     import tinyattn as ta  # noqa: F401  (the allocator setting, in every child alike)
 
     try:
@@ -342,7 +344,7 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
         import torch
 
         torch.set_num_threads(threads)
-        step, args = _torch_step(model_name)
+        step, args = _torch_step(model_name, torch_device(device))
         counter = [0]
 
         def run():
@@ -351,7 +353,7 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
     else:
         import tinyattn as ta
 
-        step, args = _tinyattn_step(model_name)
+        step, args = _tinyattn_step(model_name, device=device)
         if mode == "compiled":
             step = ta.compile(step)
         counter = [0]
@@ -368,8 +370,14 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------- parent
-def spawn(model_name: str, mode: str, threads: int, repeats: int) -> dict:
+def torch_device(device: str) -> str:
+    """PyTorch's device beside tinyattn's: CUDA beside CUDA, else the CPU."""
+    return device if device.startswith("cuda") else "cpu"
+
+
+def spawn(model_name: str, mode: str, threads: int, repeats: int, device: str = "cpu") -> dict:
     command = [sys.executable, __file__, "--worker", model_name, mode, str(threads), str(repeats)]
+    command.append(device)
     done = subprocess.run(
         command, env=child_env(threads, keep_freed_memory=True), capture_output=True, text=True
     )
@@ -442,11 +450,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
     parser.add_argument("--rounds", type=int, help="rounds of the whole set (default 4, quick 2)")
     parser.add_argument("--plot", action="store_true", help="write docs/images/compiled_step.png")
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="tinyattn's device; with cuda, PyTorch runs on CUDA too, and the gpt model and "
+        "the NumPy floor (CPU-only) are left out",
+    )
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        model_name, mode, threads, repeats = args.worker
-        print(json.dumps(worker(model_name, mode, int(threads), int(repeats))))
+        model_name, mode, threads, repeats, device = args.worker
+        print(json.dumps(worker(model_name, mode, int(threads), int(repeats), device)))
         return
 
     import tinyattn as ta
@@ -467,9 +481,10 @@ def main() -> None:
         print(f"note: this shell sets {', '.join(present)}; the children run without them")
 
     print("\ncompiled vs eager losses, 12 steps on different batches:")
-    for model_name in MODELS:
+    models = MODELS if args.device == "cpu" else tuple(m for m in MODELS if m != "gpt")
+    for model_name in models:
         try:
-            worst, exact = check_losses(model_name)
+            worst, exact = check_losses(model_name, device=args.device)
         except ta.CompileError as error:
             print(f"  {model_name}: refused while recording: {error}")
             continue
@@ -480,6 +495,7 @@ def main() -> None:
     repeats = {"small": 60 if args.quick else 300, "gpt": 30 if args.quick else 150}
     repeats["bench"] = 20 if args.quick else 100
     modes = [m for m in MODES if m != "torch" or has_torch]
+    modes = modes if args.device == "cpu" else [m for m in modes if m != "floor"]
     if not has_torch:
         print("PyTorch is not installed: its column is left out")
     results: dict[tuple, list[float]] = {}
@@ -488,12 +504,12 @@ def main() -> None:
     for r in range(rounds):
         order = modes[r % len(modes) :] + modes[: r % len(modes)]  # rotate who runs first
         for threads in (1, 2):
-            for model_name in MODELS:
+            for model_name in models:
                 for mode in order:
                     key = (model_name, mode, threads)
                     if key in errors:
                         continue
-                    got = spawn(model_name, mode, threads, repeats[model_name])
+                    got = spawn(model_name, mode, threads, repeats[model_name], args.device)
                     if "error" in got:
                         errors[key] = got["error"]
                         continue
@@ -509,7 +525,7 @@ def main() -> None:
     else:
         print("BLAS kernel: threadpoolctl is not installed, so it cannot be printed")
 
-    for model_name in MODELS:
+    for model_name in models:
         print(f"\n### {MODEL_NAMES[model_name]}: ms per step, median over {rounds} rounds\n")
         header = ["threads"] + [MODE_NAMES[m] for m in modes]
         header += ["eager/PyTorch", "compiled/PyTorch", "compiled/floor"]

@@ -3,6 +3,7 @@
 Run by hand, never as a test:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py [--quick] [--window]
+    python benchmarks/generate.py --device cuda     # tinyattn on CuPy, PyTorch on CUDA
 
 The model is examples/gpt.py's GPT with its defaults (2 blocks, 4 heads, width 64), vocabulary
 100 and block size 64, so that a 10-token prompt and 30 new tokens (batch 1, greedy) fit in one
@@ -192,8 +193,12 @@ def worker(mode: str, threads: int, repeats: int, weights: str, device: str = "c
     return {"median": median, "tokens": tokens, "blas": info}
 
 
-def spawn(mode: str, threads: int, repeats: int, weights: Path) -> dict:
+def spawn(mode: str, threads: int, repeats: int, weights: Path, device: str = "cpu") -> dict:
+    """One measurement process; PyTorch's modes run on CUDA beside tinyattn's cuda."""
+    if mode.startswith("torch"):
+        device = device if device.startswith("cuda") else "cpu"
     command = [sys.executable, __file__, "--worker", mode, str(threads), str(repeats), str(weights)]
+    command.append(device)
     command += ["--window"] if CONFIG == CONFIGS["slides"] else []
     done = subprocess.run(command, env=child_env(threads), capture_output=True, text=True)
     if done.returncode != 0:
@@ -223,12 +228,18 @@ def main() -> None:
         action="store_true",
         help="the example's own sample (block 32, 80 new tokens): most tokens slide the window",
     )
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="tinyattn's device; with cuda, PyTorch runs on CUDA too, and the NumPy floor "
+        "(CPU-only) is left out",
+    )
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     CONFIG.update(CONFIGS["slides" if args.window else "fits"])
     if args.worker:
-        mode, threads, repeats, weights = args.worker
-        print(json.dumps(worker(mode, int(threads), int(repeats), weights)))
+        mode, threads, repeats, weights, device = args.worker
+        print(json.dumps(worker(mode, int(threads), int(repeats), weights, device)))
         return
 
     try:
@@ -252,6 +263,7 @@ def main() -> None:
         f"{CONFIG['new']} new tokens per call"
     )
     modes = [m for m in MODES if torch_version or not m.startswith("torch")]
+    modes = modes if args.device == "cpu" else [m for m in modes if m != "floor"]
     rounds = args.rounds or (1 if args.quick else 3)
     repeats = 10 if args.quick else 40
     results: dict[tuple, list[float]] = {}
@@ -267,7 +279,7 @@ def main() -> None:
                 for mode in order:
                     if (mode, threads) in errors:
                         continue
-                    got = spawn(mode, threads, repeats, weights)
+                    got = spawn(mode, threads, repeats, weights, args.device)
                     if "error" in got:
                         errors[mode, threads] = got["error"]
                         continue
