@@ -3,6 +3,7 @@
 Run by hand, never as a test:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/compiled.py [--quick] [--plot]
+    python benchmarks/compiled.py --device cuda     # tinyattn on CuPy against PyTorch CUDA
 
 Three models: "small", a minGPT-sized causal language model written with tinyattn's own API
 (vocab 80, T 16, width 32, 2 heads, 2 pre-LN GELU blocks, MLP 128, final LayerNorm, batch 16,
@@ -71,16 +72,31 @@ def _torch_available() -> bool:
 
 
 def _bench(allow_torch: bool):
-    """bench.py as a module; without `allow_torch` it leaves PyTorch out of this process."""
-    if not allow_torch:
-        sys.modules.setdefault("torch", None)  # `import torch` in bench.py raises ImportError
+    """bench.py as a module; without `allow_torch`, and PyTorch not yet imported, bench.py
+    imports without it (its PyTorch parts are left out)."""
     sys.path.insert(0, str(HERE))
-    return importlib.import_module("bench")
+    if allow_torch or "torch" in sys.modules or "bench" in sys.modules:
+        return importlib.import_module("bench")
+    # `import torch` in bench.py raises ImportError. The entry goes again at once: left in
+    # sys.modules, None breaks array-api-compat's look-up of torch.Tensor for CuPy arrays.
+    sys.modules["torch"] = None
+    try:
+        return importlib.import_module("bench")
+    finally:
+        del sys.modules["torch"]
 
 
 # ----------------------------------------------------------------------------- tinyattn models
-def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8, compile_model: bool = False):
-    """(step function, list of argument tuples): the model, its optimizer and its batches. With
+def _tinyattn_step(
+    model_name: str,
+    seed: int = 0,
+    batches: int = 8,
+    device: str = "cpu",
+    sizes: dict | None = None,
+    compile_model: bool = False,
+):
+    """(step function, list of argument tuples): the model, its optimizer and its batches, on
+    `device`; `sizes` overrides entries of the model's configuration ("small" and "bench"). With
     `compile_model` (the small model only), the step calls ``ta.compile(model)`` and runs the
     loss, backward and optimizer eagerly around it, the torch.compile way."""
     import tinyattn as ta
@@ -89,17 +105,20 @@ def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8, compile_mod
 
     rng = np.random.default_rng(seed)
     if model_name == "gpt":
+        if device != "cpu" or sizes:
+            raise ValueError("the gpt model runs on the CPU at its own sizes only")
         return _gpt_step(gpt_example("tinyattn"), seed, batches)
     if model_name == "bench":
         bench = _bench(allow_torch=False)
-        cfg = bench.STEP
+        cfg = bench.STEP | (sizes or {})
         ta.manual_seed(0)
-        model = bench.TinyattnModel(cfg)
+        model = bench.TinyattnModel(cfg).to(device)
         optimizer = optim.Adam(model.parameters(), lr=1e-3)
         host = [rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"])) for _ in range(batches)]
-        args = [(ta.tensor(b), ta.tensor(b)) for b in host]  # bench.py: targets are the tokens
+        # bench.py: targets are the tokens
+        args = [(ta.tensor(b, device=device), ta.tensor(b, device=device)) for b in host]
     else:
-        cfg = SMALL
+        cfg = SMALL | (sizes or {})
 
         class SmallLM(nn.Module):
             def __init__(self) -> None:
@@ -125,12 +144,14 @@ def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8, compile_mod
                 return self.head(self.norm(x))
 
         ta.manual_seed(0)
-        model = SmallLM()
+        model = SmallLM().to(device)
         optimizer = optim.AdamW(model.parameters(), lr=3e-3)
         args = []
         for _ in range(batches):
             tokens = rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"] + 1))
-            args.append((ta.tensor(tokens[:, :-1]), ta.tensor(tokens[:, 1:])))
+            args.append(
+                (ta.tensor(tokens[:, :-1], device=device), ta.tensor(tokens[:, 1:], device=device))
+            )
     vocab = cfg["vocab"]
     forward = ta.compile(model) if compile_model else model
 
@@ -174,25 +195,28 @@ def _gpt_step(example, seed: int = 0, batches: int = 8):
 
 
 # ------------------------------------------------------------------------------ PyTorch models
-def _torch_step(model_name: str):
+def _torch_step(model_name: str, device: str = "cpu", sizes: dict | None = None):
+    """PyTorch eager's (step function, list of argument tuples), on `device` ("cpu", "cuda")."""
     import torch
 
     if model_name == "gpt":
+        if device != "cpu" or sizes:
+            raise ValueError("the gpt model runs on the CPU at its own sizes only")
         return _gpt_step(gpt_example("torch"))
     if model_name == "bench":
         import tinyattn as ta
 
         bench = _bench(allow_torch=True)
-        cfg = bench.STEP
+        cfg = bench.STEP | (sizes or {})
         ta.manual_seed(0)
         state = {k: v.numpy() for k, v in bench.TinyattnModel(cfg).state_dict().items()}
-        model = bench.torch_model(cfg, state)
+        model = bench.torch_model(cfg, state).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         rng = np.random.default_rng(0)
         host = [rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["T"])) for _ in range(8)]
-        args = [(torch.from_numpy(b), torch.from_numpy(b)) for b in host]
+        args = [(torch.from_numpy(b).to(device), torch.from_numpy(b).to(device)) for b in host]
     else:
-        cfg = SMALL
+        cfg = SMALL | (sizes or {})
         tnn = torch.nn
         C, H, T = cfg["C"], cfg["H"], cfg["T"]
 
@@ -227,18 +251,20 @@ def _torch_step(model_name: str):
                 self.norm, self.head = tnn.LayerNorm(C), tnn.Linear(C, cfg["vocab"])
 
             def forward(self, idx):
-                x = self.token(idx) + self.position(torch.arange(idx.shape[1]))
+                positions = torch.arange(idx.shape[1], device=idx.device)
+                x = self.token(idx) + self.position(positions)
                 for block in self.blocks:
                     x = block(x)
                 return self.head(self.norm(x))
 
         torch.manual_seed(0)
-        model = SmallLM()
+        model = SmallLM().to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
         rng = np.random.default_rng(0)
         args = []
         for _ in range(8):
             tokens = torch.from_numpy(rng.integers(0, cfg["vocab"], (cfg["batch"], T + 1)))
+            tokens = tokens.to(device)
             args.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
     vocab = cfg["vocab"]
 
@@ -309,8 +335,9 @@ def _floor_step(model_name: str):
 
 
 # ------------------------------------------------------------------------------------- worker
-def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
-    """One measurement, in this process: median seconds per step after a warm-up."""
+def worker(model_name: str, mode: str, threads: int, repeats: int, device: str = "cpu") -> dict:
+    """One measurement, in this process: median seconds per step after a warm-up, on `device`
+    (PyTorch's: "cuda" for tinyattn's "cuda", else "cpu")."""
     import tinyattn as ta  # noqa: F401  (the allocator setting, in every child alike)
 
     try:
@@ -326,7 +353,7 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
         import torch
 
         torch.set_num_threads(threads)
-        step, args = _torch_step(model_name)
+        step, args = _torch_step(model_name, torch_device(device))
         counter = [0]
 
         def run():
@@ -335,7 +362,7 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
     else:
         import tinyattn as ta
 
-        step, args = _tinyattn_step(model_name, compile_model=mode == "model")
+        step, args = _tinyattn_step(model_name, device=device, compile_model=mode == "model")
         if mode == "compiled":
             step = ta.compile(step)
         counter = [0]
@@ -352,8 +379,14 @@ def worker(model_name: str, mode: str, threads: int, repeats: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------- parent
-def spawn(model_name: str, mode: str, threads: int, repeats: int) -> dict:
+def torch_device(device: str) -> str:
+    """PyTorch's device beside tinyattn's: CUDA beside CUDA, else the CPU."""
+    return device if device.startswith("cuda") else "cpu"
+
+
+def spawn(model_name: str, mode: str, threads: int, repeats: int, device: str = "cpu") -> dict:
     command = [sys.executable, __file__, "--worker", model_name, mode, str(threads), str(repeats)]
+    command.append(device)
     done = subprocess.run(
         command, env=child_env(threads, keep_freed_memory=True), capture_output=True, text=True
     )
@@ -363,14 +396,16 @@ def spawn(model_name: str, mode: str, threads: int, repeats: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def check_losses(model_name: str, steps: int = 12) -> tuple[float, bool]:
+def check_losses(
+    model_name: str, steps: int = 12, device: str = "cpu", sizes: dict | None = None
+) -> tuple[float, bool]:
     """Eager and compiled training from the same seed on `steps` different batches: the largest
     relative difference of their losses, and whether they are equal bit for bit."""
     import tinyattn as ta
 
     losses = []
     for compiled in (False, True):
-        step, args = _tinyattn_step(model_name, seed=1, batches=steps)
+        step, args = _tinyattn_step(model_name, seed=1, batches=steps, device=device, sizes=sizes)
         step = ta.compile(step) if compiled else step
         losses.append([step(*a).item() for a in args])
     eager, replayed = losses
@@ -424,11 +459,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
     parser.add_argument("--rounds", type=int, help="rounds of the whole set (default 4, quick 2)")
     parser.add_argument("--plot", action="store_true", help="write docs/images/compiled_step.png")
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="tinyattn's device; with cuda, PyTorch runs on CUDA too, and the gpt model and "
+        "the NumPy floor (CPU-only) are left out",
+    )
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        model_name, mode, threads, repeats = args.worker
-        print(json.dumps(worker(model_name, mode, int(threads), int(repeats))))
+        model_name, mode, threads, repeats, device = args.worker
+        print(json.dumps(worker(model_name, mode, int(threads), int(repeats), device)))
         return
 
     import tinyattn as ta
@@ -449,9 +490,10 @@ def main() -> None:
         print(f"note: this shell sets {', '.join(present)}; the children run without them")
 
     print("\ncompiled vs eager losses, 12 steps on different batches:")
-    for model_name in MODELS:
+    models = MODELS if args.device == "cpu" else tuple(m for m in MODELS if m != "gpt")
+    for model_name in models:
         try:
-            worst, exact = check_losses(model_name)
+            worst, exact = check_losses(model_name, device=args.device)
         except ta.CompileError as error:
             print(f"  {model_name}: refused while recording: {error}")
             continue
@@ -462,6 +504,7 @@ def main() -> None:
     repeats = {"small": 60 if args.quick else 300, "gpt": 30 if args.quick else 150}
     repeats["bench"] = 20 if args.quick else 100
     modes = [m for m in MODES if m != "torch" or has_torch]
+    modes = modes if args.device == "cpu" else [m for m in modes if m != "floor"]
     if not has_torch:
         print("PyTorch is not installed: its column is left out")
     results: dict[tuple, list[float]] = {}
@@ -470,12 +513,12 @@ def main() -> None:
     for r in range(rounds):
         order = modes[r % len(modes) :] + modes[: r % len(modes)]  # rotate who runs first
         for threads in (1, 2):
-            for model_name in MODELS:
+            for model_name in models:
                 for mode in order:
                     key = (model_name, mode, threads)
                     if key in errors or (mode == "model" and model_name != "small"):
                         continue
-                    got = spawn(model_name, mode, threads, repeats[model_name])
+                    got = spawn(model_name, mode, threads, repeats[model_name], args.device)
                     if "error" in got:
                         errors[key] = got["error"]
                         continue
@@ -491,7 +534,7 @@ def main() -> None:
     else:
         print("BLAS kernel: threadpoolctl is not installed, so it cannot be printed")
 
-    for model_name in MODELS:
+    for model_name in models:
         print(f"\n### {MODEL_NAMES[model_name]}: ms per step, median over {rounds} rounds\n")
         header = ["threads"] + [MODE_NAMES[m] for m in modes]
         header += ["eager/PyTorch", "compiled/PyTorch", "compiled/floor"]

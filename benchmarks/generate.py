@@ -3,6 +3,7 @@
 Run by hand, never as a test:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py [--quick] [--window]
+    python benchmarks/generate.py --device cuda     # tinyattn on CuPy, PyTorch on CUDA
 
 The model is examples/gpt.py's GPT with its defaults (2 blocks, 4 heads, width 64), vocabulary
 100 and block size 64, so that a 10-token prompt and 30 new tokens (batch 1, greedy) fit in one
@@ -133,8 +134,26 @@ def write_weights(path: Path) -> None:
     np.savez(path, **{k: v.numpy() * 30.0 for k, v in model.state_dict().items()})
 
 
-def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
-    """One measurement, in this process: median seconds per generate call after a warm-up."""
+class _OnDevice:
+    """A library module whose tensor factories default to `device`: the example makes its
+    positions and caches with plain ``torch.arange`` / ``torch.zeros`` (the default device), and
+    tinyattn has no ``set_default_device``, so the example's module gets this in its place."""
+
+    FACTORIES = ("arange", "empty", "full", "ones", "tensor", "zeros")
+
+    def __init__(self, library, device: str) -> None:
+        self._library, self._device = library, device
+
+    def __getattr__(self, name: str):
+        found = getattr(self._library, name)
+        if name not in self.FACTORIES:
+            return found
+        return lambda *args, **kwargs: found(*args, **{"device": self._device, **kwargs})
+
+
+def worker(mode: str, threads: int, repeats: int, weights: str, device: str = "cpu") -> dict:
+    """One measurement, in this process: median seconds per generate call after a warm-up, with
+    the model on `device` (the library's own name for it: "cuda", or tinyattn's "strict")."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
@@ -154,10 +173,13 @@ def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
     torch = gpt.torch
     if library == "torch":
         torch.set_num_threads(threads)
+    if device != "cpu":
+        gpt.torch = _OnDevice(torch, device)
     model = gpt.GPT(CONFIG["vocab"], CONFIG["block"]).eval()
     state = np.load(weights)
     model.load_state_dict({k: torch.tensor(state[k]) for k in state.files})
-    prompt = torch.tensor(np.arange(CONFIG["prompt"])[None, :] % CONFIG["vocab"])
+    model.to(device)
+    prompt = torch.tensor(np.arange(CONFIG["prompt"])[None, :] % CONFIG["vocab"], device=device)
     options = {"kv_cache": mode != "full" and mode != "torch-full", "compiled": mode == "compiled"}
 
     def run() -> list[int]:
@@ -171,8 +193,12 @@ def worker(mode: str, threads: int, repeats: int, weights: str) -> dict:
     return {"median": median, "tokens": tokens, "blas": info}
 
 
-def spawn(mode: str, threads: int, repeats: int, weights: Path) -> dict:
+def spawn(mode: str, threads: int, repeats: int, weights: Path, device: str = "cpu") -> dict:
+    """One measurement process; PyTorch's modes run on CUDA beside tinyattn's cuda."""
+    if mode.startswith("torch"):
+        device = device if device.startswith("cuda") else "cpu"
     command = [sys.executable, __file__, "--worker", mode, str(threads), str(repeats), str(weights)]
+    command.append(device)
     command += ["--window"] if CONFIG == CONFIGS["slides"] else []
     done = subprocess.run(command, env=child_env(threads), capture_output=True, text=True)
     if done.returncode != 0:
@@ -202,12 +228,18 @@ def main() -> None:
         action="store_true",
         help="the example's own sample (block 32, 80 new tokens): most tokens slide the window",
     )
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="tinyattn's device; with cuda, PyTorch runs on CUDA too, and the NumPy floor "
+        "(CPU-only) is left out",
+    )
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     CONFIG.update(CONFIGS["slides" if args.window else "fits"])
     if args.worker:
-        mode, threads, repeats, weights = args.worker
-        print(json.dumps(worker(mode, int(threads), int(repeats), weights)))
+        mode, threads, repeats, weights, device = args.worker
+        print(json.dumps(worker(mode, int(threads), int(repeats), weights, device)))
         return
 
     try:
@@ -231,6 +263,7 @@ def main() -> None:
         f"{CONFIG['new']} new tokens per call"
     )
     modes = [m for m in MODES if torch_version or not m.startswith("torch")]
+    modes = modes if args.device == "cpu" else [m for m in modes if m != "floor"]
     rounds = args.rounds or (1 if args.quick else 3)
     repeats = 10 if args.quick else 40
     results: dict[tuple, list[float]] = {}
@@ -246,7 +279,7 @@ def main() -> None:
                 for mode in order:
                     if (mode, threads) in errors:
                         continue
-                    got = spawn(mode, threads, repeats, weights)
+                    got = spawn(mode, threads, repeats, weights, args.device)
                     if "error" in got:
                         errors[mode, threads] = got["error"]
                         continue
