@@ -491,8 +491,11 @@ function showRule(panel, step, k) {
     add(panel, "p", `the sum the engine formed from the ${step.parts.length} uses of this tensor:`);
     const list = add(panel, "ul");
     step.parts.forEach((part, i) => add(list, "li", (i ? "+ " : "  ") + origin(part), "part"));
+  } else if (step.parts[0].source < 0) {
+    add(panel, "p", "the seed dL/dL that backward starts from", "part");
   } else {
-    add(panel, "p", origin(step.parts[0]), "part");
+    const part = step.parts[0];
+    add(panel, "p", `sent by ${part.from} for its input ${part.position}`, "part");
   }
   if (step.hooked) add(panel, "p", "then the tensor's hooks ran on it: g is what they returned");
   if (step.sent.length === 0) {
