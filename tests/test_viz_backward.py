@@ -10,6 +10,7 @@ what it highlights and prints with the same oracle and with the leaves' ``.grad`
 from __future__ import annotations
 
 import html
+import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -300,3 +301,19 @@ def test_gradients_that_accumulate_show_their_sum_in_a_browser(browser, tmp_path
     for element, part in zip(parts, animation.steps[c_index].parts):
         assert_shows(element.inner_text().lstrip("+ ").split(" (from")[0], part.grad)
     page.close()
+
+
+# ------------------------------------------------------------------ the docs' saved pages
+def test_the_docs_pages_are_what_their_examples_make(tmp_path, monkeypatch):
+    """docs/images holds the pages start-here.md and autograd.md make: regenerate and compare
+    (after a change to the page, run ``python docs/scripts/make_pictures.py walks``)."""
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "make_pictures", root / "docs" / "scripts" / "make_pictures.py"
+    )
+    make_pictures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_pictures)
+    monkeypatch.setattr(make_pictures, "IMAGES", tmp_path)
+    for made in make_pictures.walk_pages():
+        saved = root / "docs" / "images" / made.name
+        assert made.read_text(encoding="utf-8") == saved.read_text(encoding="utf-8"), made.name
