@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import viz
-from .autograd import RETAIN_GRAD, default_root_grad, run_backward
+from .autograd import RETAIN_GRAD, ReleasedConstant, default_root_grad, run_backward
 from .tensor import Tensor
 
 SEED = -1  # the `source` of the gradient backward starts from (dL/dL = 1 at the root)
@@ -143,7 +143,9 @@ class _Graph:
             lines, shape, colour = viz._node_parts(
                 fn, tensor, self.names[index], index == 0, False, None
             )
-            if tensor is not None:  # the value, as to_dot(values=True) shows it
+            if isinstance(tensor, ReleasedConstant):  # a graph backward already freed
+                lines.append("data freed by backward")  # (the engine will refuse to run it)
+            elif tensor is not None:  # the value, as to_dot(values=True) shows it
                 lines.append(f"data {viz.summary(tensor)}")
             self.parts.append((lines, shape, colour))
         self.node_of = {id(fn if fn is not None else t): i for i, (fn, t) in enumerate(self.nodes)}
@@ -236,16 +238,18 @@ def _ranks(count: int, edges: list[tuple[int, int, int]]) -> list[int]:
     return rank
 
 
-def _place_row(row: list[int], wanted: dict[int, float], widths: list[float]) -> dict[int, float]:
+def _place_row(row: list[int], wanted: dict[int, float], widths: list[float], ops: set) -> dict:
     """Centres for one row: each node as near its wish as it can be without overlapping, in the
-    order of the wishes, then the row shifted so that on average it sits where it wished."""
+    order of the wishes; then the row shifted so that its ops (or, in a row of leaves only, its
+    nodes) sit where they wished on average: a chain of ops stays straight, leaves move aside."""
     row = sorted(row, key=lambda node: (wanted[node], node))
     x: dict[int, float] = {}
     right = -float("inf")
     for node in row:
         x[node] = max(wanted[node], right + GAP_X + widths[node] / 2)
         right = x[node] + widths[node] / 2
-    shift = sum(wanted[node] - x[node] for node in row) / len(row)
+    anchors = [node for node in row if node in ops] or row
+    shift = sum(wanted[node] - x[node] for node in anchors) / len(anchors)
     return {node: centre + shift for node, centre in x.items()}
 
 
@@ -255,24 +259,32 @@ def _layout(graph: _Graph, sizes: list[tuple[float, float]]) -> list[tuple[float
     count = len(graph.nodes)
     rank = _ranks(count, graph.edges)
     widths = [width for width, _ in sizes]
+    rows: list[list[int]] = [[] for _ in range(max(rank) + 1)]
+    for node in range(count):
+        rows[rank[node]].append(node)
     slots = [0] * count
-    for _, consumer, _ in graph.edges:
+    uses: list[list[tuple[int, int]]] = [[] for _ in range(count)]  # (op, slot) per node
+    for parent, consumer, slot in graph.edges:
         slots[consumer] += 1
+        uses[parent].append((consumer, slot))
+    ops = {node for node, (fn, _) in enumerate(graph.nodes) if fn is not None}
     x: dict[int, float] = {0: 0.0}
-    for level in range(1, max(rank) + 1):
-        row = [node for node in range(count) if rank[node] == level]
-        wishes: dict[int, list[float]] = {node: [] for node in row}
-        for parent, consumer, slot in graph.edges:
-            if parent in wishes:
-                spread = widths[consumer] / max(slots[consumer], 1)
-                wishes[parent].append(x[consumer] + (slot - (slots[consumer] - 1) / 2) * spread)
-        x.update(_place_row(row, {n: sum(w) / len(w) for n, w in wishes.items()}, widths))
+    for row in rows[1:]:  # from the root up: the ops a node feeds are placed before it
+        wanted = {}
+        for node in row:
+            # A leaf wishes to stand over its slot (input 0 left of input 1); an op straight
+            # over the op it feeds, so that a long chain does not drift sideways.
+            wishes = [
+                x[op]
+                + (0 if node in ops else (slot - (slots[op] - 1) / 2) * widths[op] / slots[op])
+                for op, slot in uses[node]
+            ]
+            wanted[node] = sum(wishes) / len(wishes)
+        x.update(_place_row(row, wanted, widths, ops))
     left = min(x[node] - widths[node] / 2 for node in range(count))
-    heights = [0.0] * (max(rank) + 1)  # each row as tall as its tallest node
-    for node, (_, height) in enumerate(sizes):
-        heights[rank[node]] = max(heights[rank[node]], height)
-    top, y = [0.0] * len(heights), MARGIN
-    for level in reversed(range(len(heights))):  # the inputs' rows first, from the top
+    heights = [max(sizes[node][1] for node in row) for row in rows]  # as tall as its tallest
+    top, y = [0.0] * len(rows), MARGIN
+    for level in reversed(range(len(rows))):  # the inputs' rows first, from the top
         top[level], y = y, y + heights[level] + GAP_Y
     corners = []
     for node, (width, height) in enumerate(sizes):
