@@ -317,3 +317,20 @@ def test_the_docs_pages_are_what_their_examples_make(tmp_path, monkeypatch):
     for made in make_pictures.walk_pages():
         saved = root / "docs" / "images" / made.name
         assert made.read_text(encoding="utf-8") == saved.read_text(encoding="utf-8"), made.name
+
+
+def test_a_leaf_alone_a_freed_graph_and_a_long_chain():
+    x = ta.tensor(3.0, dtype="float64", requires_grad=True)
+    alone = animate_backward(x)
+    assert alone.steps == [] and [leaf.grad.item() for leaf in alone.leaves] == [1.0]
+    assert x.grad.item() == 1.0
+    y = (x * 2.0).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        animate_backward(y)  # the engine's own refusal, not a failure of the picture
+    z = ta.tensor([1.0], dtype="float64", requires_grad=True)
+    chain = z
+    for _ in range(3_000):  # deeper than Python's recursion limit
+        chain = chain * 1.0001
+    walk = animate_backward(chain.sum())
+    assert len(walk.steps) == 3_001 and walk.page().count('class="node op"') == 3_001
