@@ -67,7 +67,8 @@ class Step:
 @dataclass
 class LeafGradient:
     """A leaf the gradient reached: its ``.grad`` after backward, the parts this backward sent
-    it, and the ``.grad`` it had before (gradients accumulate across backward calls)."""
+    it, the ``.grad`` it had before (gradients accumulate across backward calls), and whether
+    it has hooks (they run on the sum of the parts before it is added to ``.grad``)."""
 
     node: int
     tensor: Tensor
