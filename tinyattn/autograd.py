@@ -441,11 +441,15 @@ def run_backward(
     retain_graph: bool,
     create_graph: bool,
     capture: Sequence[Any] | None = None,
+    observer: Any = None,
 ) -> dict[int, Any]:
     """Propagate `root_grads` from `roots` back through the graph, newest node first.
 
     With ``capture=None`` leaf gradients accumulate into ``.grad``; otherwise the gradients of the
     tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
+    An `observer` (``viz_backward.animate_backward`` passes one) is told what the walk does, in
+    its order: ``observer.rule_runs(tensor, grad)`` before each rule, with the complete gradient
+    the rule gets, and ``observer.gradient_sent(fn, position, grad)`` for each gradient it sends.
     """
     pending: dict = {}  # non-leaf tensor -> the sum of the gradients it has received so far
     leaves: dict = {}  # leaf tensor -> its summed gradient, delivered at the end
@@ -466,12 +470,16 @@ def run_backward(
             if wanted is not None and tensor in wanted:
                 captured[id(tensor)] = grad
             fn = tensor._ctx
+            if observer is not None:
+                observer.rule_runs(tensor, grad)
             input_grads = _call_backward(fn, tensor, grad)
             for position, parent in enumerate(fn.inputs):
                 parent_grad = input_grads[position]
                 if parent_grad is not None and parent.requires_grad:
                     parent_grad = _checked(fn, position, parent, parent_grad)
                     _send(parent, parent_grad, pending, leaves, ready)
+                    if observer is not None:
+                        observer.gradient_sent(fn, position, parent_grad)
             if not retain_graph and _recorder is None:  # a recording replays rules later
                 fn.release()
         _deliver(leaves, wanted, captured)

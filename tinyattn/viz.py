@@ -152,15 +152,15 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _node_line(
-    index: int,
+def _node_parts(
     fn: Any,
     tensor: Tensor | None,
     name: str | None,
     is_root: bool,
     values: bool | None,
     recorded: Trace | None,
-) -> str:
+) -> tuple[list[str], str, str]:
+    """What one node shows: its label's lines, its shape (box or ellipse) and its colour."""
     lines = []
     grad = None
     if fn is not None:  # made by an op: a box named after the op
@@ -189,9 +189,29 @@ def _node_line(
         lines.append("data freed by backward" if freed else f"data {summary(tensor)}")
     if grad is not None and values is not False:
         lines.append(f"grad {summary(grad)}")
-    colour = _ROOT_COLOUR if is_root else colour
+    return lines, shape, _ROOT_COLOUR if is_root else colour
+
+
+def _node_line(index: int, parts: tuple[list[str], str, str]) -> str:
+    lines, shape, colour = parts
     label = "\\n".join(_escape(line) for line in lines)
     return f'  n{index} [label="{label}", shape={shape}, fillcolor="{colour}"];'
+
+
+def _names_by_id(names: Mapping[str, Tensor] | None) -> dict[int, str]:
+    """The label of each named tensor, by the id of the tensor and of the Function that made it
+    (after release, an op node is known by its Function only)."""
+    label_of = {}
+    for name, named in (names or {}).items():
+        label_of[id(named)] = name
+        if named._ctx is not None:
+            label_of[id(named._ctx)] = name
+    return label_of
+
+
+def _name_of(label_of: dict[int, str], fn: Any, tensor: Any) -> str | None:
+    name = label_of.get(id(tensor)) if tensor is not None else None
+    return name if name is not None or fn is None else label_of.get(id(fn))
 
 
 def to_dot(
@@ -217,11 +237,7 @@ def to_dot(
         raise TypeError(f"to_dot: expected a Tensor, got {type(tensor).__name__}")
     if trace is not None and values is None:
         values = True
-    label_of = {}
-    for name, named in (names or {}).items():
-        label_of[id(named)] = name
-        if named._ctx is not None:  # after release, an op node is known by its Function only
-            label_of[id(named._ctx)] = name
+    label_of = _names_by_id(names)
     nodes, edges = _walk(tensor)
     lines = [
         "digraph tinyattn {",
@@ -229,9 +245,8 @@ def to_dot(
         "  edge [fontsize=8];",
     ]
     for index, (fn, node) in enumerate(nodes):
-        key = id(node) if node is not None else id(fn)
-        name = label_of.get(key, label_of.get(id(fn)) if fn is not None else None)
-        lines.append(_node_line(index, fn, node, name, index == 0, values, trace))
+        parts = _node_parts(fn, node, _name_of(label_of, fn, node), index == 0, values, trace)
+        lines.append(_node_line(index, parts))
     inputs_of = [0] * len(nodes)
     for _, consumer, _ in edges:
         inputs_of[consumer] += 1

@@ -7,13 +7,17 @@ the docs tests run them) up to the block that makes the example, then drawing wh
   every node's value and gradient (Graphviz ``dot``);
 - docs/images/autograd_after_backward.svg: autograd.md's worked example after backward: the
   structure, and the leaves' values and gradients (Graphviz ``dot``);
+- docs/images/start_here_backward.html and docs/images/autograd_backward.html: the step-by-step
+  pages of backward (``viz_backward.animate_backward``) that start-here.md section 4 and
+  autograd.md section 3 make, saved here instead of in a temporary folder (no program needed);
 - docs/images/attention_one_query.png: the weights of attention.md's single-query walk-through;
 - docs/images/attention_scale.png: softmax weights with and without the 1/sqrt(d) scale;
 - docs/images/attention_copy_heads.png: the heads of the trained copy-task model
   (examples/copy_task.py, trained with its defaults).
 
 Run from the repository root: ``python docs/scripts/make_pictures.py`` (all), or name some of
-``graphs``, ``attention``. Needs Graphviz's ``dot`` for the graphs and matplotlib for the rest.
+``graphs``, ``walks``, ``attention``. Needs Graphviz's ``dot`` for the graphs and matplotlib for
+the attention pictures.
 """
 
 from __future__ import annotations
@@ -77,6 +81,15 @@ def graph_pictures() -> list[Path]:
         write_svg(start_here["picture"], "start_here_graph.svg"),
         write_svg(viz.to_dot(autograd["loss"], names), "autograd_after_backward.svg"),
     ]
+
+
+def walk_pages() -> list[Path]:
+    """The pages each example saves with ``walk.save(...)``, written into docs/images."""
+    pages = [
+        ("start-here.md", "start_here_backward.html"),
+        ("autograd.md", "autograd_backward.html"),
+    ]
+    return [run_page(page, "animate_backward(")["walk"].save(IMAGES / name) for page, name in pages]
 
 
 def _pyplot():
@@ -149,14 +162,16 @@ def attention_pictures() -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="*", help="graphs, attention (default: both)")
-    which = parser.parse_args(argv).which or ["graphs", "attention"]
-    unknown = set(which) - {"graphs", "attention"}
+    parser.add_argument("which", nargs="*", help="graphs, walks, attention (default: all)")
+    which = parser.parse_args(argv).which or ["graphs", "walks", "attention"]
+    unknown = set(which) - {"graphs", "walks", "attention"}
     if unknown:
-        parser.error(f"unknown pictures {sorted(unknown)}: choose graphs, attention")
+        parser.error(f"unknown pictures {sorted(unknown)}: choose graphs, walks, attention")
     written = []
     if "graphs" in which:
         written += graph_pictures()
+    if "walks" in which:
+        written += walk_pages()
     if "attention" in which:
         written += attention_pictures()
     for path in written:
