@@ -203,7 +203,7 @@ def test_render_format_is_checked():
 
 
 def test_render_without_graphviz_says_how_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr(viz.shutil, "which", lambda name: None)
+    monkeypatch.setattr(viz.graph.shutil, "which", lambda name: None)
     monkeypatch.setitem(sys.modules, "graphviz", None)  # makes `import graphviz` fail
     loss, _, _ = small_graph()
     with pytest.raises(RuntimeError, match="apt-get install graphviz"):

@@ -1,4 +1,4 @@
-"""tinyattn.viz_backward: the page that steps through backward shows the engine's own walk.
+"""tinyattn.viz.animate_backward: the page that steps through backward shows the engine's own walk.
 
 The oracle for the order is the engine itself: a hook on every op's output fires when the engine
 reaches that tensor, just before its rule runs, so the hooks see the real order and the complete
@@ -21,7 +21,7 @@ import pytest
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import nn, viz
-from tinyattn.viz_backward import SEED, animate_backward
+from tinyattn.viz import SEED, animate_backward
 
 
 # ------------------------------------------------------------------ the examples
@@ -70,7 +70,7 @@ def watch_engine(root: ta.Tensor) -> list[tuple]:
 
 def node_numbers(root: ta.Tensor) -> dict[int, int]:
     """to_dot's node numbers (n0 is the root), by the id of each op's Function and each leaf."""
-    nodes, _ = viz._walk(root)
+    nodes, _ = viz.graph._walk(root)
     return {id(fn if fn is not None else tensor): n for n, (fn, tensor) in enumerate(nodes)}
 
 

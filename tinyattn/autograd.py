@@ -302,8 +302,7 @@ class Function:
                     break
         out = inputs[0]._from_op(data, fn if recorded else None)
         if cls.shares_storage and backend.is_view_of(data, inputs[0].array):
-            # A view: an in-place change through either one bumps both. (A reshape of a
-            # transposed array, or an index array, copies: the copy keeps its own counter.)
+            # A view: an in-place change through either bumps both (a copy keeps its own).
             out._version_counter = inputs[0]._version_counter
         if recorded:
             fn._seq = _next_seq()
@@ -447,9 +446,9 @@ def run_backward(
 
     With ``capture=None`` leaf gradients accumulate into ``.grad``; otherwise the gradients of the
     tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
-    An `observer` (``viz_backward.animate_backward`` passes one) is told what the walk does, in
-    its order: ``observer.rule_runs(tensor, grad)`` before each rule, with the complete gradient
-    the rule gets, and ``observer.gradient_sent(fn, position, grad)`` for each gradient it sends.
+    An `observer` (``viz.animate_backward`` passes one) is told the walk, in its order:
+    ``observer.rule_runs(tensor, grad)`` before each rule, with the complete gradient the rule
+    gets, and ``observer.gradient_sent(fn, position, grad)`` for each gradient it sends.
     """
     pending: dict = {}  # non-leaf tensor -> the sum of the gradients it has received so far
     leaves: dict = {}  # leaf tensor -> its summed gradient, delivered at the end

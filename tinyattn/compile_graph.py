@@ -16,38 +16,9 @@ from typing import Any
 
 from . import autograd, backend
 from .compile_record import CompileError, Recorder
+from .ops.compiled import CompiledCall, CompiledOutput
 from .replay import GraphPart, Tape, position_in
 from .tensor import Tensor
-
-
-class CompiledCall(autograd.Function):
-    """One call of a compiled function: y = f(inputs, parameters) as replayed; its backward
-    gives dL/d(inputs, parameters) from dL/dy by the recorded backward."""
-
-    backward_reads = ("inputs",)  # a parameter changed in place before backward is an error
-
-    def forward(self, *arrays: Any, output: Any, backward: Callable) -> Any:
-        self.run = backward
-        return output
-
-    def backward(self, grad: Tensor) -> tuple:
-        return self.run(grad.array)
-
-
-class CompiledOutput(autograd.Function):
-    """Output k of a compiled call with several: y_k = the call's k-th result. Its backward
-    keeps dL/dy_k for the call's node (the anchor), which runs once all have reported."""
-
-    backward_reads = ()
-
-    def forward(self, anchor: Any, output: Any, index: int, holder: list) -> Any:
-        self.index, self.holder = index, holder
-        return output
-
-    def backward(self, grad: Tensor) -> Any:
-        self.holder[self.index] = grad.array
-        anchor = self.inputs[0].array
-        return backend.namespace(anchor).zeros_like(anchor)
 
 
 def attach(arrays: list, wrt: list[Tensor], run: Callable[[list], tuple]) -> list[Tensor]:

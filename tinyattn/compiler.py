@@ -240,6 +240,13 @@ class CompiledStep:
         learned = self._learn_grads(recorder, inputs, grads)
         if learned != grads:  # the key of this call, now that its gradient holders are known
             grads, key = learned, self._key(signature, inputs, learned)
+        return self._settle(recorder, result, signature, inputs, grads, key)
+
+    def _settle(
+        self, recorder: Recorder, result: Any, signature: Any, inputs: list, grads: tuple, key: Any
+    ) -> Any:
+        """After a recording: keep it as the first of its signature, or check it against the
+        first one and make the tape that later calls replay."""
         first = self._first.pop(key, None)
         changed = None if first is None else changed_between(first.guards, recorder.guards)
         if changed is not None:
@@ -269,6 +276,10 @@ class CompiledStep:
             return result
         self._unrepeated = 0
         key = self._learn_modes(recorder, signature, inputs, grads, key)
+        return self._make_tape(recorder, result, inputs, key)
+
+    def _make_tape(self, recorder: Recorder, result: Any, inputs: list, key: Any) -> Any:
+        """Two recordings agreed: keep the second as the tape of `key`."""
         if len(self.tapes) >= self.max_signatures:
             self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
         outputs = encode_outputs(result, recorder)

@@ -8,7 +8,7 @@ the docs tests run them) up to the block that makes the example, then drawing wh
 - docs/images/autograd_after_backward.svg: autograd.md's worked example after backward: the
   structure, and the leaves' values and gradients (Graphviz ``dot``);
 - docs/images/start_here_backward.html and docs/images/autograd_backward.html: the step-by-step
-  pages of backward (``viz_backward.animate_backward``) that start-here.md section 4 and
+  pages of backward (``viz.animate_backward``) that start-here.md section 4 and
   autograd.md section 3 make, saved here instead of in a temporary folder (no program needed);
 - docs/images/attention_one_query.png: the weights of attention.md's single-query walk-through;
 - docs/images/attention_scale.png: softmax weights with and without the 1/sqrt(d) scale;

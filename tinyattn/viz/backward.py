@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import viz
-from .autograd import RETAIN_GRAD, ReleasedConstant, default_root_grad, run_backward
-from .tensor import Tensor
+from ..autograd import RETAIN_GRAD, ReleasedConstant, default_root_grad, run_backward
+from ..tensor import Tensor
+from . import graph as viz
 
 SEED = -1  # the `source` of the gradient backward starts from (dL/dL = 1 at the root)
 

@@ -1,15 +1,15 @@
 """Looking inside the graph: Graphviz DOT text of the graph that produced a tensor.
 
-A tool above all the layers: it imports only `backend` (for dtype names), `autograd` and
-`tensor`, and reads the graph the way the engine does (``tensor._ctx`` is the Function that made
-a tensor, ``fn.inputs`` the tensors it read), iteratively, so deep graphs work. After a backward
-without ``retain_graph`` a Function keeps only the shape of the graph (``fn.released_inputs``:
-the Function that made each former input, or the input itself if it is a leaf a gradient
-reaches or a small constant; a larger constant keeps only its shape and dtype), so the
-picture still draws, with the leaves' values and gradients. ``trace(root)`` keeps every node's
-value and records its gradient with hooks, for a picture of everything, like micrograd's. It
-never imports the `graphviz` package at import time: ``to_dot`` needs nothing, ``render`` looks
-for the ``dot`` program (or the package) only when called.
+A tool above all the layers (``tinyattn.viz``; the pages of backward are in backward.py beside it):
+it imports only `backend` (for dtype names), `autograd` and `tensor`, and reads the graph the way
+the engine does (``tensor._ctx`` is the Function that made a tensor, ``fn.inputs`` the tensors it
+read), iteratively, so deep graphs work. After a backward without ``retain_graph`` a Function keeps
+only the shape of the graph (``fn.released_inputs``: the Function that made each former input, or
+the input itself if it is a leaf a gradient reaches or a small constant; a larger constant keeps
+only its shape and dtype), so the picture still draws, with the leaves' values and gradients.
+``trace(root)`` keeps every node's value and records its gradient with hooks, for a picture of
+everything, like micrograd's. It never imports the `graphviz` package at import time: ``to_dot``
+needs nothing, ``render`` looks for the ``dot`` program (or the package) only when called.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import backend
-from .autograd import ReleasedConstant
-from .tensor import Tensor
+from .. import backend
+from ..autograd import ReleasedConstant
+from ..tensor import Tensor
 
 FORMATS = ("svg", "png")
 

@@ -1,0 +1,45 @@
+"""Compiled calls as nodes of the caller's graph (``ta.compile(model)`` with backward outside).
+
+A replayed compiled function is one node: its forward result and its backward rule come from the
+recording (compile_graph.py hands them in), so the derivative math here is only the plumbing:
+the node returns what it is given, and its backward runs the recorded backward. Imports
+`autograd` and `backend`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import backend
+from ..autograd import Function
+
+
+class CompiledCall(Function):
+    """One call of a compiled function: y = f(inputs, parameters) as replayed; its backward
+    gives dL/d(inputs, parameters) from dL/dy by the recorded backward."""
+
+    backward_reads = ("inputs",)  # a parameter changed in place before backward is an error
+
+    def forward(self, *arrays: Any, output: Any, backward: Callable) -> Any:
+        self.run = backward
+        return output
+
+    def backward(self, grad: Any) -> tuple:
+        return self.run(grad.array)
+
+
+class CompiledOutput(Function):
+    """Output k of a compiled call with several: y_k = the call's k-th result. Its backward
+    keeps dL/dy_k for the call's node (the anchor), which runs once all have reported."""
+
+    backward_reads = ()
+
+    def forward(self, anchor: Any, output: Any, index: int, holder: list) -> Any:
+        self.index, self.holder = index, holder
+        return output
+
+    def backward(self, grad: Any) -> Any:
+        self.holder[self.index] = grad.array
+        anchor = self.inputs[0].array
+        return backend.namespace(anchor).zeros_like(anchor)
