@@ -81,7 +81,7 @@ def _bench(allow_torch: bool):
 def _tinyattn_step(model_name: str, seed: int = 0, batches: int = 8):
     """(step function, list of argument tuples): the model, its optimizer and its batches."""
     import tinyattn as ta
-    from tinyattn import functional as F
+    import tinyattn.nn.functional as F
     from tinyattn import nn, optim
 
     rng = np.random.default_rng(seed)

@@ -858,7 +858,9 @@ def test_the_copy_task_compiles_exactly(device, copy_task):
 
         def step(inputs, targets):
             logits = copy_task.copied_half(model, inputs, config.seq_len)  # (B, n, V)
-            loss = copy_task.F.cross_entropy(logits, targets)  # classes last, as the example
+            loss = copy_task.F.cross_entropy(  # (B * n, V) rows, as the example
+                logits.reshape(-1, config.vocab), targets.reshape(-1)
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

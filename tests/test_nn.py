@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import nn
 
 RNG = np.random.default_rng(99)
