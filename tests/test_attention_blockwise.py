@@ -1,11 +1,11 @@
 """The block-wise (memory-efficient) attention path against the plain softmax(q k^T) v path.
 
 Every comparison runs the same inputs and the same cotangent through both paths of
-F.scaled_dot_product_attention, forced with ta.functional.BLOCKWISE_MIN_SCORES (0: block-wise, inf: plain),
-on tiny inputs cut into several tiles by shrinking kernels.ATTENTION_BLOCK_KEYS and
-kernels.ATTENTION_BLOCK_SCORES (and their GPU_ twins). Float64 agrees to ~1e-12 (only the summation
-order differs), float32 to ~1e-5. Runs on every backend through the `device` fixture. No test
-measures time.
+F.scaled_dot_product_attention, forced with ta.functional.BLOCKWISE_MIN_SCORES (0: block-wise,
+inf: plain), on tiny inputs cut into several tiles by shrinking kernels.ATTENTION_BLOCK_KEYS and
+kernels.ATTENTION_BLOCK_SCORES (and their GPU_ twins). Float64 agrees to ~1e-12 (only the
+summation order differs), float32 to ~1e-5. Runs on every backend through the `device` fixture.
+No test measures time.
 """
 
 from __future__ import annotations
