@@ -418,6 +418,8 @@ CATALOGUE = [
      ValueError, "MultiHeadAttention:", ["mask", "(3, 3, 3)", "(2, 2, 3, 3)"]),
     ("MHA float mask", lambda d: mha(d)(x8(2, 3, device=d), mask=ones(3, 3, device=d)),
      TypeError, "MultiHeadAttention:", ["bool", "float64"]),
+    ("MHA integer query", lambda d: mha(d)(ta.ones(2, 3, 8, dtype="int64", device=d)),
+     TypeError, "MultiHeadAttention:", ["floating-point", "int64"]),
     # ---------------------------------------------------------------------- state dicts
     ("missing key", lambda d: load_edited(d, lambda s: s.pop("bias")),
      RuntimeError, "load_state_dict:", ["Linear", "missing", "'bias'", "nothing was changed"]),
@@ -489,6 +491,9 @@ CATALOGUE = [
     ("mask on another device", lambda d: F.scaled_dot_product_attention(
         *[ones(2, 3, device="cpu")] * 3, attn_mask=bools(2, 2, device="strict")),
      RuntimeError, "scaled_dot_product_attention:", ["'strict:device1'", "'cpu'"]),
+    ("MHA mask on another device", lambda d: mha("cpu")(x8(2, 3, device="cpu"),
+                                                      mask=bools(3, 3, device="strict")),
+     RuntimeError, "MultiHeadAttention:", ["'strict:device1'", "'cpu'"]),
     ("backward gradient device", lambda d: (ones(2, device="cpu", grad=True) * 2.0)
      .backward(ones(2, device="strict")),
      RuntimeError, "backward:", ["'strict:device1'", "'cpu'"]),

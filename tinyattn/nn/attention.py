@@ -152,9 +152,11 @@ class MultiHeadAttention(Module):
     def _check(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         """The inputs: float tensors of matching rank, width d_model and batch and length."""
         op = "MultiHeadAttention"
-        for name, t in (("query", query), ("key", key), ("value", value)):
+        inputs = {"query": query, "key": key, "value": value}
+        for name, t in inputs.items():
             if not isinstance(t, Tensor):
                 raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+        for t in {id(t): t for t in inputs.values()}.values():  # self-attention: one tensor
             backend.check_floating(op, t.array)
         if query.ndim not in (2, 3):
             raise ValueError(f"{op}: query must be (B, T, C) or (T, C), got shape {query.shape}")
