@@ -292,7 +292,7 @@ def scaled_dot_product_attention(
     False); a float attn_mask is M itself, added to the scores; is_causal lets query i see keys
     j <= i (top-left aligned) and, as in PyTorch, excludes attn_mask. Dropout (p = dropout_p,
     applied whenever > 0, as in PyTorch) acts on the weights. A query with no allowed key (or
-    no key at all) gets output 0 and gradient 0 (PyTorch: NaN). ``return_weights=True`` is
+    no key at all) gets output 0 and gradient 0, never NaN. ``return_weights=True`` is
     tinyattn's extension (keyword only): it also returns the weights that multiplied v.
     This function checks every argument, then calls `_attention`, which trusts them.
     Shapes: query (..., Tq, D), key (..., Tk, D), value (..., Tk, Dv), attn_mask broadcastable
