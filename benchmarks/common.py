@@ -22,7 +22,7 @@ GPT_EXAMPLE = ROOT / "examples" / "gpt.py"
 PORT = {
     "import tinyattn as torch": "import torch",
     "import tinyattn.nn as nn": "import torch.nn as nn",
-    "from tinyattn.nn import functional as F": "from torch.nn import functional as F",
+    "import tinyattn.nn.functional as F": "import torch.nn.functional as F",
 }
 
 

@@ -100,7 +100,7 @@ def _tinyattn_step(
     `compile_model` (the small model only), the step calls ``ta.compile(model)`` and runs the
     loss, backward and optimizer eagerly around it, the torch.compile way."""
     import tinyattn as ta
-    from tinyattn import functional as F
+    import tinyattn.nn.functional as F
     from tinyattn import nn, optim
 
     rng = np.random.default_rng(seed)

@@ -32,7 +32,7 @@ import copy_task_extras as extras
 import numpy as np
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import nn, optim
 
 # Independent data streams seeded by (--seed, stream): training, held-out checks, evaluation, the
@@ -155,7 +155,7 @@ def train_step(model: CopyModel, config: Config, state: TrainingState) -> tuple[
     n, device = config.seq_len, config.device
     inputs, targets = make_batch(config.batch, n, config.vocab, state.batches, device)
     logits = copied_half(model, inputs, n)  # (B, n, V)
-    loss = F.cross_entropy(logits, targets)
+    loss = F.cross_entropy(logits.reshape(-1, config.vocab), targets.reshape(-1))  # rows (B * n)
     state.optimizer.zero_grad()
     loss.backward()
     state.optimizer.step()
@@ -202,7 +202,7 @@ def evaluate(model: CopyModel, config: Config, size: int, rng: np.random.Generat
         for start in range(0, size, 500):  # chunks keep the (B, H, T, T) weights small
             count = min(500, size - start)
             inputs, targets = make_batch(count, config.seq_len, config.vocab, rng, config.device)
-            probs = F.softmax(copied_half(model, inputs, config.seq_len), axis=-1).numpy()
+            probs = F.softmax(copied_half(model, inputs, config.seq_len), dim=-1).numpy()
             answers = targets.numpy()  # (B, n), on the host
             hits = probs.argmax(axis=-1) == answers  # (B, n, V) -> (B, n)
             exact, correct = exact + int(hits.all(axis=1).sum()), correct + int(hits.sum())

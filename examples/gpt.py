@@ -23,7 +23,7 @@ from pathlib import Path
 
 import tinyattn as torch
 import tinyattn.nn as nn
-from tinyattn.nn import functional as F
+import tinyattn.nn.functional as F
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

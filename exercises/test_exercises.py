@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 
 
 def randn(*shape: int, seed: int = 0, positive: bool = False) -> ta.Tensor:

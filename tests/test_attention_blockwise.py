@@ -1,11 +1,11 @@
 """The block-wise (memory-efficient) attention path against the plain softmax(q k^T) v path.
 
 Every comparison runs the same inputs and the same cotangent through both paths of
-F.scaled_dot_product_attention, forced with F.BLOCKWISE_MIN_SCORES (0: block-wise, inf: plain),
-on tiny inputs cut into several tiles by shrinking kernels.ATTENTION_BLOCK_KEYS and
-kernels.ATTENTION_BLOCK_SCORES (and their GPU_ twins). Float64 agrees to ~1e-12 (only the summation
-order differs), float32 to ~1e-5. Runs on every backend through the `device` fixture. No test
-measures time.
+F.scaled_dot_product_attention, forced with ta.functional.BLOCKWISE_MIN_SCORES (0: block-wise,
+inf: plain), on tiny inputs cut into several tiles by shrinking kernels.ATTENTION_BLOCK_KEYS and
+kernels.ATTENTION_BLOCK_SCORES (and their GPU_ twins). Float64 agrees to ~1e-12 (only the
+summation order differs), float32 to ~1e-5. Runs on every backend through the `device` fixture.
+No test measures time.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import kernels, nn, ops
 
 RNG = np.random.default_rng(2024)
@@ -25,7 +25,9 @@ TOLERANCE = {"float64": 1e-12, "float32": 2e-5}
 
 def use_path(monkeypatch, path, block_q=2, block_k=3, batch=1):
     """Force the plain or the block-wise path, with tiles of block_q queries x block_k keys."""
-    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 0 if path == "blockwise" else math.inf)
+    monkeypatch.setattr(
+        ta.functional, "BLOCKWISE_MIN_SCORES", 0 if path == "blockwise" else math.inf
+    )
     for prefix in ("", "GPU_"):  # the same tiny tiles on every device, CUDA included
         monkeypatch.setattr(kernels, f"{prefix}ATTENTION_BLOCK_KEYS", block_k)
         monkeypatch.setattr(kernels, f"{prefix}ATTENTION_BLOCK_SCORES", batch * block_q * block_k)
@@ -36,7 +38,7 @@ def run(monkeypatch, path, arrays, blocks, dtype, device, **kwargs):
     batch = math.prod(np.broadcast_shapes(*(a.shape[:-2] for a in arrays)))
     use_path(monkeypatch, path, *blocks, batch=batch)
     q, k, v = (ta.tensor(a, dtype=dtype, device=device).requires_grad_() for a in arrays)
-    out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    out = attention(q, k, v, **kwargs)
     cotangent = np.random.default_rng(7).standard_normal(out.shape)
     (out * ta.tensor(cotangent, dtype=dtype, device=device)).sum().backward()
     return out.numpy(), [t.grad.numpy() for t in (q, k, v)]
@@ -57,6 +59,15 @@ def assert_paths_agree(monkeypatch, device, shapes, blocks=(2, 3), dtype="float6
         assert np.isfinite(grad).all(), name
         np.testing.assert_allclose(grad, expected, rtol=tolerance, atol=tolerance, err_msg=name)
     return out, grads
+
+
+def attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """F.scaled_dot_product_attention, or with a mask AND is_causal (PyTorch refuses the pair)
+    the inner function nn.MultiHeadAttention calls, which ANDs them."""
+    if attn_mask is None or not is_causal:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, scale=scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return ta.functional._attention(q, k, v, attn_mask, 0.0, True, scale)
 
 
 def bool_mask(device, array):
@@ -120,7 +131,7 @@ def test_blockwise_matches_plain_with_broadcast_masks(monkeypatch, device, mask_
     mask = RNG.random(mask_shape) > 0.3
     shapes = [(2, 3, 6, 4), (2, 3, 9, 4), (2, 3, 9, 5)]
     assert_paths_agree(
-        monkeypatch, device, shapes, (2, 4), mask=bool_mask(device, mask), is_causal=is_causal
+        monkeypatch, device, shapes, (2, 4), attn_mask=bool_mask(device, mask), is_causal=is_causal
     )
 
 
@@ -136,7 +147,7 @@ def test_fully_masked_rows_are_zero_in_value_and_gradient(monkeypatch, device, d
         [(2, 7, 3), (2, 10, 3), (2, 10, 4)],
         (3, 4),
         dtype,
-        mask=bool_mask(device, mask),
+        attn_mask=bool_mask(device, mask),
     )
     for batch, row in ((0, 1), (1, 5)):
         np.testing.assert_array_equal(out[batch, row], 0.0)
@@ -146,7 +157,7 @@ def test_fully_masked_rows_are_zero_in_value_and_gradient(monkeypatch, device, d
 def test_everything_masked_gives_zeros_and_huge_scores_stay_finite(monkeypatch, device):
     nothing = bool_mask(device, np.zeros((4, 6)))
     out, grads = assert_paths_agree(
-        monkeypatch, device, [(4, 3), (6, 3), (6, 3)], (2, 2), mask=nothing
+        monkeypatch, device, [(4, 3), (6, 3), (6, 3)], (2, 2), attn_mask=nothing
     )
     np.testing.assert_array_equal(out, 0.0)
     for grad in grads:
@@ -155,7 +166,9 @@ def test_everything_masked_gives_zeros_and_huge_scores_stay_finite(monkeypatch, 
     use_path(monkeypatch, "blockwise", 2, 2)
     q = ta.tensor(RNG.standard_normal((4, 3)) * 100, dtype="float32", device=device)
     k = ta.tensor(RNG.standard_normal((6, 3)) * 100, dtype="float32", device=device)
-    out = F.scaled_dot_product_attention(q, k, k, mask=bool_mask(device, RNG.random((4, 6)) > 0.4))
+    out = F.scaled_dot_product_attention(
+        q, k, k, attn_mask=bool_mask(device, RNG.random((4, 6)) > 0.4)
+    )
     assert np.isfinite(out.numpy()).all()
 
 
@@ -169,7 +182,7 @@ def test_blockwise_matches_plain_when_the_row_max_keeps_growing(monkeypatch, dev
     k = (np.abs(RNG.standard_normal((2, 12, 4))) + 1.0) * growth
     mask = RNG.random((9, 12)) > 0.3
     out, _ = assert_paths_agree(
-        monkeypatch, device, [q, k, (2, 12, 3)], (3, 2), mask=bool_mask(device, mask)
+        monkeypatch, device, [q, k, (2, 12, 3)], (3, 2), attn_mask=bool_mask(device, mask)
     )
     assert np.isfinite(out).all()
     assert_paths_agree(monkeypatch, device, [q, k, (2, 12, 3)], (4, 3), is_causal=True)
@@ -214,7 +227,7 @@ def test_threads_split_the_query_blocks_without_changing_results(monkeypatch, de
     mask = RNG.random((2, 1, 10, 7)) > 0.3
     mask[0, 0, 4] = False
     shapes = [(2, 3, 10, 4), (2, 3, 7, 4), (2, 3, 7, 5)]
-    assert_paths_agree(monkeypatch, device, shapes, (2, 3), mask=bool_mask(device, mask))
+    assert_paths_agree(monkeypatch, device, shapes, (2, 3), attn_mask=bool_mask(device, mask))
     assert_paths_agree(monkeypatch, device, shapes, (2, 3), "float32", is_causal=True)
 
 
@@ -229,7 +242,7 @@ def test_blockwise_gradcheck(monkeypatch, device, case):
     )
     mask = RNG.random((4, tk)) > 0.4
     mask[2] = False
-    kwargs = {"mask": bool_mask(device, mask)} if case == "mask" else {}
+    kwargs = {"attn_mask": bool_mask(device, mask)} if case == "mask" else {}
     kwargs["is_causal"] = case == "causal"
     assert ta.gradcheck(lambda *a: F.scaled_dot_product_attention(*a, **kwargs), [q, k, v])
 
@@ -268,9 +281,13 @@ def test_blockwise_errors_are_the_plain_path_errors(monkeypatch, device):
     with pytest.raises(
         ValueError, match=r"mask of shape \(3, 4\) cannot be broadcast .*\(2, 3, 5\)"
     ):
-        F.scaled_dot_product_attention(q, k, k, mask=ta.ones(3, 4, dtype="bool", device=device))
-    with pytest.raises(TypeError, match="mask must be bool"):
-        F.scaled_dot_product_attention(q, k, k, mask=ta.zeros(3, 5, device=device))
+        F.scaled_dot_product_attention(
+            q, k, k, attn_mask=ta.ones(3, 4, dtype="bool", device=device)
+        )
+    with pytest.raises(TypeError, match="attn_mask must be bool .* or floating"):
+        F.scaled_dot_product_attention(
+            q, k, k, attn_mask=ta.zeros(3, 5, dtype="int64", device=device)
+        )
 
 
 # --------------------------------------------------------------------------------- dispatch
@@ -289,10 +306,10 @@ def count_blockwise_calls(monkeypatch):
 def test_auto_dispatch_uses_blockwise_from_the_threshold_on(monkeypatch, device):
     calls = count_blockwise_calls(monkeypatch)
     q = ta.tensor(RNG.standard_normal((2, 3, 8, 4)), device=device)  # 2 * 3 * 8 * 8 = 384 scores
-    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 385)
+    monkeypatch.setattr(ta.functional, "BLOCKWISE_MIN_SCORES", 385)
     F.scaled_dot_product_attention(q, q, q)
     assert calls == []
-    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 384)
+    monkeypatch.setattr(ta.functional, "BLOCKWISE_MIN_SCORES", 384)
     F.scaled_dot_product_attention(q, q, q)
     assert calls == [(2, 3, 8, 4)]
     # The weights and dropout need the score matrix: those calls keep the plain path.
@@ -302,11 +319,11 @@ def test_auto_dispatch_uses_blockwise_from_the_threshold_on(monkeypatch, device)
 
 
 def test_default_threshold_and_tiles_bound_the_score_memory():
-    assert F.BLOCKWISE_MIN_SCORES == 1 << 22
+    assert ta.functional.BLOCKWISE_MIN_SCORES == 1 << 22
     # One multi-head attention layer (B = 1, H = 4) at T = 8192 takes the block-wise path, and
     # one tile's scores hold at most ATTENTION_BLOCK_SCORES numbers (4 MB in float64).
     batch, length = 4, 8192
-    assert batch * length * length >= F.BLOCKWISE_MIN_SCORES
+    assert batch * length * length >= ta.functional.BLOCKWISE_MIN_SCORES
     block_q, block_k = kernels.block_sizes(batch, length, length)
     assert batch * block_q * block_k <= kernels.ATTENTION_BLOCK_SCORES <= 1 << 19
     assert kernels.block_sizes(1, 3, 2) == (3, 2)  # never larger than the sequences
@@ -321,7 +338,7 @@ def test_multi_head_attention_takes_the_blockwise_path_without_weights(device, m
         calls.append(args[0].shape)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 1)
+    monkeypatch.setattr(ta.functional, "BLOCKWISE_MIN_SCORES", 1)
     monkeypatch.setattr(ops.BlockwiseAttention, "apply", spy)
     ta.manual_seed(0)
     layer = nn.MultiHeadAttention(8, 2).to("float64").to(device)

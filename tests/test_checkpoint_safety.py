@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import backend, nn, optim
 
 
@@ -378,7 +378,8 @@ def train(model, opt, steps: range) -> None:
     for step in steps:  # the batch depends on the step only, so a resumed run sees the same data
         sequence = np.random.default_rng(step).integers(0, VOCAB, size=(4, 6))
         logits = model(ta.tensor(sequence[:, :-1]))
-        loss = F.cross_entropy(logits, ta.tensor(sequence[:, 1:]))
+        # (B, T, V) and (B, T) as rows: (B * T, V) and (B * T,)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), ta.tensor(sequence[:, 1:]).reshape(-1))
         opt.zero_grad()
         loss.backward()
         opt.step()

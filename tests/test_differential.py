@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 
 TOLERANCE = {"rtol": 1e-12, "atol": 1e-12}
 
@@ -219,6 +219,8 @@ def apply_layer(run, args):
     if kind == "linear":
         return F.linear(x, run.leaf(args["weight"]), run.leaf(args["bias"]))
     targets = run.constant(args["targets"])
+    if x.ndim >= 3:  # the classes drawn last go to axis 1, where cross_entropy wants them
+        x = x.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
     return F.cross_entropy(x, targets, label_smoothing=args["smoothing"], reduction="none")
 
 
@@ -234,7 +236,10 @@ def choose_attention(draw, shapes, rng):
 def apply_attention(run, args):
     x = run.registers[args["i"]]
     mask = None if args["mask"] is None else run.constant(args["mask"])
-    return F.scaled_dot_product_attention(x, x.tanh(), x, mask=mask, is_causal=args["causal"])
+    causal = args["causal"]
+    if causal and mask is not None:  # PyTorch refuses the pair: AND the causal mask in
+        mask, causal = mask & F.causal_mask(*mask.shape, device=mask.device), False
+    return F.scaled_dot_product_attention(x, x.tanh(), x, attn_mask=mask, is_causal=causal)
 
 
 def choose_embedding(draw, shapes, rng):

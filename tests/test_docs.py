@@ -185,7 +185,13 @@ def test_every_page_is_found():
 
 
 # ------------------------------------------------------------------ the API reference pages
-API_MODULES = ["tinyattn", "tinyattn.nn", "tinyattn.functional", "tinyattn.optim"]
+API_MODULES = [
+    "tinyattn",
+    "tinyattn.nn",
+    "tinyattn.nn.functional",
+    "tinyattn.functional",
+    "tinyattn.optim",
+]
 
 
 def statically_bound(module) -> set[str]:

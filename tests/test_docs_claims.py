@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import nn
 from tinyattn.backend import namespace
 
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------- fully masked attention rows
 def test_fully_masked_row_gives_zero_output_and_gradient():
     q = ta.randn(4, 8, dtype="float64", requires_grad=True)
-    out = F.scaled_dot_product_attention(q, q, q, mask=ta.zeros(4, 4, dtype="bool"))
+    out = F.scaled_dot_product_attention(q, q, q, attn_mask=ta.zeros(4, 4, dtype="bool"))
     out.sum().backward()
     assert np.all(out.numpy() == 0) and np.all(q.grad.numpy() == 0)
 
@@ -75,7 +75,7 @@ def test_softmax_backward_is_the_vector_jacobian_product():
     rng = np.random.default_rng(0)
     s = ta.tensor(rng.standard_normal(5), requires_grad=True)
     g = rng.standard_normal(5)
-    y = F.softmax(s, axis=-1)
+    y = F.softmax(s, dim=-1)
     (y * ta.tensor(g)).sum().backward()
     yv = y.numpy()
     jacobian = np.diag(yv) - np.outer(yv, yv)  # dy_i / ds_j, symmetric
@@ -91,7 +91,7 @@ def test_unscaled_scores_saturate_and_starve_the_median_query():
     medians = {}
     for name, scale in [("unscaled", 1.0), ("scaled", 1 / math.sqrt(d))]:
         s = ta.tensor(scores * scale, requires_grad=True)
-        weights = F.softmax(s, axis=-1)
+        weights = F.softmax(s, dim=-1)
         (weights * upstream).sum().backward()
         medians[name] = (
             np.median(weights.numpy().max(axis=-1)),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 
 INF, NAN = math.inf, math.nan
 
@@ -195,7 +195,9 @@ def test_attention_with_empty_axes_matches_pytorch(device, monkeypatch, path, sc
     """D = 0: every score is 0, so each query gets the mean of v; no keys: output 0, gradient
     0 (PyTorch's results), on the plain and on the block-wise path."""
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(F, "BLOCKWISE_MIN_SCORES", 0 if path == "blockwise" else math.inf)
+    monkeypatch.setattr(
+        ta.functional, "BLOCKWISE_MIN_SCORES", 0 if path == "blockwise" else math.inf
+    )
     rng = np.random.default_rng(5)
     hosts = [rng.standard_normal(shape) for shape in ATTENTION_SHAPES[case]]
     ours_in = [_t(h, device) for h in hosts]

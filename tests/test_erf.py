@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 
 TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
 

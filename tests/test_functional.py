@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 
 RNG = np.random.default_rng(1234)
 
@@ -57,7 +57,7 @@ def test_softmax_family_matches_composed_twins(device, axis):
 
 def test_softmax_matches_numpy_and_rows_sum_to_one(device):
     data = RNG.standard_normal((4, 6))
-    y = F.softmax(ta.tensor(data, dtype="float64", device=device)).numpy()
+    y = F.softmax(ta.tensor(data, dtype="float64", device=device), dim=-1).numpy()
     expected = np.exp(data) / np.exp(data).sum(-1, keepdims=True)
     np.testing.assert_allclose(y, expected, rtol=1e-13)
     np.testing.assert_allclose(y.sum(-1), 1.0, rtol=1e-14)
@@ -65,7 +65,8 @@ def test_softmax_matches_numpy_and_rows_sum_to_one(device):
 
 def test_softmax_family_gradcheck_and_gradgradcheck(device):
     x = leaf(device, 2, 5)
-    for fn in (F.softmax, F.log_softmax):
+    for family in (F.softmax, F.log_softmax):
+        fn = lambda t, f=family: f(t, dim=-1)  # noqa: E731
         assert ta.gradcheck(fn, [x])
         assert ta.gradgradcheck(fn, [x])
 
@@ -74,8 +75,8 @@ def test_softmax_family_gradcheck_and_gradgradcheck(device):
 def test_softmax_family_is_finite_for_huge_logits(device, dtype):
     x = ta.tensor([[1e4, -1e4, 0.0], [1e4, 1e4, -1e4]], dtype=dtype, device=device)
     x.requires_grad_()
-    y = F.softmax(x)
-    log_y = F.log_softmax(x)
+    y = F.softmax(x, dim=-1)
+    log_y = F.log_softmax(x, dim=-1)
     np.testing.assert_allclose(y.numpy(), [[1, 0, 0], [0.5, 0.5, 0]], atol=1e-7)
     np.testing.assert_allclose(
         log_y.numpy(), [[0, -2e4, -1e4], [-math.log(2)] * 2 + [-2e4 - math.log(2)]], rtol=1e-6
@@ -87,20 +88,20 @@ def test_softmax_family_is_finite_for_huge_logits(device, dtype):
 def test_fully_masked_rows_give_zero_weights_and_zero_gradient(device):
     x = ta.tensor([[-math.inf] * 3, [0.0, -math.inf, 1.0]], dtype="float64", device=device)
     x.requires_grad_()
-    y = F.softmax(x)
+    y = F.softmax(x, dim=-1)
     np.testing.assert_array_equal(y.numpy()[0], [0.0, 0.0, 0.0])
     (y * ta.tensor([[1.0, 2.0, 3.0]] * 2, dtype="float64", device=device)).sum().backward()
     grad = x.grad.numpy()
     assert np.isfinite(grad).all()
     np.testing.assert_array_equal(grad[0], 0.0)
-    log_y = F.log_softmax(ta.tensor([[-math.inf, -math.inf]], device=device))
+    log_y = F.log_softmax(ta.tensor([[-math.inf, -math.inf]], device=device), dim=-1)
     assert not np.isnan(log_y.numpy()).any()
 
 
 def test_softmax_errors_name_the_op(device):
     with pytest.raises(TypeError, match="softmax: expected a floating-point tensor"):
-        F.softmax(ta.tensor([1, 2], device=device))
-    with pytest.raises(ValueError, match=r"softmax: axis 2 is out of range .* \(2, 3\)"):
+        F.softmax(ta.tensor([1, 2], device=device), dim=-1)
+    with pytest.raises(ValueError, match=r"softmax: dim 2 is out of range .* \(2, 3\)"):
         F.softmax(ta.zeros(2, 3, device=device), axis=2)
 
 
@@ -122,10 +123,10 @@ def cross_entropy_numpy(logits, targets, ignore_index=None, smoothing=0.0, reduc
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 def test_cross_entropy_matches_numpy_with_leading_axes(device, reduction, smoothing):
-    logits = RNG.standard_normal((2, 3, 5))
+    logits = RNG.standard_normal((2, 3, 5))  # (N, d1, C): the reference takes classes last
     targets = np.array([[0, 4, -100], [2, 2, 1]])
     got = F.cross_entropy(
-        ta.tensor(logits, dtype="float64", device=device),
+        ta.tensor(logits.transpose(0, 2, 1), dtype="float64", device=device),  # (N, C, d1)
         ta.tensor(targets, device=device),
         ignore_index=-100,
         label_smoothing=smoothing,
@@ -135,7 +136,7 @@ def test_cross_entropy_matches_numpy_with_leading_axes(device, reduction, smooth
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("ignore_index", [None, -100, 2])
+@pytest.mark.parametrize("ignore_index", [-100, 2])
 @pytest.mark.parametrize("smoothing", [0.0, 0.3])
 def test_cross_entropy_target_rows_from_the_table_equal_the_compared_ones(
     device, monkeypatch, ignore_index, smoothing
@@ -144,17 +145,18 @@ def test_cross_entropy_target_rows_from_the_table_equal_the_compared_ones(
     compared. The two give the same loss and gradient, bit for bit."""
     from tinyattn import kernels
 
-    logits = RNG.standard_normal((4, 6, 5)).astype("float32")
+    logits = RNG.standard_normal((4, 5, 6)).astype("float32")  # (N, C, d1)
     targets = RNG.integers(0, 5, (4, 6))
-    targets[0, :2] = -100 if ignore_index is None else ignore_index
-    if ignore_index is None:
-        targets[0, :2] = 1
+    targets[0, :2] = ignore_index
     results = []
     for identity in (kernels.IDENTITY_ROWS, 4):
         monkeypatch.setattr(kernels, "IDENTITY_ROWS", identity)
         z = ta.tensor(logits, device=device, requires_grad=True)
         loss = F.cross_entropy(
-            z, ta.tensor(targets, device=device), ignore_index, label_smoothing=smoothing
+            z,
+            ta.tensor(targets, device=device),
+            ignore_index=ignore_index,
+            label_smoothing=smoothing,
         )
         loss.backward()
         results.append((loss.numpy(), z.grad.numpy()))
@@ -177,7 +179,9 @@ def test_cross_entropy_ignore_index_inside_class_range(device):
     logits = RNG.standard_normal((3, 4))
     targets = np.array([0, 3, 0])
     got = F.cross_entropy(
-        ta.tensor(logits, dtype="float64", device=device), ta.tensor(targets, device=device), 0
+        ta.tensor(logits, dtype="float64", device=device),
+        ta.tensor(targets, device=device),
+        ignore_index=0,
     )
     np.testing.assert_allclose(got.item(), cross_entropy_numpy(logits, targets, 0), rtol=1e-12)
 
@@ -192,13 +196,19 @@ def test_cross_entropy_all_ignored_is_zero_not_nan(device):
 
 def test_cross_entropy_rejects_bad_targets(device):
     logits = ta.zeros(3, 4, device=device)
-    with pytest.raises(ValueError, match=r"cross_entropy: target value 4 .* 4 classes .*0\.\.3"):
+    # An out-of-range class is an IndexError, as in PyTorch.
+    with pytest.raises(IndexError, match=r"cross_entropy: target value 4 .* 4 classes .*0\.\.3"):
         F.cross_entropy(logits, ta.tensor([0, 4, 1], device=device))
-    with pytest.raises(ValueError, match=r"cross_entropy: target value -1 .*ignore_index=-100"):
+    with pytest.raises(IndexError, match=r"cross_entropy: target value -1 .*ignore_index=-100"):
         F.cross_entropy(logits, ta.tensor([0, -1, 1], device=device), ignore_index=-100)
-    with pytest.raises(TypeError, match="cross_entropy: targets must be integer.*float32"):
+    with pytest.raises(
+        TypeError, match="cross_entropy: class-index targets must be integers.*bool"
+    ):
+        F.cross_entropy(logits, ta.tensor([True, False, True], device=device))
+    # A float target is a class-probability target: it must have the input's shape.
+    with pytest.raises(ValueError, match=r"probability targets must have the input's shape"):
         F.cross_entropy(logits, ta.tensor([0.0, 1.0, 2.0], device=device))
-    with pytest.raises(ValueError, match=r"targets of shape \(2,\) do not match logits .*\(3, 4\)"):
+    with pytest.raises(ValueError, match=r"input of shape \(3, 4\) needs target of shape \(3,\)"):
         F.cross_entropy(logits, ta.tensor([0, 1], device=device))
     with pytest.raises(ValueError, match="reduction must be one of"):
         F.cross_entropy(logits, ta.tensor([0, 1, 2], device=device), reduction="avg")
@@ -333,7 +343,7 @@ def test_sdpa_matches_numpy_with_mask_causal_and_cross(device):
     mask = RNG.random((2, 1, 4, 6)) > 0.3
     mask[..., 0] = True  # every query keeps at least one key
     out, weights = F.scaled_dot_product_attention(
-        q, k, v, mask=ta.tensor(mask, device=device), return_weights=True
+        q, k, v, attn_mask=ta.tensor(mask, device=device), return_weights=True
     )
     expected_out, expected_weights = attention_numpy(q.numpy(), k.numpy(), v.numpy(), mask)
     np.testing.assert_allclose(out.numpy(), expected_out, rtol=1e-12, atol=1e-13)
@@ -352,7 +362,7 @@ def test_sdpa_matches_composed_twin(device):
     q, k, v = leaf(device, 2, 4, 3), leaf(device, 2, 5, 3), leaf(device, 2, 5, 3)
     mask = ta.tensor(np.tril(np.ones((4, 5), bool), 1), device=device)
     twin_check(
-        lambda *a: F.scaled_dot_product_attention(*a, mask=mask),
+        lambda *a: F.scaled_dot_product_attention(*a, attn_mask=mask),
         lambda *a: sdpa_composed(*a, mask),
         [q, k, v],
     )
@@ -363,7 +373,7 @@ def test_sdpa_gradcheck(device, case):
     tk = 4 if case == "cross" else 3
     q, k, v = leaf(device, 2, 3, 2), leaf(device, 2, tk, 2), leaf(device, 2, tk, 3)
     mask = ta.tensor([[True, False, True], [False, True, True], [True, True, False]], device=device)
-    kwargs = {"mask": mask} if case == "mask" else {"is_causal": case == "causal"}
+    kwargs = {"attn_mask": mask} if case == "mask" else {"is_causal": case == "causal"}
     assert ta.gradcheck(lambda *a: F.scaled_dot_product_attention(*a, **kwargs), [q, k, v])
 
 
@@ -379,7 +389,7 @@ def test_sdpa_fully_masked_rows_are_zero_in_value_and_gradient(device):
     mask = np.ones((3, 4), bool)
     mask[1] = False  # query 1 may attend to nothing
     out, weights = F.scaled_dot_product_attention(
-        q, k, v, mask=ta.tensor(mask, device=device), return_weights=True
+        q, k, v, attn_mask=ta.tensor(mask, device=device), return_weights=True
     )
     np.testing.assert_array_equal(out.numpy()[0, 1], 0.0)
     np.testing.assert_array_equal(weights.numpy()[0, 1], 0.0)
@@ -389,7 +399,7 @@ def test_sdpa_fully_masked_rows_are_zero_in_value_and_gradient(device):
     np.testing.assert_array_equal(q.grad.numpy()[0, 1], 0.0)
     everything_masked = ta.zeros(3, 4, dtype="bool", device=device)
     assert ta.gradcheck(
-        lambda *a: F.scaled_dot_product_attention(*a, mask=everything_masked), [q, k, v]
+        lambda *a: F.scaled_dot_product_attention(*a, attn_mask=everything_masked), [q, k, v]
     )
 
 
@@ -409,9 +419,13 @@ def test_sdpa_errors_name_shapes(device):
     with pytest.raises(
         ValueError, match=r"mask of shape \(3, 4\) cannot be broadcast .*\(2, 3, 5\)"
     ):
-        F.scaled_dot_product_attention(q, k, k, mask=ta.ones(3, 4, dtype="bool", device=device))
-    with pytest.raises(TypeError, match="mask must be bool .*float32"):
-        F.scaled_dot_product_attention(q, k, k, mask=ta.zeros(3, 5, device=device))
+        F.scaled_dot_product_attention(
+            q, k, k, attn_mask=ta.ones(3, 4, dtype="bool", device=device)
+        )
+    with pytest.raises(TypeError, match="attn_mask must be bool .* or floating .*int64"):
+        F.scaled_dot_product_attention(
+            q, k, k, attn_mask=ta.zeros(3, 5, dtype="int64", device=device)
+        )
     with pytest.raises(ValueError, match=r"q of shape \(2, 3, 4\) and k of shape \(2, 5, 3\)"):
         F.scaled_dot_product_attention(q, ta.zeros(2, 5, 3, device=device), k)
     with pytest.raises(ValueError, match=r"k of shape \(2, 5, 4\) and v of shape \(2, 6, 4\)"):

@@ -48,7 +48,7 @@ def test_gpt_example_trains_samples_and_compiles_exactly(tmp_path):
 PORT = {
     "import tinyattn as torch": "import torch",
     "import tinyattn.nn as nn": "import torch.nn as nn",
-    "from tinyattn.nn import functional as F": "from torch.nn import functional as F",
+    "import tinyattn.nn.functional as F": "import torch.nn.functional as F",
 }
 
 

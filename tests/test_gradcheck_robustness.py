@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 
 EXAMPLES = settings(max_examples=120, deadline=None, derandomize=True)
 
@@ -182,7 +182,7 @@ def cross_entropy_case(data):
     reduction = data.draw(st.sampled_from(["mean", "sum", "none"]))
     return (
         lambda x: F.cross_entropy(x, targets, label_smoothing=smoothing, reduction=reduction),
-        [leaf(normal(rng, lead + (classes,)))],
+        [leaf(normal(rng, lead[:1] + (classes,) + lead[1:]))],  # (N, C, d1...): classes on axis 1
     )
 
 
@@ -217,8 +217,10 @@ def attention_case(data):
     q, k, v = (leaf(normal(rng, batch + (t, d))) for t in (tq, tk, tk))
     mask = ta.tensor(rng.random((tq, tk)) < 0.7) if data.draw(st.booleans()) else None
     causal = data.draw(st.booleans())
+    if causal and mask is not None:  # PyTorch refuses the pair: AND the causal mask in
+        mask, causal = mask & F.causal_mask(tq, tk), False
     return (
-        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal),
         [q, k, v],
     )
 

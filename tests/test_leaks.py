@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import nn, optim
 
 
@@ -63,7 +63,10 @@ def test_memory_stays_flat_over_2000_training_steps(no_cyclic_gc):
     marks = {}
     for step in range(1, 2001):
         sequence = sequences[step % 64]
-        loss = F.cross_entropy(model(ta.tensor(sequence[:, :-1])), ta.tensor(sequence[:, 1:]))
+        logits = model(ta.tensor(sequence[:, :-1]))  # (B, T, V) -> (B * T, V) rows
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ta.tensor(sequence[:, 1:]).reshape(-1)
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -110,7 +113,9 @@ def test_intermediates_die_with_the_loss(device, no_cyclic_gc, name, ending):
     ta.manual_seed(0)
     model = TinyAttentionModel().to(device)
     tokens = ta.tensor([[1, 2, 3, 4], [0, 1, 0, 1]], device=device)
-    loss = F.cross_entropy(model(tokens), ta.tensor([[2, 3, 4, 0], [1, 0, 1, 0]], device=device))
+    targets = ta.tensor([[2, 3, 4, 0], [1, 0, 1, 0]], device=device)
+    # (B, T, V) -> (B, V, T): classes on axis 1; no name holds the logits, so only the loss does
+    loss = F.cross_entropy(model(tokens).permute(0, 2, 1), targets)
     intermediates = [weakref.ref(t) for t in _graph_tensors(loss)]
     assert len(intermediates) > 20  # the whole attention graph
     ending(loss)
@@ -177,8 +182,8 @@ def _finite(*tensors) -> bool:
 def test_huge_logits_stay_finite(device, dtype):
     logits = _leaf([[1e4, -1e4, 0.0], [-1e4, -1e4, 1e4], [1e4, 1e4, -1e4]], device, dtype)
     targets = ta.tensor([0, 1, 2], device=device)
-    probabilities = F.softmax(logits)
-    log_probabilities = F.log_softmax(logits)
+    probabilities = F.softmax(logits, dim=-1)
+    log_probabilities = F.log_softmax(logits, dim=-1)
     loss = F.cross_entropy(logits, targets, reduction="none")
     assert _finite(probabilities, log_probabilities, loss)
     # Row 0 is certain of class 0 (loss 0); row 1 puts class 1 2e4 below the best; row 2

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import nn
 
 RNG = np.random.default_rng(99)
@@ -356,3 +356,29 @@ def test_sequential_and_module_list(device):
     x = ta.ones(4, 2, device=device)
     np.testing.assert_allclose(stack(x).numpy(), stack[2](F.relu(stack[0](x))).numpy())
     assert len(nn.ModuleList([nn.GELU()])) == 1
+
+
+def test_multi_head_attention_checks_each_argument_once(monkeypatch):
+    """MultiHeadAttention.forward checks its inputs and mask itself, then calls the trusting
+    inner attention: scaled_dot_product_attention's checks do not run again on the way, and
+    the query's float check runs once."""
+    import tinyattn.functional as core
+    from tinyattn import backend
+
+    entry_checks, float_checks = [], []
+    check_attention, check_floating = core._check_attention, backend.check_floating
+    monkeypatch.setattr(
+        core, "_check_attention", lambda *a: entry_checks.append(1) or check_attention(*a)
+    )
+    monkeypatch.setattr(
+        backend, "check_floating", lambda op, a: float_checks.append(a) or check_floating(op, a)
+    )
+    ta.manual_seed(0)
+    attention = nn.MultiHeadAttention(8, 2)
+    query = ta.randn(2, 3, 8)
+    mask = ta.tensor(np.tril(np.ones((3, 3), bool)))
+    attention(query, mask=mask, is_causal=True, key_padding_mask=ta.zeros(2, 3, dtype="bool"))
+    assert entry_checks == []
+    assert sum(a is query.array for a in float_checks) == 1
+    F.scaled_dot_product_attention(query, query, query, attn_mask=mask)
+    assert entry_checks == [1]

@@ -233,8 +233,12 @@ def test_one_hot_matches_torch(device):
         theirs = TF.one_hot(torch.tensor(values), classes)
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
         assert str(ours.numpy().dtype) == "int64"
-    with pytest.raises(ValueError, match="num_classes"):
-        F.one_hot(ta.tensor(values, device=device), 3)
+    for bad in (values, -values):  # a class value out of range: RuntimeError, as in PyTorch
+        with pytest.raises(RuntimeError, match="one_hot: class values") as ours:
+            F.one_hot(ta.tensor(bad, device=device), 3)
+        with pytest.raises(RuntimeError) as theirs:
+            TF.one_hot(torch.tensor(bad), 3)
+        assert type(ours.value) is type(theirs.value)
     with pytest.raises(TypeError, match="integer"):
         F.one_hot(ta.tensor([0.0, 1.0], device=device))
 
@@ -251,7 +255,10 @@ def test_import_paths_and_reexports():
     import tinyattn.nn.functional as functional_module
 
     assert functional_module is nn.functional
-    assert F.causal_mask is ta.functional.causal_mask  # the core's extra names stay reachable
+    # One API: the core functions are re-exported as the very same objects.
+    for name in ta.functional.__all__:
+        assert getattr(F, name) is getattr(ta.functional, name), name
+    assert F.softmax is ta.functional.softmax and F.causal_mask is ta.functional.causal_mask
     assert ta.nn.init is nn.init and ta.nn.utils is nn.utils
 
 

@@ -38,7 +38,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 import tinyattn.nn.functional as nn_functional
 from tinyattn import ops
 from tinyattn.backend import dtype_name
@@ -379,10 +379,10 @@ ROWS = [
         lambda a: np.exp(a) / np.exp(a).sum(axis=-1, keepdims=True), [B3]),
     Row("fan-out product", lambda a, b: a * a + a * b - b / (a * a + 1.0), SAME, [A, (4,)]),
     # ------------------------------------------------------------------------------- fused ops
-    Row("fused softmax", lambda a: F.softmax(a, axis=1),
+    Row("fused softmax", lambda a: F.softmax(a, dim=1),
         lambda a: np.exp(a - a.max(1, keepdims=True))
         / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True), [B3]),
-    Row("fused log_softmax", lambda a: F.log_softmax(a),
+    Row("fused log_softmax", lambda a: F.log_softmax(a, dim=-1),
         lambda a: a - a.max(-1, keepdims=True)
         - np.log(np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)), [B3]),
     Row("erf", lambda a: F.erf(a), lambda a: np.vectorize(math.erf)(a), [A]),

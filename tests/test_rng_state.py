@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import nn
 from tinyattn.backend import dtype_name
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import nn
 
 RNG = np.random.default_rng(31)
@@ -132,12 +132,12 @@ def test_single_query_walk_through(device):
     keys = x @ tensor(device, W_KEY)  # (6, 2)
     values = x @ tensor(device, W_VALUE)  # (6, 2)
     scores = keys @ query  # (6,): one score per word
-    weights = F.softmax(scores * (1.0 / math.sqrt(2)), axis=-1)
+    weights = F.softmax(scores * (1.0 / math.sqrt(2)), dim=-1)
     np.testing.assert_allclose(
         weights.numpy(), [0.1704, 0.1611, 0.1652, 0.1412, 0.2505, 0.1117], atol=1e-4
     )
     np.testing.assert_allclose((weights @ values).numpy(), [0.2854, 0.4081], atol=1e-4)
     own_score = scores[1:2]  # the article's shortcut: a softmax over this one score...
-    assert F.softmax(own_score * (1.0 / math.sqrt(2)), axis=-1).item() == 1.0  # ...is always 1
+    assert F.softmax(own_score * (1.0 / math.sqrt(2)), dim=-1).item() == 1.0  # ...is always 1
     out = F.scaled_dot_product_attention(query.reshape(1, 2), keys, values)
     np.testing.assert_allclose(out.numpy()[0], (weights @ values).numpy(), atol=1e-15)

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tinyattn as ta  # noqa: E402  (after the skip)
-import tinyattn.functional as F  # noqa: E402
+import tinyattn.nn.functional as F  # noqa: E402
 from tinyattn import nn, optim  # noqa: E402
 
 TF = torch.nn.functional
@@ -54,8 +54,8 @@ def copy_into_torch(module, torch_module, mapping=None):
 # ------------------------------------------------------------------------------- functional
 def test_softmax_log_softmax_gelu(device):
     for ours_fn, theirs_fn in [
-        (F.softmax, lambda t: torch.softmax(t, -1)),
-        (F.log_softmax, lambda t: torch.log_softmax(t, -1)),
+        (lambda t: F.softmax(t, dim=-1), lambda t: torch.softmax(t, -1)),
+        (lambda t: F.log_softmax(t, dim=-1), lambda t: torch.log_softmax(t, -1)),
         (F.gelu, TF.gelu),
         (lambda t: F.gelu(t, approximate="tanh"), lambda t: TF.gelu(t, approximate="tanh")),
     ]:
@@ -115,8 +115,12 @@ def test_embedding_gradient_with_repeats(device):
 def test_cross_entropy(device, reduction, smoothing):
     logits, torch_logits = pair(device, 2, 4, 5)  # (B, T, C): torch wants classes on axis 1
     targets = np.array([[0, 4, -100, 2], [-100, 1, 1, 3]])
-    loss = F.cross_entropy(
-        logits, ta.tensor(targets, device=device), -100, smoothing, reduction=reduction
+    loss = F.cross_entropy(  # the same call on both sides: classes on axis 1
+        logits.permute(0, 2, 1),
+        ta.tensor(targets, device=device),
+        ignore_index=-100,
+        label_smoothing=smoothing,
+        reduction=reduction,
     )
     torch_loss = TF.cross_entropy(
         torch_logits.permute(0, 2, 1),
@@ -144,7 +148,11 @@ def test_scaled_dot_product_attention(device, case):
         mask[..., 0] = True  # torch gives NaN for fully masked rows; tinyattn gives 0
     causal = case.startswith("causal")
     out = F.scaled_dot_product_attention(
-        q, k, v, mask=None if mask is None else ta.tensor(mask, device=device), is_causal=causal
+        q,
+        k,
+        v,
+        attn_mask=None if mask is None else ta.tensor(mask, device=device),
+        is_causal=causal,
     )
     torch_out = TF.scaled_dot_product_attention(
         tq_, tk_, tv_, attn_mask=None if mask is None else torch.tensor(mask), is_causal=causal

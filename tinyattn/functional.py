@@ -1,13 +1,18 @@
-"""Functional layer: softmax family, losses, linear, embedding, layer norm, dropout, activations
-and scaled dot-product attention. Imports `backend`, `kernels`, `ops` and `tensor`; arrays
-only through their array API namespace. Every function here checks its arguments and composes
-Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax, Erf, Gelu, Linear, LayerNorm,
-BlockwiseAttention; ClassWeights, KeptCount and Dropout make cross-entropy's target weights and
-dropout's mask): no derivative math lives here, so every order of gradient comes
-from the ops layer. Masks are bool, True = may attend; masked scores become -inf and a row with
-no finite score gets softmax weights of exactly 0, so fully masked rows are 0 in value and in
-gradient, never NaN.
+"""Functional layer: the core of ``tinyattn.nn.functional`` (which re-exports these very objects
+and adds the losses and PyTorch's other activations). Softmax family, linear, embedding, layer
+norm, dropout, activations and scaled dot-product attention, each with PyTorch's signature and
+meaning (``dim=``, with NumPy's ``axis=`` accepted as an alias). Imports `backend`, `kernels`,
+`ops` and `tensor`; arrays only through their array API namespace. Each public function checks
+its arguments, then composes Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax,
+Erf, Gelu, Linear, LayerNorm, Dropout, BlockwiseAttention): no derivative math lives here, so
+every order of gradient comes from the ops layer. Functions whose names start with ``_`` trust
+their callers (``_attention`` is what nn.MultiHeadAttention calls after its own checks).
+Bool masks mean True = may attend; masked scores become -inf and a row with no finite score gets
+softmax weights of exactly 0, so fully masked rows are 0 in value and in gradient, never NaN.
 """
+
+# PyTorch's parameter names (input, ...) are kept so keyword callers port unchanged.
+# ruff: noqa: A002
 
 from __future__ import annotations
 
@@ -17,18 +22,7 @@ from typing import Any
 from . import backend, kernels, ops
 from .creation import arange
 from .methods.common import where
-from .ops import (
-    BlockwiseAttention,
-    ClassWeights,
-    Dropout,
-    Erf,
-    Gelu,
-    KeptCount,
-    LogSoftmax,
-    Softmax,
-    bad_targets,
-    broadcast_shapes,
-)
+from .ops import BlockwiseAttention, Dropout, Erf, Gelu, LogSoftmax, Softmax, broadcast_shapes
 from .tensor import Tensor
 
 # ------------------------------------------------------------------------------- softmax family
@@ -41,41 +35,51 @@ def _check_float(op: str, x: Any) -> Tensor:
     return x
 
 
-def _check_axis(op: str, x: Tensor, axis: int) -> int:
-    """`axis` as a non-negative int; a 0-d tensor takes 0 or -1, as in PyTorch."""
-    if not isinstance(axis, int) or not -max(x.ndim, 1) <= axis < max(x.ndim, 1):
-        raise ValueError(f"{op}: axis {axis!r} is out of range for a tensor of shape {x.shape}")
-    return axis % x.ndim if x.ndim else 0
+def _pick_dim(op: str, dim: int | None, axis: int | None) -> int:
+    """`dim`, or NumPy's alias `axis`; one of them is required (see softmax)."""
+    if dim is not None and axis is not None and dim != axis:
+        raise TypeError(f"{op}: got both dim={dim} and axis={axis}; pass one")
+    chosen = dim if dim is not None else axis
+    if chosen is None:
+        raise TypeError(
+            f"{op}: pass dim= (PyTorch's implicit choice of dimension is deprecated and "
+            "tinyattn does not guess)"
+        )
+    return chosen
 
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
-    """Normalised exponentials along `axis`: every row is >= 0 and sums to 1.
+def softmax(
+    input: Tensor, dim: int | None = None, dtype: Any = None, *, axis: int | None = None
+) -> Tensor:
+    """Normalised exponentials along `dim`: every row is >= 0 and sums to 1 (Tensor.softmax).
 
-    Shapes: x (..., N) -> (..., N) (any axis); a 0-d x gives 1, as in PyTorch. Finite for
+    `dim` is required (PyTorch guesses one with a deprecation warning when it is left out;
+    tinyattn raises TypeError); ``axis=`` is its NumPy spelling; `dtype` casts the input first.
+    Shapes: (..., N) -> (..., N) (any dim); a 0-d input gives 1, as in PyTorch. Finite for
     logits of +-1e4; a row that is -inf everywhere (fully masked) gives zeros rather than
     PyTorch's NaN; a row holding NaN gives NaN.
     """
-    x = _check_float("softmax", x)
-    axis = _check_axis("softmax", x, axis)
-    if x.ndim == 0:  # one element along a virtual axis of size 1
-        return Softmax.apply(x.reshape(1), axis=0).reshape(())
-    return Softmax.apply(x, axis=axis)
+    dim = _pick_dim("softmax", dim, axis)
+    if not isinstance(input, Tensor):
+        raise TypeError(f"softmax: expected a Tensor, got {type(input).__name__}")
+    return input.softmax(dim, dtype)
 
 
-def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
-    """log(softmax(x)) computed without forming softmax (no log(0) for tiny probabilities).
+def log_softmax(
+    input: Tensor, dim: int | None = None, dtype: Any = None, *, axis: int | None = None
+) -> Tensor:
+    """log(softmax(x)) along `dim`, computed without forming softmax (no log(0) for tiny
+    probabilities). `dim` is required, as for softmax.
 
-    Shapes: x (..., N) -> (..., N); a 0-d x gives 0, as in PyTorch.
+    Shapes: (..., N) -> (..., N); a 0-d input gives 0, as in PyTorch.
     """
-    x = _check_float("log_softmax", x)
-    axis = _check_axis("log_softmax", x, axis)
-    if x.ndim == 0:
-        return LogSoftmax.apply(x.reshape(1), axis=0).reshape(())
-    return LogSoftmax.apply(x, axis=axis)
+    dim = _pick_dim("log_softmax", dim, axis)
+    if not isinstance(input, Tensor):
+        raise TypeError(f"log_softmax: expected a Tensor, got {type(input).__name__}")
+    return input.log_softmax(dim, dtype)
 
 
-# ---------------------------------------------------------------------------------------- loss
-REDUCTIONS = ("mean", "sum", "none")
+# ------------------------------------------------------------------------- linear and embedding
 
 
 def _same_device(op: str, x: Tensor, *others: Tensor | None) -> None:
@@ -85,103 +89,13 @@ def _same_device(op: str, x: Tensor, *others: Tensor | None) -> None:
             x._operand(other, op)
 
 
-def _integer_tensor(
-    op: str, values: Any, name: str, like: Tensor, like_name: str, kind: str, hint: str = ""
-) -> Tensor:
-    """`values` (class targets, embedding indices) as an integer Tensor on `like`'s device."""
-    if not isinstance(values, Tensor):
-        values = Tensor(values, device=like.device)
-    if values.device != like.device:
-        raise RuntimeError(
-            f"{op}: {name} are on device '{values.device}' but {like_name} "
-            f"{'are' if like_name.endswith('s') else 'is'} on '{like.device}'; "
-            "move one with .to(device)"
-        )
-    if not backend.namespace(values.array).isdtype(values.dtype, "integral"):
-        raise TypeError(
-            f"{op}: {name} must be {kind}, got dtype {backend.dtype_name(values.dtype)}{hint}"
-        )
-    return values
-
-
-def _check_targets(logits: Tensor, targets: Any, ignore_index: int | None) -> Tensor:
-    """Targets as an integer Tensor of shape logits.shape[:-1], every value a class or ignored."""
-    targets = _integer_tensor(
-        "cross_entropy", targets, "targets", logits, "logits", "integer class indices",
-        " (probability targets are not supported)",
-    )  # fmt: skip
-    xp = backend.namespace(targets.array)
-    if targets.shape != logits.shape[:-1]:
-        raise ValueError(
-            f"cross_entropy: targets of shape {targets.shape} do not match logits of shape "
-            f"{logits.shape}: expected targets of shape {logits.shape[:-1]} (classes last)"
-        )
-    classes = logits.shape[-1]
-    values = targets.array
-    flat_bad = xp.reshape(bad_targets(xp, values, classes, ignore_index), (-1,))
-    if flat_bad.shape[0] and bool(xp.any(flat_bad)):
-        first = int(xp.argmax(xp.astype(flat_bad, xp.int32)))
-        value = int(xp.reshape(values, (-1,))[first])
-        count = int(xp.sum(xp.astype(flat_bad, xp.int32)))
-        ignored = "" if ignore_index is None else f" or ignore_index={ignore_index}"
-        raise ValueError(
-            f"cross_entropy: target value {value} (flat position {first}) is out of range for "
-            f"{classes} classes (expected 0..{classes - 1}{ignored}); {count} target(s) invalid"
-        )
-    return targets
-
-
-def cross_entropy(
-    logits: Tensor,
-    targets: Any,
-    ignore_index: int | None = None,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-) -> Tensor:
-    """Negative log-likelihood of class indices under softmax(logits), PyTorch's formula.
-
-    loss_i = (1 - s) * (-log p[i, t_i]) + s * mean_c(-log p[i, c]) with s = label_smoothing;
-    targets equal to ignore_index contribute 0; "mean" divides by the number of targets not
-    ignored (0 loss, not PyTorch's NaN, when all are ignored).
-    dL/dlogits_i = p_i - ((1 - s) * onehot(t_i) + s / C), times the reduction's weight.
-    Shapes: logits (..., C) with classes LAST, targets (...) integer -> () or (...) for "none".
-    """
-    logits = _check_float("cross_entropy", logits)
-    if logits.ndim < 1:
-        raise ValueError("cross_entropy: logits must have a class axis, got a 0-d tensor")
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
-    targets = _check_targets(logits, targets, ignore_index)
-    log_probs = log_softmax(logits, axis=-1)
-    # The target distribution as an op of the targets (rows gathered from a table, with a zero
-    # row for ignored targets), so compiled steps compute it again from each batch.
-    weights = ClassWeights.apply(
-        targets,
-        classes=logits.shape[-1],
-        ignore_index=ignore_index,
-        smoothing=label_smoothing,
-        dtype=logits.dtype,
-    )
-    per_target = -(log_probs * weights).sum(axis=-1)
-    if reduction == "none":
-        return per_target
-    total = per_target.sum()
-    if reduction == "sum":
-        return total
-    return total / KeptCount.apply(targets, ignore_index=ignore_index, dtype=logits.dtype)
-
-
-# ------------------------------------------------------------------------- linear and embedding
-
-
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y = x @ weight^T + bias (PyTorch layout: weight is (out, in)).
 
     dL/dx = g @ weight, dL/dweight = g^T x (summed over leading axes), dL/dbias = sum of g.
-    Shapes: x (..., in), weight (out, in), bias (out,) -> (..., out).
+    Shapes: input (..., in), weight (out, in), bias (out,) -> (..., out).
     """
+    x = input
     if weight.ndim != 2:
         raise ValueError(f"linear: weight must be 2-D (out, in), got shape {weight.shape}")
     if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
@@ -200,21 +114,48 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return ops.Linear.apply(x, weight, bias)
 
 
-def embedding(indices: Any, weight: Tensor) -> Tensor:
-    """Rows of `weight` picked by integer `indices`: y[...] = weight[indices[...]].
+def _integer_tensor(op: str, values: Any, name: str, like: Tensor, like_name: str) -> Tensor:
+    """`values` (embedding indices) as an integer Tensor on `like`'s device."""
+    if not isinstance(values, Tensor):
+        values = Tensor(values, device=like.device)
+    if values.device != like.device:
+        raise RuntimeError(
+            f"{op}: {name} are on device '{values.device}' but {like_name} is on "
+            f"'{like.device}'; move one with .to(device)"
+        )
+    if not backend.namespace(values.array).isdtype(values.dtype, "integral"):
+        raise TypeError(
+            f"{op}: {name} must be integers, got dtype {backend.dtype_name(values.dtype)}"
+        )
+    return values
+
+
+def embedding(
+    input: Any,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of `weight` picked by integer indices: y[...] = weight[input[...]]; the row
+    `padding_idx` gets no gradient.
 
     dL/dweight = zeros with each g row scatter-added at its index (repeated indices add up); the
     gather's backward (IndexAdd) does the scatter-add through `backend.scatter_add`.
-    Shapes: indices (...) integer, weight (V, D) -> (..., D).
+    Shapes: input (...) integer, weight (V, D) -> (..., D).
     """
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError(
+            "embedding: max_norm, scale_grad_by_freq and sparse are not supported; renormalise "
+            "the weight yourself under no_grad if you need max_norm"
+        )
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (V, D), got shape {weight.shape}")
-    indices = _integer_tensor("embedding", indices, "indices", weight, "weight", "integers")
+    indices = _integer_tensor("embedding", input, "indices", weight, "weight")
     xp = backend.namespace(indices.array)
     rows = weight.shape[0]
-    if indices.ndim == 0:
-        indices = indices.reshape(1)
-        return embedding(indices, weight).reshape(weight.shape[1])
     if indices.numel():
         low, high = int(xp.min(indices.array)), int(xp.max(indices.array))
         # Negative indices are rejected, not wrapped: -1 is almost always a padding bug.
@@ -224,14 +165,28 @@ def embedding(indices: Any, weight: Tensor) -> Tensor:
                 f"embedding: index {bad} is out of range for {rows} embeddings "
                 f"(valid 0..{rows - 1}); indices have shape {indices.shape}"
             )
+    if padding_idx is not None:
+        weight = _without_padding_gradient(weight, padding_idx)
+    if indices.ndim == 0:
+        return weight[indices.reshape(1)].reshape(weight.shape[1])
     return weight[indices]
+
+
+def _without_padding_gradient(weight: Tensor, padding_idx: int) -> Tensor:
+    """The same values, but the row `padding_idx` comes from a detached copy: no gradient."""
+    rows = weight.shape[0]
+    if not isinstance(padding_idx, int) or not -rows <= padding_idx < rows:
+        raise ValueError(f"embedding: padding_idx {padding_idx} is out of range for {rows} rows")
+    xp = backend.namespace(weight.array)
+    is_pad = xp.arange(rows, device=weight.array.device) == padding_idx % rows
+    return where(weight.constant(xp.reshape(is_pad, (rows, 1))), weight.detach(), weight)
 
 
 # ------------------------------------------------------------------------ normalisation, dropout
 
 
 def layer_norm(
-    x: Tensor,
+    input: Tensor,
     normalized_shape: int | tuple[int, ...],
     weight: Tensor | None = None,
     bias: Tensor | None = None,
@@ -241,9 +196,9 @@ def layer_norm(
 
     One fused op (ops.LayerNorm) with the biased variance, as in PyTorch;
     dL/dx = (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) / sqrt(var + eps), g_hat = g * w.
-    Shapes: x (..., *normalized_shape) -> same; weight, bias normalized_shape.
+    Shapes: input (..., *normalized_shape) -> same; weight, bias normalized_shape.
     """
-    x = _check_float("layer_norm", x)
+    x = _check_float("layer_norm", input)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or len(shape) > x.ndim or x.shape[x.ndim - len(shape) :] != shape:
         raise ValueError(
@@ -263,46 +218,51 @@ def layer_norm(
     return ops.LayerNorm.apply(x, *affine, axes=axes, eps=float(eps), has_weight=weight is not None)
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability p and scale the rest by 1 / (1 - p) (inverted dropout,
     so evaluation needs no rescaling); the identity when not training or p == 0.
 
     dL/dx = g * mask / (1 - p). The mask comes from the host RNG (`ta.manual_seed`).
-    Shapes: x (...) -> (...).
+    ``inplace=True`` is accepted and computes out of place (use the result).
+    Shapes: input (...) -> (...).
     """
-    x = _check_float("dropout", x)  # an integer tensor cannot be scaled by 1 / (1 - p)
+    x = _check_float("dropout", input)  # an integer tensor cannot be scaled by 1 / (1 - p)
     if not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: probability p must be in [0, 1], got {p!r}")
     if not training or p == 0.0:
         return x
-    if p == 1.0:
-        return x * 0.0
-    return Dropout.apply(x, p=p)
+    return _dropout(x, p)
+
+
+def _dropout(x: Tensor, p: float) -> Tensor:
+    """Dropout of a float tensor with a checked 0 < p <= 1 (p = 1: all zeros, no 1 / 0 scale)."""
+    return x * 0.0 if p == 1.0 else Dropout.apply(x, p=p)
 
 
 # --------------------------------------------------------------------------------- activations
 
 
-def relu(x: Tensor) -> Tensor:
-    """y = max(x, 0);  dL/dx = g * [x > 0].  Shapes: any."""
-    return x.relu()
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """y = max(x, 0);  dL/dx = g * [x > 0].  ``inplace=True`` is accepted and computes out of
+    place (use the result).  Shapes: any."""
+    return input.relu()
 
 
-def erf(x: Tensor) -> Tensor:
+def erf(input: Tensor) -> Tensor:
     """The error function (the array API has none): Cody's approximation, float64-exact.
 
     Shapes: any.
     """
-    return Erf.apply(_check_float("erf", x))
+    return Erf.apply(_check_float("erf", input))
 
 
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """GELU: y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))) ("none", exact), or PyTorch's
     "tanh" form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). The exact form is one fused
     op (`ops.Gelu`), dL/dx = g * (Phi(x) + x * phi(x)); the tanh form is composed of Tensor ops.
     Shapes: any.
     """
-    x = _check_float("gelu", x)
+    x = _check_float("gelu", input)
     if approximate == "none":
         return Gelu.apply(x)
     if approximate == "tanh":
@@ -315,36 +275,62 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 
 
 def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    return_weights: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """out = softmax(q k^T * scale + M) @ v over the keys, with scale = 1/sqrt(D) by default.
+
+    PyTorch's meaning: a bool attn_mask is True where a query may attend (M = -inf where it is
+    False); a float attn_mask is M itself, added to the scores; is_causal lets query i see keys
+    j <= i (top-left aligned) and, as in PyTorch, excludes attn_mask. Dropout (p = dropout_p,
+    applied whenever > 0, as in PyTorch) acts on the weights. A query with no allowed key (or
+    no key at all) gets output 0 and gradient 0, never NaN. ``return_weights=True`` is
+    tinyattn's extension (keyword only): it also returns the weights that multiplied v.
+    This function checks every argument, then calls `_attention`, which trusts them.
+    Shapes: query (..., Tq, D), key (..., Tk, D), value (..., Tk, Dv), attn_mask broadcastable
+    to (..., Tq, Tk) -> out (..., Tq, Dv), weights (..., Tq, Tk).
+    """
+    scale, mask = _check_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    if enable_gqa:
+        raise NotImplementedError(
+            "scaled_dot_product_attention: enable_gqa is not supported; repeat the k/v heads"
+        )
+    return _attention(query, key, value, mask, dropout_p, is_causal, scale, return_weights)
+
+
+def _attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    mask: Any = None,
-    is_causal: bool = False,
-    dropout_p: float = 0.0,
-    scale: float | None = None,
+    mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float,
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """out = softmax(q k^T * scale, masked over keys) @ v, with scale = 1/sqrt(D) by default.
-
-    The mask (bool, True = may attend, broadcastable to (..., Tq, Tk)) and the causal mask are
-    ANDed; disallowed scores become -inf, so their weights are exactly 0 and a query with no
-    allowed key (or no key at all) gets output 0 and gradient 0. Dropout (p = dropout_p, always
-    applied when > 0, like PyTorch) acts on the weights; the returned weights are the ones
-    multiplied with v. Gradients come from matmul, where and the fused softmax.
-    Long sequences take the block-wise path below (same result, O(T) memory).
-    Shapes: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv),
-    weights (..., Tq, Tk).
-    """
-    scale = _check_attention(q, k, v, dropout_p, scale)
-    if _use_blockwise(q, k, v, dropout_p, return_weights):
+    """scaled_dot_product_attention on checked arguments (no checks here). `mask` is None, bool
+    (True = may attend) or float (added), broadcastable to the scores; unlike the public entry,
+    is_causal may come with a bool mask (they are ANDed: nn.MultiHeadAttention passes both).
+    Long sequences take the block-wise path below (same result, O(T) memory)."""
+    if _use_blockwise(q, k, v, mask, dropout_p, return_weights):
         return _blockwise_attention(q, k, v, mask, is_causal, scale)
     scores = (q @ k.mT) * scale  # (..., Tq, D) @ (..., D, Tk) -> (..., Tq, Tk)
-    allowed = _attention_mask(mask, is_causal, scores)
+    if mask is not None and not _is_bool(mask):
+        scores = scores + mask  # an additive float mask
+    allowed = _allowed(mask, is_causal, scores)
     if allowed is not None:
         scores = where(allowed, scores, -math.inf)
-    weights = softmax(scores, axis=-1)  # over the keys: each query's weights sum to 1 (or 0)
+    weights = Softmax.apply(scores, axis=scores.ndim - 1)  # over the keys: sums to 1 (or 0)
     if dropout_p > 0.0:
-        weights = dropout(weights, dropout_p, training=True)
+        weights = _dropout(weights, dropout_p)
     out = weights @ v  # (..., Tq, Tk) @ (..., Tk, Dv) -> (..., Tq, Dv)
     return (out, weights) if return_weights else out
 
@@ -361,9 +347,39 @@ def causal_mask(tq: int, tk: int | None = None, device: Any = None) -> Tensor:
     return cols <= rows
 
 
-def _check_attention(q: Tensor, k: Tensor, v: Tensor, dropout_p: Any, scale: Any) -> float:
-    """Check the arguments of scaled_dot_product_attention; return the scale to use."""
+def _is_bool(t: Tensor) -> bool:
+    return backend.dtype_name(t.dtype) == "bool"
+
+
+def _allowed(mask: Tensor | None, is_causal: bool, scores: Tensor) -> Tensor | None:
+    """The bool mask of allowed scores: a bool `mask` ANDed with the causal one, or None."""
+    allowed = mask if mask is not None and _is_bool(mask) else None
+    if is_causal:
+        causal = causal_mask(*scores.shape[-2:], device=scores.device)
+        allowed = causal if allowed is None else allowed & causal
+    return allowed
+
+
+def _check_attention(
+    q: Any, k: Any, v: Any, mask: Any, dropout_p: Any, is_causal: bool, scale: Any
+) -> tuple[float, Tensor | None]:
+    """Check scaled_dot_product_attention's arguments; return the scale and the mask to use."""
     op = "scaled_dot_product_attention"
+    _check_inputs(op, q, k, v)
+    if not isinstance(dropout_p, int | float) or not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p!r}")
+    if mask is not None and is_causal:
+        raise ValueError(f"{op}: pass either attn_mask or is_causal=True, not both (as PyTorch)")
+    scores_shape = (*_batch_shape(q, k, v), q.shape[-2], k.shape[-2])
+    mask = _checked_mask(op, mask, scores_shape, q)
+    if scale is not None:
+        return scale, mask
+    # With D = 0 every score is 0 whatever the scale (PyTorch: the weights are uniform).
+    return (1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0), mask
+
+
+def _check_inputs(op: str, q: Any, k: Any, v: Any) -> None:
+    """query, key and value: float tensors (..., T, D) whose sizes and batch axes fit."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_float(op, t)
         if t.ndim < 2:
@@ -385,52 +401,36 @@ def _check_attention(q: Tensor, k: Tensor, v: Tensor, dropout_p: Any, scale: Any
             f"{op}: the leading (batch) axes of q {q.shape}, k {k.shape} and v {v.shape} "
             "cannot be broadcast together"
         ) from None
-    if not isinstance(dropout_p, int | float) or not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p!r}")
-    if scale is not None:
-        return scale
-    # With D = 0 every score is 0 whatever the scale (PyTorch: the weights are uniform).
-    return 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
 
 
-def _checked_mask(mask: Any, shape: tuple, device: str) -> Tensor | None:
-    """The user mask as a bool Tensor broadcastable to the scores `shape` (..., Tq, Tk), or None."""
-    op = "scaled_dot_product_attention"
+def _checked_mask(op: str, mask: Any, shape: tuple, query: Tensor) -> Tensor | None:
+    """attn_mask as a bool Tensor, or a float one in the query's dtype, broadcastable to the
+    scores `shape` (..., Tq, Tk); None stays None."""
     if mask is None:
         return None
     if not isinstance(mask, Tensor):
-        mask = Tensor(mask, device=device)
-    if backend.dtype_name(mask.dtype) != "bool":
+        mask = Tensor(mask, device=query.device)
+    if not _is_bool(mask) and not backend.is_floating(backend.namespace(mask.array), mask.dtype):
         raise TypeError(
-            f"{op}: mask must be bool (True = may attend), got dtype "
-            f"{backend.dtype_name(mask.dtype)}; an additive float mask is not supported"
+            f"{op}: attn_mask must be bool (True = may attend) or floating (added to the "
+            f"scores), got dtype {backend.dtype_name(mask.dtype)}"
         )
-    if mask.device != device:
+    if mask.device != query.device:
         raise RuntimeError(
-            f"{op}: mask is on device '{mask.device}' but the scores are on '{device}'"
+            f"{op}: attn_mask is on device '{mask.device}' but query is on '{query.device}'"
         )
     if mask.ndim > len(shape) or any(
         m != 1 and m != s for m, s in zip(reversed(mask.shape), reversed(shape), strict=False)
     ):
         raise ValueError(
-            f"{op}: mask of shape {mask.shape} cannot be broadcast to the scores shape "
+            f"{op}: attn_mask of shape {mask.shape} cannot be broadcast to the scores shape "
             f"{shape} (..., Tq, Tk)"
         )
-    return mask
-
-
-def _attention_mask(mask: Any, is_causal: bool, scores: Tensor) -> Tensor | None:
-    """Combine the user mask and the causal mask into one bool tensor broadcastable to scores."""
-    allowed = _checked_mask(mask, scores.shape, scores.device)
-    if is_causal:
-        tq, tk = scores.shape[-2:]
-        causal = causal_mask(tq, tk, device=scores.device)
-        allowed = causal if allowed is None else allowed & causal
-    return allowed
+    return mask if _is_bool(mask) else mask.to(backend.dtype_name(query.dtype))
 
 
 def _batch_shape(q: Tensor, k: Tensor, v: Tensor) -> tuple:
-    """The broadcast leading (batch) axes of q, k and v; _check_attention ran before."""
+    """The broadcast leading (batch) axes of q, k and v."""
     op = "scaled_dot_product_attention"
     return broadcast_shapes(op, broadcast_shapes(op, q.shape[:-2], k.shape[:-2]), v.shape[:-2])
 
@@ -438,37 +438,39 @@ def _batch_shape(q: Tensor, k: Tensor, v: Tensor) -> tuple:
 # ------------------------------------------------------------------- memory-efficient attention
 # A separate implementation of the same attention (ops.BlockwiseAttention): it never holds the
 # (Tq, Tk) score matrix, and is tested against the reference above. Its tile sizes and threads
-# are in `kernels`. scaled_dot_product_attention takes it when the score matrix would hold at
-# least this many numbers (batch * Tq * Tk; 2**22 floats are 16 MB in float32) and neither
-# dropout nor the weights are asked for. Set it to 0 to force the block-wise path, to math.inf
-# to force the plain one (the block-wise gradient is first order only).
+# are in `kernels`. _attention takes it when the score matrix would hold at least this many
+# numbers (batch * Tq * Tk; 2**22 floats are 16 MB in float32) and neither dropout, the
+# weights nor a float mask are asked for. Set it to 0 to force the block-wise path, to
+# math.inf to force the plain one (the block-wise gradient is first order only).
 BLOCKWISE_MIN_SCORES = 1 << 22
 
 
-def _use_blockwise(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, return_weights: bool) -> bool:
-    """Whether scaled_dot_product_attention takes the block-wise path (see above)."""
+def _use_blockwise(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, return_weights: bool
+) -> bool:
+    """Whether _attention takes the block-wise path (see above)."""
     scores_count = math.prod(_batch_shape(q, k, v)) * q.shape[-2] * k.shape[-2]
     return (
         scores_count >= BLOCKWISE_MIN_SCORES
         and dropout_p == 0.0
         and not return_weights
+        and (mask is None or _is_bool(mask))
         and q.device == k.device == v.device  # else the plain path's matmul names both devices
     )
 
 
 def _blockwise_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Any, is_causal: bool, scale: float
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, is_causal: bool, scale: float
 ) -> Tensor:
-    """scaled_dot_product_attention through BlockwiseAttention (same checks, same results)."""
+    """_attention through BlockwiseAttention (same results); `allowed` is a checked bool mask."""
     batch = _batch_shape(q, k, v)
-    tq, tk = q.shape[-2], k.shape[-2]
-    allowed = _checked_mask(mask, (*batch, tq, tk), q.device)
     if allowed is not None and allowed.ndim < 2:
         allowed = allowed.reshape(*(1,) * (2 - allowed.ndim), *allowed.shape)  # -> (1, Tk)
     xp = backend.namespace(q.array)
     dtype = xp.result_type(q.dtype, k.dtype, v.dtype)  # as the plain path's matmuls promote
     # The Function wants equal batch axes; BroadcastTo's backward sums the gradients back.
     q, k, v = (t.to(dtype).broadcast_to(*batch, *t.shape[-2:]) for t in (q, k, v))
+    tq, tk = q.shape[-2], k.shape[-2]
     block_q, block_k = kernels.block_sizes(math.prod(batch), tq, tk, q.device.startswith("cuda"))
     allowed = None if allowed is None else allowed.array
     options = {"is_causal": is_causal, "scale": scale, "block_q": block_q, "block_k": block_k}
@@ -481,7 +483,6 @@ __all__ = [
     "LogSoftmax",
     "Softmax",
     "causal_mask",
-    "cross_entropy",
     "dropout",
     "embedding",
     "erf",

@@ -39,7 +39,7 @@ DOCS = ROOT / "docs"
 IMAGES = DOCS / "images"
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-import tinyattn.functional as F  # noqa: E402
+import tinyattn.nn.functional as F  # noqa: E402
 from tinyattn import viz  # noqa: E402
 
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -125,7 +125,7 @@ def scale_picture() -> Path:
     plt = _pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(8, 3.0))
     for ax, (title, scale) in zip(axes, panels):
-        weights = F.softmax(scores * scale, axis=-1).numpy()
+        weights = F.softmax(scores * scale, dim=-1).numpy()
         image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0)
         ax.set_title(
             f"{title}\nlargest weight per row, mean {weights.max(-1).mean():.2f}", fontsize=9

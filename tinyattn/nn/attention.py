@@ -150,7 +150,14 @@ class MultiHeadAttention(Module):
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def _check(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        """The inputs: float tensors of matching rank, width d_model and batch and length."""
         op = "MultiHeadAttention"
+        inputs = {"query": query, "key": key, "value": value}
+        for name, t in inputs.items():
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+        for t in {id(t): t for t in inputs.values()}.values():  # self-attention: one tensor
+            backend.check_floating(op, t.array)
         if query.ndim not in (2, 3):
             raise ValueError(f"{op}: query must be (B, T, C) or (T, C), got shape {query.shape}")
         for name, t in (("query", query), ("key", key), ("value", value)):
@@ -175,13 +182,20 @@ class MultiHeadAttention(Module):
                 "batch sizes"
             )
 
-    def _check_mask(self, mask: Tensor, batch: int, length_q: int, length_k: int) -> None:
-        """Name the user's mask shape (not the per-head one) when it does not fit the scores."""
+    def _check_mask(
+        self, mask: Tensor, batch: int, length_q: int, length_k: int, device: str
+    ) -> None:
+        """The mask: bool, on the inputs' device, its shape (named as the user gave it, not the
+        per-head one) broadcastable to the scores."""
         op = "MultiHeadAttention"
         if backend.dtype_name(mask.dtype) != "bool":
             raise TypeError(
                 f"{op}: mask must be bool (True = may attend), got dtype "
                 f"{backend.dtype_name(mask.dtype)}"
+            )
+        if mask.device != device:
+            raise RuntimeError(
+                f"{op}: mask is on device '{mask.device}' but the inputs are on '{device}'"
             )
         full = (batch, self.num_heads, length_q, length_k)
         # A 3-D mask is (B, Tq, Tk), shared by the heads; 2-D and lower align with the end.
@@ -260,7 +274,7 @@ class MultiHeadAttention(Module):
         if mask is not None and not isinstance(mask, Tensor):
             mask = Tensor(mask, device=query.device)  # a NumPy or nested-list bool mask
         if mask is not None:
-            self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1])
+            self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1], query.device)
             self._check_mask_rows(mask)
         if mask is not None and mask.ndim == 3:
             mask = mask.expand_dims(1)  # (B, Tq, Tk) -> (B, 1, Tq, Tk): the same for every head
@@ -277,16 +291,11 @@ class MultiHeadAttention(Module):
         q = self._split_heads(self.q_proj(query))  # (B, Tq, C) -> (B, H, Tq, D)
         k = self._split_heads(self.k_proj(key))  # (B, Tk, C) -> (B, H, Tk, D)
         v = self._split_heads(self.v_proj(value))  # (B, Tk, C) -> (B, H, Tk, D)
-        # Asking for the weights only when they are wanted lets long sequences take the
-        # block-wise path, which never forms the (Tq, Tk) weights.
-        result = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask=mask,
-            is_causal=is_causal,
-            dropout_p=self.dropout if self.training else 0.0,
-            return_weights=need_weights,
+        # Every argument was checked above, so the trusting inner attention is called. Asking
+        # for the weights only when they are wanted lets long sequences take the block-wise
+        # path, which never forms the (Tq, Tk) weights.
+        result = F._attention(
+            q, k, v, mask, self._dropout_p(), is_causal, self._scale(), need_weights
         )  # out (B, H, Tq, D), and with need_weights the weights (B, H, Tq, Tk)
         out, weights = result if need_weights else (result, None)
         out = out.permute(0, 2, 1, 3)  # (B, H, Tq, D) -> (B, Tq, H, D)
@@ -295,6 +304,12 @@ class MultiHeadAttention(Module):
             out = out.squeeze(0)  # (1, Tq, C) -> (Tq, C): drop the B = 1 axis again
             weights = weights.squeeze(0) if need_weights else None
         return (out, weights) if need_weights else out
+
+    def _dropout_p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+    def _scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)
 
     def new_cache(self, batch: int, max_len: int, dtype: Any = None, device: Any = None) -> KVCache:
         """An empty KVCache for decoding `batch` sequences of up to `max_len` positions, in
@@ -317,13 +332,15 @@ class MultiHeadAttention(Module):
         k = self._split_heads(self.k_proj(query))
         v = self._split_heads(self.v_proj(query))
         allowed = cache.append(k, v).reshape(1, 1, length, cache.max_len)  # (1, 1, T, L)
-        result = F.scaled_dot_product_attention(
+        result = F._attention(
             q,
             cache.keys,
             cache.values,
-            mask=allowed,
-            dropout_p=self.dropout if self.training else 0.0,
-            return_weights=need_weights,
+            allowed,
+            self._dropout_p(),
+            False,
+            self._scale(),
+            need_weights,
         )  # out (B, H, T, D), and with need_weights the weights (B, H, T, L)
         out, weights = result if need_weights else (result, None)
         out = out.permute(0, 2, 1, 3).reshape(batch, length, width)  # (B, H, T, D) -> (B, T, C)
@@ -466,7 +483,7 @@ class MultiheadAttention(Module):
         q, k, v = self._project(query, key, value)  # 3 x (N, H, T, D)
         scores = (q * (1.0 / math.sqrt(self.head_dim))) @ k.mT  # (N, H, L, S)
         scores = self._masked(scores, attn_mask, key_padding_mask)
-        weights = F.softmax(scores, axis=-1)
+        weights = F.softmax(scores, dim=-1)
         if self.training and self.dropout > 0.0:
             weights = F.dropout(weights, self.dropout, training=True)
         out = (weights @ v).permute(0, 2, 1, 3).reshape(batch, length_q, width)

@@ -1,10 +1,12 @@
-"""nn.functional: PyTorch's ``torch.nn.functional`` names, so ``import tinyattn.nn.functional as F``
-ports a program unchanged.
+"""nn.functional: the one functional API, PyTorch's ``torch.nn.functional`` names, signatures
+and meanings, so ``import tinyattn.nn.functional as F`` ports a program unchanged.
 
-Re-exports `tinyattn.functional` and adds PyTorch's signatures (``dim=``, ``ignore_index=-100``,
-``reduction=``, ``attn_mask=``...). Everything here is a composition of existing Tensor ops and
-functional ops, so gradients (and higher-order gradients) come from their rules. Meanings are
-PyTorch's: class axis 1 for cross_entropy and nll_loss on (N, C, d1, ...) inputs, a bool
+The core functions (softmax, log_softmax, linear, embedding, layer_norm, dropout, relu, gelu,
+scaled_dot_product_attention, causal_mask, erf) live in `tinyattn.functional`, the layer below,
+and are re-exported here as the same objects; this module adds the losses, ``pad``,
+``one_hot`` and PyTorch's other activations. Everything here is a composition of Tensor ops
+and functional ops, so gradients (and higher-order gradients) come from their rules. Meanings
+are PyTorch's: class axis 1 for cross_entropy and nll_loss on (N, C, d1, ...) inputs, a bool
 ``attn_mask`` is True where a query MAY attend (a float one is added to the scores), ``pad``
 lists (left, right) pairs from the last axis backwards.
 """
@@ -19,11 +21,27 @@ import warnings
 from typing import Any
 
 from .. import backend
-from .. import functional as _core
 from ..creation import full
-from ..functional import *  # noqa: F403  (the re-export is the point of this module)
+from ..functional import (  # the core functions, re-exported as the same objects
+    BlockwiseAttention,  # noqa: F401
+    Erf,  # noqa: F401
+    LogSoftmax,  # noqa: F401
+    Softmax,  # noqa: F401
+    causal_mask,  # noqa: F401
+    dropout,  # noqa: F401
+    embedding,  # noqa: F401
+    erf,  # noqa: F401
+    gelu,  # noqa: F401
+    layer_norm,  # noqa: F401
+    linear,  # noqa: F401
+    log_softmax,
+    relu,  # noqa: F401
+    scaled_dot_product_attention,  # noqa: F401
+    softmax,
+)
 from ..functional import __all__ as _core_all
 from ..methods.common import concat, where
+from ..ops import ClassWeights, KeptCount, bad_targets
 from ..ops.computed import computed
 from ..tensor import Tensor
 from ..tensor_functions import cosine_similarity  # noqa: F401  (re-exported: F.cosine_similarity)
@@ -61,18 +79,6 @@ def _reduce(op: str, loss: Tensor, reduction: str) -> Tensor:
     return loss.sum() if reduction == "sum" else loss.mean()
 
 
-def _pick_dim(op: str, dim: int | None, axis: int | None) -> int:
-    if dim is not None and axis is not None and dim != axis:
-        raise TypeError(f"{op}: got both dim={dim} and axis={axis}; pass one")
-    chosen = dim if dim is not None else axis
-    if chosen is None:
-        raise TypeError(
-            f"{op}: pass dim= (PyTorch's implicit choice of dimension is deprecated and "
-            "tinyattn does not guess)"
-        )
-    return chosen
-
-
 def _classes_last(x: Tensor) -> Tensor:
     """PyTorch's (N, C, d1, ...) to tinyattn's (N, d1, ..., C); (N, C) and (C,) are unchanged."""
     if x.ndim < 3:
@@ -98,53 +104,26 @@ def _integer_targets(op: str, target: Any, input: Tensor, ignore_index: int) -> 
             f"(input is (N, C, d1, ...) with classes on axis 1, or (C,)), got {target.shape}"
         )
     classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
-    data = target.array
-    bad = ((data < 0) | (data >= classes)) & (data != ignore_index)
-    if bool(xp.any(bad)):
-        raise IndexError(
-            f"{op}: target values must be in 0..{classes - 1} (or ignore_index={ignore_index})"
-        )
+    _check_classes(op, target.array, classes, ignore_index)
     return target
 
 
-# ------------------------------------------------------------------------ softmax and friends
-def softmax(
-    input: Tensor,
-    dim: int | None = None,
-    dtype: Any = None,
-    *,
-    axis: int | None = None,
-) -> Tensor:
-    """softmax along `dim` (PyTorch's signature); ``dtype`` casts the input first."""
-    dim = _pick_dim("softmax", dim, axis)
-    input = input if dtype is None else input.to(backend.dtype_name(dtype))
-    return _core.softmax(input, axis=dim)
-
-
-def log_softmax(
-    input: Tensor,
-    dim: int | None = None,
-    dtype: Any = None,
-    *,
-    axis: int | None = None,
-) -> Tensor:
-    """log(softmax) along `dim`, computed stably (PyTorch's signature)."""
-    dim = _pick_dim("log_softmax", dim, axis)
-    input = input if dtype is None else input.to(backend.dtype_name(dtype))
-    return _core.log_softmax(input, axis=dim)
+def _check_classes(op: str, values: Any, classes: int, ignore_index: int) -> None:
+    """IndexError (PyTorch's type) naming the first target that is neither a class nor ignored."""
+    xp = backend.namespace(values)
+    flat_bad = xp.reshape(bad_targets(xp, values, classes, ignore_index), (-1,))
+    if flat_bad.shape[0] and bool(xp.any(flat_bad)):
+        first = int(xp.argmax(xp.astype(flat_bad, xp.int32)))
+        value = int(xp.reshape(values, (-1,))[first])
+        count = int(xp.sum(xp.astype(flat_bad, xp.int32)))
+        raise IndexError(
+            f"{op}: target value {value} (flat position {first}) is out of range for "
+            f"{classes} classes (expected 0..{classes - 1} or ignore_index={ignore_index}); "
+            f"{count} target(s) invalid"
+        )
 
 
 # ---------------------------------------------------------------------------------- activations
-def relu(input: Tensor, inplace: bool = False) -> Tensor:
-    """max(x, 0). ``inplace=True`` is accepted but computes out of place (use the result)."""
-    return _core.relu(input)
-
-
-def gelu(input: Tensor, approximate: str = "none") -> Tensor:
-    """x * Phi(x), or its tanh approximation with approximate="tanh"."""
-    return _core.gelu(input, approximate)
-
-
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
     """x * sigmoid(x) (also called swish); dL/dx = s + x s (1 - s)."""
     return input * input.sigmoid()
@@ -228,8 +207,8 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
 def softmin(
     input: Tensor, dim: int | None = None, dtype: Any = None, *, axis: int | None = None
 ) -> Tensor:
-    """softmax(-x) along `dim`."""
-    return softmax(-input, _pick_dim("softmin", dim, axis), dtype)
+    """softmax(-x) along `dim` (required, as for softmax)."""
+    return softmax(-input, dim, dtype, axis=axis)
 
 
 def smooth_l1_loss(
@@ -293,60 +272,6 @@ def logsigmoid(input: Tensor) -> Tensor:
     return -_softplus(-input)
 
 
-def dropout(
-    input: Tensor,
-    p: float = 0.5,
-    training: bool = True,
-    inplace: bool = False,
-) -> Tensor:
-    """Inverted dropout on the host RNG (PyTorch's default ``training=True``)."""
-    return _core.dropout(input, p, training)
-
-
-# ------------------------------------------------------------------------------------ layers
-def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    return _core.linear(input, weight, bias)
-
-
-def layer_norm(
-    input: Tensor,
-    normalized_shape: int | tuple[int, ...],
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    eps: float = 1e-5,
-) -> Tensor:
-    return _core.layer_norm(input, normalized_shape, weight, bias, eps)
-
-
-def embedding(
-    input: Any,
-    weight: Tensor,
-    padding_idx: int | None = None,
-    max_norm: float | None = None,
-    norm_type: float = 2.0,
-    scale_grad_by_freq: bool = False,
-    sparse: bool = False,
-) -> Tensor:
-    """Rows of `weight` picked by integer indices; the row `padding_idx` gets no gradient."""
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError(
-            "embedding: max_norm, scale_grad_by_freq and sparse are not supported; renormalise "
-            "the weight yourself under no_grad if you need max_norm"
-        )
-    if padding_idx is not None:
-        rows = weight.shape[0]
-        if not -rows <= padding_idx < rows:
-            raise ValueError(
-                f"embedding: padding_idx {padding_idx} is out of range for {rows} rows"
-            )
-        index = padding_idx % rows
-        xp = backend.namespace(weight.array)
-        is_pad = xp.arange(rows, device=weight.array.device) == index
-        # The same values, but the padding row comes from a detached copy: no gradient reaches it.
-        weight = where(weight.constant(xp.reshape(is_pad, (rows, 1))), weight.detach(), weight)
-    return _core.embedding(input, weight)
-
-
 def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
     """int64 one-hot vectors: out[..., c] = 1 where tensor == c. Shapes: (...) -> (..., C)."""
     tensor = _as_tensor("one_hot", tensor)
@@ -357,14 +282,15 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
         )
     data = tensor.array
     empty = 0 in tensor.shape
+    # RuntimeError for class values out of range, as PyTorch.
     if not empty and bool(xp.any(data < 0)):
-        raise ValueError("one_hot: class values must be non-negative")
+        raise RuntimeError("one_hot: class values must be non-negative")
     if num_classes == -1:
         if empty:
             raise ValueError("one_hot: cannot infer num_classes of an empty tensor; pass it")
         num_classes = int(xp.max(data)) + 1
     elif not empty and bool(xp.any(data >= num_classes)):
-        raise ValueError(f"one_hot: class values must be smaller than num_classes={num_classes}")
+        raise RuntimeError(f"one_hot: class values must be smaller than num_classes={num_classes}")
     return computed(_one_hot_of, tensor, num_classes=num_classes, dtype="int64")
 
 
@@ -394,18 +320,23 @@ def cross_entropy(
     """PyTorch's cross entropy: input (N, C), (N, C, d1, ...) or (C,) logits with classes on
     axis 1, target class indices (N, d1, ...) or class probabilities shaped like input.
 
-    loss_i = (1 - s) * (-log p[i, t_i]) + s * mean_c(-log p[i, c]); "mean" averages over the
-    targets not equal to ignore_index (0 when all are ignored; PyTorch gives NaN). With a
-    `weight` per class, each term is weighted by its class (w[t_i], w_c) and "mean" divides by
-    the sum of w[t_i] over the kept targets, as PyTorch.
+    loss_i = (1 - s) * (-log p[i, t_i]) + s * mean_c(-log p[i, c]) with s = label_smoothing;
+    "mean" averages over the targets not equal to ignore_index (0 when all are ignored; PyTorch
+    gives NaN). With a `weight` per class, each term is weighted by its class (w[t_i], w_c) and
+    "mean" divides by the sum of w[t_i] over the kept targets, as PyTorch.
+    dL/dlogits_i = p_i - ((1 - s) * onehot(t_i) + s / C), times the reduction's weight.
+    Shapes: input (N, C, d1, ...), target (N, d1, ...) integer -> () or (N, d1, ...) for "none".
     """
     op = "cross_entropy"
     _no_legacy(op, size_average, reduce)
     _check_reduction(op, reduction)
     if not isinstance(input, Tensor):
         raise TypeError(f"{op}: input must be a Tensor of logits, got {type(input).__name__}")
+    backend.check_floating(op, input.array)
     if input.ndim < 1:
         raise ValueError(f"{op}: input must have a class axis, got a 0-d tensor")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
     if weight is not None:
         weight = _class_weights(op, weight, input)
     if isinstance(target, Tensor) and backend.is_floating(
@@ -413,16 +344,32 @@ def cross_entropy(
     ):
         return _soft_cross_entropy(input, target, reduction, label_smoothing, weight)
     target = _integer_targets(op, target, input, ignore_index)
+    log_probs = log_softmax(_classes_last(input), dim=-1)  # (N, d1, ..., C)
     if weight is not None:
-        logp = _core.log_softmax(_classes_last(input), axis=-1)
-        return _weighted_nll(logp, target, weight, ignore_index, reduction, label_smoothing)
-    return _core.cross_entropy(
-        _classes_last(input),
+        return _weighted_nll(log_probs, target, weight, ignore_index, reduction, label_smoothing)
+    return _index_cross_entropy(log_probs, target, ignore_index, label_smoothing, reduction)
+
+
+def _index_cross_entropy(
+    log_probs: Tensor, target: Tensor, ignore_index: int, label_smoothing: float, reduction: str
+) -> Tensor:
+    """Unweighted cross entropy of checked class indices over log-probabilities, classes last."""
+    # The target distribution as an op of the targets (rows gathered from a table, with a zero
+    # row for ignored targets), so compiled steps compute it again from each batch.
+    weights = ClassWeights.apply(
         target,
+        classes=log_probs.shape[-1],
         ignore_index=ignore_index,
-        label_smoothing=label_smoothing,
-        reduction=reduction,
+        smoothing=label_smoothing,
+        dtype=log_probs.dtype,
     )
+    per_target = -(log_probs * weights).sum(axis=-1)
+    if reduction == "none":
+        return per_target
+    total = per_target.sum()
+    if reduction == "sum":
+        return total
+    return total / KeptCount.apply(target, ignore_index=ignore_index, dtype=log_probs.dtype)
 
 
 def _class_weights(op: str, weight: Any, input: Tensor) -> Tensor:
@@ -487,7 +434,7 @@ def _soft_cross_entropy(
         target = target * (1.0 - label_smoothing) + label_smoothing / classes
     if weight is not None:  # one weight per class, along the class axis
         target = target * weight.reshape((classes,) + (1,) * (input.ndim - 1 - dim))
-    loss = -(_core.log_softmax(input, axis=dim) * target).sum(axis=dim)
+    loss = -(log_softmax(input, dim=dim) * target).sum(axis=dim)
     if reduction == "mean" and input.ndim >= 2:
         return loss.sum() * (1.0 / math.prod(loss.shape))  # PyTorch: divide by N * d1 * ...
     return _reduce("cross_entropy", loss, reduction)
@@ -638,46 +585,6 @@ def kl_div(
     return _reduce(op, pointwise, reduction)
 
 
-# ------------------------------------------------------------------------------------- attention
-def scaled_dot_product_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Any = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> Tensor:
-    """softmax(q k^T * scale + mask) v, PyTorch's meaning: a bool attn_mask is True where a
-    query may attend (its False scores become -inf); a float attn_mask is added to the scores.
-    Shapes: q (..., L, E), k (..., S, E), v (..., S, Ev), attn_mask broadcastable to (..., L, S)
-    -> (..., L, Ev).
-    """
-    op = "scaled_dot_product_attention"
-    if enable_gqa:
-        raise NotImplementedError(f"{op}: enable_gqa is not supported; repeat the k/v heads")
-    if attn_mask is not None and is_causal:
-        raise ValueError(f"{op}: pass either attn_mask or is_causal=True, not both (as PyTorch)")
-    if attn_mask is not None and not isinstance(attn_mask, Tensor):
-        attn_mask = Tensor(attn_mask, device=query.device)
-    if attn_mask is None or backend.dtype_name(attn_mask.dtype) == "bool":
-        return _core.scaled_dot_product_attention(
-            query, key, value, mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
-        )
-    if not backend.is_floating(backend.namespace(attn_mask.array), attn_mask.dtype):
-        raise TypeError(
-            f"{op}: attn_mask must be bool or floating, got {backend.dtype_name(attn_mask.dtype)}"
-        )
-    if scale is None:
-        scale = 1.0 / math.sqrt(query.shape[-1])
-    scores = (query @ key.mT) * scale + attn_mask.to(backend.dtype_name(query.dtype))
-    weights = _core.softmax(scores, axis=-1)
-    if dropout_p > 0.0:
-        weights = _core.dropout(weights, dropout_p, training=True)
-    return weights @ value
-
-
 # ----------------------------------------------------------------------------------------- pad
 def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:
     """Constant padding, PyTorch's order: pad = (left, right) of the last axis, then of the one
@@ -716,18 +623,12 @@ __all__ = sorted(
         "binary_cross_entropy",
         "binary_cross_entropy_with_logits",
         "cross_entropy",
-        "dropout",
         "elu",
         "l1_loss",
         "leaky_relu",
         "logsigmoid",
         "softplus",
-        "embedding",
-        "gelu",
         "kl_div",
-        "layer_norm",
-        "linear",
-        "log_softmax",
         "mse_loss",
         "normalize",
         "relu6",
@@ -745,11 +646,8 @@ __all__ = sorted(
         "nll_loss",
         "one_hot",
         "pad",
-        "relu",
-        "scaled_dot_product_attention",
         "sigmoid",
         "silu",
-        "softmax",
         "tanh",
     }
 )

@@ -82,9 +82,9 @@ def bad_targets(xp: Any, targets: Any, classes: int, ignore_index: Any) -> Any:
     return bad
 
 
-def _out_of_range(classes: int, ignore_index: Any) -> ValueError:
+def _out_of_range(classes: int, ignore_index: Any) -> IndexError:
     ignored = "" if ignore_index is None else f" or ignore_index={ignore_index}"
-    return ValueError(
+    return IndexError(
         f"cross_entropy: a target value is out of range for {classes} classes (expected "
         f"0..{classes - 1}{ignored}) in a replay of a compiled step"
     )
