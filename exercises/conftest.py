@@ -1,6 +1,9 @@
 """Grading the exercises: ``python -m pytest exercises`` grades your files in this folder;
-``python -m pytest exercises --solutions`` runs the same graders on exercises/solutions/ (CI
-does, so a grader that cannot fail or a wrong reference solution is caught)."""
+``python -m pytest exercises --solutions`` runs the same graders on exercises/solutions/, where
+every grader must pass (a wrong reference solution or a broken grader shows), and
+``python -m pytest exercises --stubs`` on the untouched files of a fresh checkout, where every
+grader must fail by reaching a stub's ``NotImplementedError`` (a grader that cannot fail, or
+that never calls the learner's code, shows). CI runs both."""
 
 from __future__ import annotations
 
@@ -21,6 +24,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="grade the reference solutions in exercises/solutions/ instead of your own files",
     )
+    parser.addoption(
+        "--stubs",
+        action="store_true",
+        default=False,
+        help="grade the untouched stubs: a grader passes when the stub fails it "
+        "(NotImplementedError), and fails when the stub passes it",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--stubs"):
+        if config.getoption("--solutions"):
+            raise pytest.UsageError("--stubs and --solutions grade different files: pick one")
+        stub = pytest.mark.xfail(
+            raises=NotImplementedError, strict=True, reason="a stub must fail every grader"
+        )
+        for item in items:
+            item.add_marker(stub)
 
 
 def _load(path: Path) -> ModuleType:

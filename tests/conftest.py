@@ -2,8 +2,9 @@
 
 Backends: ``numpy`` (device "cpu"), ``strict`` (array_api_strict on a non-default device: any
 implicit NumPy conversion or device mixing fails as it would on CuPy), and ``cupy`` (device
-"cuda", skipped with the probe's reason when no GPU is usable). Select a subset with
-``TINYATTN_TEST_BACKENDS=numpy,strict``.
+"cuda"). When no GPU is usable the cupy cases are dropped at collection rather than reported as
+thousands of skips: one line at the end of the run gives their number and the probe's reason.
+Select a subset with ``TINYATTN_TEST_BACKENDS=numpy,strict``.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from hypothesis import settings  # noqa: E402
 
 import tinyattn as ta  # noqa: E402
 
-# Hypothesis profiles. "ci" (the default) keeps the property tests that take the profile's
+# Hypothesis profiles. "quick" (the default) keeps the property tests that take the profile's
 # example count, above all the op table's `check_grads` (tests/test_ops.py), to a few examples
 # each; "thorough" is Hypothesis's own 100. Pick one with TINYATTN_HYPOTHESIS_PROFILE=thorough
-# (or pytest's --hypothesis-profile=thorough).
-settings.register_profile("ci", max_examples=5, deadline=None)
+# (or pytest's --hypothesis-profile=thorough, which wins: the plugin loads it after this file).
+settings.register_profile("quick", max_examples=5, deadline=None)
 settings.register_profile("thorough", max_examples=100, deadline=None)
-settings.load_profile(os.environ.get("TINYATTN_HYPOTHESIS_PROFILE", "ci"))
+settings.load_profile(os.environ.get("TINYATTN_HYPOTHESIS_PROFILE", "quick"))
 
 BACKENDS = {"numpy": "cpu", "strict": "strict", "cupy": "cuda"}
 SELECTED = [
@@ -41,15 +42,54 @@ SELECTED = [
 
 
 def _params():
-    params = []
-    for name in SELECTED:
-        marks = []
-        if name == "cupy":
-            module, reason = ta.cupy_status()
-            if module is None:
-                marks.append(pytest.mark.skip(reason=f"cupy backend: {reason}"))
-        params.append(pytest.param(BACKENDS[name], id=name, marks=marks))
-    return params
+    return [pytest.param(BACKENDS[name], id=name) for name in SELECTED]
+
+
+def _cupy_unusable() -> str | None:
+    """The probe's reason when the cupy backend is selected but cannot run here, else None."""
+    if "cupy" not in SELECTED:
+        return None
+    module, reason = ta.cupy_status()
+    return None if module is not None else reason
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop the cases of the device fixture's cupy parameter when CuPy cannot run: they would
+    only be skipped, one skip line per test function. Counted for the closing summary."""
+    reason = _cupy_unusable()
+    if reason is None:
+        return
+    dropped = [item for item in items if _on_cupy(item)]
+    if not dropped:
+        return
+    items[:] = [item for item in items if not _on_cupy(item)]
+    config.hook.pytest_deselected(items=dropped)
+    config.stash[CUPY_DROPPED] = len(dropped)
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: tell the controller
+        config.workeroutput["tinyattn_cupy_dropped"] = len(dropped)
+
+
+def _on_cupy(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("device") == BACKENDS["cupy"]
+
+
+CUPY_DROPPED = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controller collects nothing itself: it takes the workers' count."""
+    dropped = getattr(node, "workeroutput", {}).get("tinyattn_cupy_dropped")
+    if dropped is not None:
+        node.config.stash[CUPY_DROPPED] = dropped
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    dropped = config.stash.get(CUPY_DROPPED, 0)
+    if dropped:
+        reason = _cupy_unusable()
+        terminalreporter.write_line(f"cupy backend: {dropped} cases deselected, not run: {reason}")
 
 
 @pytest.fixture(params=_params())

@@ -1,6 +1,6 @@
-"""The gradient checker gives no false failures: hundreds of Hypothesis-drawn shapes and values
-per op pass ``ta.gradcheck`` in float64, element-wise and in fast mode, and fast mode is
-deterministic for a seed.
+"""The gradient checker gives no false failures: Hypothesis-drawn shapes and values (120 per op
+under the thorough profile, 20 under the quick default: tests/conftest.py) pass ``ta.gradcheck``
+in float64, element-wise and in fast mode, and fast mode is deterministic for a seed.
 
 Inputs follow docs/gradcheck.md: they stay away from kinks (relu and abs at 0, clip at its
 bounds) and ties (max, min, maximum): at those points the one-sided derivatives differ, finite
@@ -23,7 +23,10 @@ from hypothesis import strategies as st
 import tinyattn as ta
 import tinyattn.nn.functional as F
 
-EXAMPLES = settings(max_examples=120, deadline=None, derandomize=True)
+# Four times the profile's count, at most 120: 20 examples per op by default, 120 when thorough.
+EXAMPLES = settings(
+    max_examples=min(120, 4 * settings.default.max_examples), deadline=None, derandomize=True
+)
 
 
 def shapes(min_dims: int = 0, max_dims: int = 3, max_side: int = 3):
