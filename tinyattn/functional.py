@@ -5,8 +5,9 @@ meaning (``dim=``, with NumPy's ``axis=`` accepted as an alias). Imports `backen
 `ops` and `tensor`; arrays only through their array API namespace. Each public function checks
 its arguments, then composes Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax,
 Erf, Gelu, Linear, LayerNorm, Dropout, BlockwiseAttention): no derivative math lives here, so
-every order of gradient comes from the ops layer. Functions whose names start with ``_`` trust
-their callers (``_attention`` is what nn.MultiHeadAttention calls after its own checks).
+every order of gradient comes from the ops layer. `_attention`, `_dropout` and
+`_blockwise_attention` check nothing: they trust their callers (nn.MultiHeadAttention calls
+`_attention` after its own checks).
 Bool masks mean True = may attend; masked scores become -inf and a row with no finite score gets
 softmax weights of exactly 0, so fully masked rows are 0 in value and in gradient, never NaN.
 """
