@@ -379,7 +379,7 @@ def part_attention(plan: Plan, limit: float) -> dict:
     from common import median_seconds
 
     import tinyattn as ta
-    from tinyattn import functional as F
+    from tinyattn.nn import functional as F
 
     torch = _torch()
     host = np.random.default_rng(0).standard_normal((3, 1, 4, plan.attention_length, 16))

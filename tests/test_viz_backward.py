@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-import tinyattn.functional as F
+import tinyattn.nn.functional as F
 from tinyattn import nn, viz
 from tinyattn.viz import SEED, animate_backward
 
