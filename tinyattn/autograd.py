@@ -249,6 +249,7 @@ class Function:
         "_seq",
     )
     backward_reads: tuple[str, ...] = ("inputs", "output")
+    input_reads: tuple[int, ...] | None = None  # positions of the inputs it reads; None: all
     shares_storage: bool = False
     _reads_inputs = _reads_output = True  # backward_reads as two flags, set per subclass
 
@@ -297,13 +298,16 @@ class Function:
         recorded = False
         if _modes.grad_enabled:
             for t in inputs:
+                if t._view is not None and t._view[1] != t._version_counter[0]:
+                    view_refresher(t)  # its base was written in place since: history again
                 if t.requires_grad:
                     recorded = True
-                    break
         out = inputs[0]._from_op(data, fn if recorded else None)
         if cls.shares_storage and backend.is_view_of(data, inputs[0].array):
             # A view: an in-place change through either bumps both (a copy keeps its own).
-            out._version_counter = inputs[0]._version_counter
+            out._version_counter = counter = inputs[0]._version_counter
+            base = inputs[0] if inputs[0]._view is None else inputs[0]._view[0]
+            out._view = (base, counter[0])  # a write through it reaches the base's history
         if recorded:
             fn._seq = _next_seq()
             fn._versions = _versions_read(fn, out) if cls.backward_reads else None
@@ -393,10 +397,19 @@ def _skeleton_of(tensor: Any) -> Any:
 
 
 def _versions_read(fn: Function, output: Any) -> tuple:
-    """(output version or None, input versions or None): what backward will read, as of now."""
+    """(output version or None, input versions or None): what backward will read, as of now
+    (an input whose values the rule never reads, by ``input_reads``, is not checked)."""
+    reads = fn.input_reads
     return (
         output._version_counter[0] if fn._reads_output else None,
-        tuple([t._version_counter[0] for t in fn.inputs]) if fn._reads_inputs else None,
+        tuple(
+            [
+                t._version_counter[0] if reads is None or i in reads else -1
+                for i, t in enumerate(fn.inputs)
+            ]
+        )
+        if fn._reads_inputs
+        else None,
     )
 
 
@@ -407,7 +420,7 @@ def _check_versions(fn: Function, output: Any) -> None:
         raise RuntimeError(_modified_message(fn, "output", output, output_version))
     for position, version in enumerate(input_versions or ()):
         tensor = fn.inputs[position]
-        if tensor._version_counter[0] != version:
+        if version >= 0 and tensor._version_counter[0] != version:
             raise RuntimeError(_modified_message(fn, f"input {position}", tensor, version))
 
 
@@ -432,6 +445,9 @@ def _freed_message(fn: Function) -> str:
 # Creation numbers of recorded Functions. A Function is recorded after its inputs were made, so
 # every node's number is larger than the numbers of the nodes it was computed from.
 _next_seq = itertools.count().__next__
+# Installed by the tensor layer (methods/inplace_graph.py): gives a view whose base was written
+# in place after the view was made the base's new history, before an op reads the view.
+view_refresher: Callable[[Any], None] = lambda tensor: None  # noqa: E731
 
 
 def run_backward(
@@ -473,6 +489,8 @@ def run_backward(
                 observer.rule_runs(tensor, grad)
             input_grads = _call_backward(fn, tensor, grad)
             for position, parent in enumerate(fn.inputs):
+                if parent._rebased is not None:  # written in place after fn read it
+                    parent = _as_of(parent, fn._seq)
                 parent_grad = input_grads[position]
                 if parent_grad is not None and parent.requires_grad:
                     parent_grad = _checked(fn, position, parent, parent_grad)
@@ -483,6 +501,15 @@ def run_backward(
                 fn.release()
         _deliver(leaves, wanted, captured)
     return captured
+
+
+def _as_of(tensor: Any, seq: int) -> Any:
+    """What `tensor` was when node number `seq` read it: an in-place op recorded later moved
+    its history on (``tensor._rebased``: (when, the handle on the history before, older))."""
+    rebased = tensor._rebased
+    while rebased is not None and rebased[0] > seq:
+        tensor, rebased = rebased[1], rebased[2]
+    return tensor
 
 
 def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> None:

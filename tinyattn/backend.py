@@ -297,6 +297,55 @@ def is_view_of(result: Any, source: Any) -> bool:
     return storage_root(result) == storage_root(source)
 
 
+def positions_in(view: Any, base: Any) -> Any:
+    """For each element of `view`, its flat (row-major) position in `base`, as an int64 array of
+    view's shape; None when some element of `view` is not in `base`'s memory. Both are views of
+    one allocation; the arithmetic is on their element offsets from its start."""
+    host_view, host_base = _host_view(view), _host_view(base)
+    xp = namespace(view)
+    root = host_base
+    while getattr(root, "base", None) is not None and hasattr(root.base, "shape"):
+        root = root.base
+    lookup = np.full(int(root.size), -1, dtype=np.int64)
+    lookup[_offsets(host_base, root).ravel()] = np.arange(host_base.size)
+    found = lookup[_offsets(host_view, root)]
+    if found.size and found.min() < 0:
+        return None
+    return xp.asarray(found, device=view.device)
+
+
+def _offsets(array: Any, root: Any) -> Any:
+    """Each element's offset, in elements, from the start of `root`'s memory (host arrays)."""
+    item = array.itemsize
+    start = (_address(array) - _address(root)) // item
+    offsets = np.full(array.shape, start, dtype=np.int64)
+    for axis, (size, stride) in enumerate(zip(array.shape, array.strides)):
+        shape = [1] * array.ndim
+        shape[axis] = size
+        offsets = offsets + (np.arange(size, dtype=np.int64) * (stride // item)).reshape(shape)
+    return offsets
+
+
+def _address(array: Any) -> int:
+    """Where an array's first element is in memory (NumPy or CuPy)."""
+    if _is_cupy_array(array):
+        return array.data.ptr
+    return array.__array_interface__["data"][0]
+
+
+def diagonal_view(array: Any, offset: int, axis1: int, axis2: int) -> Any:
+    """The diagonal `offset` of the matrices that axes axis1 and axis2 span, as a new last
+    axis: a view that can be written through (NumPy marks its diagonal views read-only)."""
+    if _is_cupy_array(array):
+        return array.diagonal(offset, axis1, axis2)
+    host = _host_view(array)
+    view = np.diagonal(host, offset, axis1, axis2)
+    view.flags.writeable = host.flags.writeable
+    return (
+        view if host is array else namespace(array).asarray(view, device=array.device, copy=False)
+    )
+
+
 def is_contiguous(array: Any) -> bool:
     """Whether `array` is laid out row-major without gaps (PyTorch's ``is_contiguous()``)."""
     flags = getattr(_host_view(array), "flags", None)

@@ -138,7 +138,9 @@ class Tensor(
 
     # `_version_counter` is a one-element list holding the version, shared by a tensor and its
     # views (reshape, permute, basic indexing) so that an in-place change through one is seen
-    # through all; `_version` reads it.
+    # through all; `_version` reads it. A view made in the graph keeps `_view`: (its base, the
+    # version its history was made at), so an in-place write through it can move the base's
+    # history too, and a view whose base changed since gets its history again (methods/inplace).
     __slots__ = (
         "array",
         "_grad",
@@ -146,6 +148,8 @@ class Tensor(
         "_ctx",
         "_hooks",
         "_version_counter",
+        "_view",
+        "_rebased",
         "__weakref__",
     )
     # NumPy must hand `ndarray * Tensor` to Tensor.__rmul__ instead of broadcasting over it.
@@ -162,6 +166,7 @@ class Tensor(
         self._ctx = None
         self._hooks = None
         self._version_counter = [0]
+        self._view = self._rebased = None
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_()
@@ -179,6 +184,7 @@ class Tensor(
         out._ctx = ctx
         out._hooks = None
         out._version_counter = [0]
+        out._view = out._rebased = None
         out.requires_grad = ctx is not None
         return out
 

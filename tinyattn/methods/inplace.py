@@ -25,6 +25,7 @@ from ..ops import (
 )
 from ..ops.computed import computed
 from .common import Tensor, TensorBase, named, new_leaf, where
+from .inplace_graph import dtype_kind, fitted, recorded_inplace, replaced
 
 # Unary ops that also have an in-place form, ``x.exp_()``: the out-of-place result stored back.
 IN_PLACE_UNARY = ("abs", "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu")
@@ -34,7 +35,7 @@ def _in_place_method(name: str) -> Callable:
     op = f"{name}_"
 
     def method(self: Tensor) -> Tensor:
-        return self._inplace(op, getattr(self, name))
+        return self._inplace(op, lambda x: getattr(x, name)())
 
     return named(method, op, f"``x.{name}()`` written into x, in place (its version goes up).")
 
@@ -47,24 +48,21 @@ class InPlaceMethods(TensorBase):
     # ========================================================================================
     # In-place operations. Each writes into this tensor's existing array (so views and the
     # array behind ``.array`` see the change) and adds one to its version, which backward checks
-    # before it uses a value saved in forward. They record no graph, so in grad mode they refuse
-    # a tensor that requires grad (a leaf with PyTorch's message) and a value that requires
-    # grad; under ``ta.no_grad()`` they work on anything (``w -= lr * w.grad`` keeps ``w``).
+    # before it uses a value saved in forward. In grad mode, on a tensor in the graph (or with a
+    # value that requires grad), the op is recorded as PyTorch records it: the new values are
+    # computed out of place from the tensor's history, and the tensor's history moves to that
+    # computation (a write through a view moves its base's history too). A leaf that requires
+    # grad is refused in grad mode; under ``ta.no_grad()`` anything may be written.
     # ========================================================================================
     def _inplace(
-        self, op: str, compute: Callable[[], Any], *values: Any, cast: bool = False
+        self, op: str, compute: Callable[[Tensor], Tensor], *values: Any, cast: bool = False
     ) -> Tensor:
-        """Check that `op` may run, compute the new values out of place, and store them."""
-        _check_inplace(self, op, values)
+        """Compute ``compute(x)``, x standing for this tensor's values, and store it here."""
+        if is_grad_enabled() and _in_graph(self, op, values):
+            recorded_inplace(self, op, compute, cast)
+            return self
         with no_grad():
-            result = compute()
-        if result.shape != self.shape:
-            raise RuntimeError(
-                f"{op}: the result has shape {result.shape}, which does not fit in place in a "
-                f"tensor of shape {self.shape} (in-place operations cannot broadcast their target)"
-            )
-        if not cast:
-            _check_inplace_dtype(op, self, result)
+            result = fitted(op, self, compute(self), cast)
         self._store(op, result.array)
         return self
 
@@ -88,44 +86,44 @@ class InPlaceMethods(TensorBase):
         self._version_counter[0] += 1
 
     def __iadd__(self, other: Any) -> Tensor:
-        return self._inplace("add_", lambda: self + other, other)
+        return self._inplace("add_", lambda x: x + other, other)
 
     def __isub__(self, other: Any) -> Tensor:
-        return self._inplace("sub_", lambda: self - other, other)
+        return self._inplace("sub_", lambda x: x - other, other)
 
     def __imul__(self, other: Any) -> Tensor:
-        return self._inplace("mul_", lambda: self * other, other)
+        return self._inplace("mul_", lambda x: x * other, other)
 
     def __itruediv__(self, other: Any) -> Tensor:
-        return self._inplace("div_", lambda: self / other, other)
+        return self._inplace("div_", lambda x: x / other, other)
 
     def add_(self, other: Any, alpha: float = 1) -> Tensor:
         """``self += alpha * other``, in place."""
-        return self._inplace("add_", lambda: self + (other if alpha == 1 else other * alpha), other)
+        return self._inplace("add_", lambda x: x + (other if alpha == 1 else other * alpha), other)
 
     def sub_(self, other: Any, alpha: float = 1) -> Tensor:
         """``self -= alpha * other``, in place."""
-        return self._inplace("sub_", lambda: self - (other if alpha == 1 else other * alpha), other)
+        return self._inplace("sub_", lambda x: x - (other if alpha == 1 else other * alpha), other)
 
     def mul_(self, other: Any) -> Tensor:
-        return self._inplace("mul_", lambda: self * other, other)
+        return self._inplace("mul_", lambda x: x * other, other)
 
     def div_(self, other: Any) -> Tensor:
-        return self._inplace("div_", lambda: self / other, other)
+        return self._inplace("div_", lambda x: x / other, other)
 
     def copy_(self, src: Any) -> Tensor:
         """Copy `src` into this tensor (broadcast to its shape, cast to its dtype and device)."""
         if isinstance(src, Tensor) and src.device != self.device:
             src = src.detach().to(self.device)
         return self._inplace(
-            "copy_", lambda: self._operand(src, "copy_").broadcast_to(self.shape), src, cast=True
+            "copy_", lambda x: x._operand(src, "copy_").broadcast_to(x.shape), src, cast=True
         )
 
     def fill_(self, value: Any) -> Tensor:
         """Set every element to `value` (a number or a one-element tensor)."""
         return self._inplace(
             "fill_",
-            lambda: self._operand(value, "fill_").reshape(()).broadcast_to(self.shape),
+            lambda x: x._operand(value, "fill_").reshape(()).broadcast_to(x.shape),
             value,
             cast=True,
         )
@@ -134,43 +132,43 @@ class InPlaceMethods(TensorBase):
         return self.fill_(0)
 
     def clamp_(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-        return self._inplace("clamp_", lambda: self.clip(min, max), min, max)
+        return self._inplace("clamp_", lambda x: x.clip(min, max), min, max)
 
     clip_ = clamp_
 
     def pow_(self, exponent: Any) -> Tensor:
-        return self._inplace("pow_", lambda: self**exponent, exponent)
+        return self._inplace("pow_", lambda x: x**exponent, exponent)
 
     def addcmul_(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
         return self._inplace(
-            "addcmul_", lambda: self.addcmul(tensor1, tensor2, value=value), tensor1, tensor2
+            "addcmul_", lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2
         )
 
     def addcdiv_(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
         return self._inplace(
-            "addcdiv_", lambda: self.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2
+            "addcdiv_", lambda x: x.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2
         )
 
     def lerp_(self, end: Any, weight: Any) -> Tensor:
-        return self._inplace("lerp_", lambda: self.lerp(end, weight), end, weight)
+        return self._inplace("lerp_", lambda x: x.lerp(end, weight), end, weight)
 
     def scatter_add_(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
-        return self._inplace("scatter_add_", lambda: self.scatter_add(dim, index, src), src)
+        return self._inplace("scatter_add_", lambda x: x.scatter_add(dim, index, src), src)
 
     def index_add_(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
         return self._inplace(
-            "index_add_", lambda: self.index_add(dim, index, source, alpha=alpha), source
+            "index_add_", lambda x: x.index_add(dim, index, source, alpha=alpha), source
         )
 
     def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
         """Set the elements where the bool `mask` (broadcast to this shape) is True to `value`."""
-        return self._inplace("masked_fill_", lambda: where(mask, value, self), value, cast=True)
+        return self._inplace("masked_fill_", lambda x: where(mask, value, x), value, cast=True)
 
     def index_fill_(self, dim: int, index: Any, value: Any) -> Tensor:
         """Set the slices ``index`` along dimension `dim` to `value`."""
         axis = normalize_axes("index_fill_", dim, max(self.ndim, 1))[0]
         hit = _positions_hit("index_fill_", self, axis, index)
-        return self._inplace("index_fill_", lambda: where(hit, value, self), value, cast=True)
+        return self._inplace("index_fill_", lambda x: where(hit, value, x), value, cast=True)
 
     def scatter_(self, dim: int, index: Tensor, src: Any) -> Tensor:
         """``self[..., index[i, j], ...] = src[i, j]`` along `dim` (PyTorch's scatter_).
@@ -178,11 +176,11 @@ class InPlaceMethods(TensorBase):
         `src` is a tensor at least as large as `index` or a number. Where an index repeats, the
         written value is unspecified in PyTorch; here it is the mean of the values sent there.
         """
-        return self._inplace("scatter_", lambda: _scattered(self, dim, index, src), src, cast=True)
+        return self._inplace("scatter_", lambda x: _scattered(x, dim, index, src), src, cast=True)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """``x[key] = value``: basic slices, steps, integer lists or arrays, a bool mask."""
-        self._inplace("setitem", lambda: _assigned(self, key, value), value, cast=True)
+        self._inplace("setitem", lambda x: _assigned(x, key, value), value, cast=True)
 
 
 def _slices_hit(xp: Any, index: Any, size: int, shape: tuple) -> Any:
@@ -235,43 +233,19 @@ def _scatter_mean(xp: Any, x: Any, index: Any, values: Any, axis: int, integral:
 
 # Used by the in-place section at the end of the Tensor class: the checks every in-place
 # operation makes, and the out-of-place values that indexing writes compute.
-def _check_inplace(tensor: Tensor, op: str, values: tuple) -> None:
-    """In grad mode an in-place change may not touch the graph: refuse it with the reason."""
-    if not is_grad_enabled():
-        return
-    if tensor.requires_grad and tensor._ctx is None:
-        raise RuntimeError(
-            f"{op}: a leaf Variable that requires grad is being used in an in-place operation. "
-            "Update parameters inside `with ta.no_grad():`."
-        )
-    if tensor.requires_grad:
-        raise RuntimeError(
-            f"{op}: the tensor of shape {tensor.shape} is part of a graph (made by "
-            f"{tensor._ctx.name}), and in-place operations record no graph; write it out of "
-            "place (y = y + v; ta.where for masked writes) or change it under ta.no_grad()"
-        )
-    for value in values:
-        if isinstance(value, Tensor) and value.requires_grad:
+def _in_graph(tensor: Tensor, op: str, values: tuple) -> bool:
+    """Whether an in-place `op` in grad mode must be recorded (it touches the graph); refuses a
+    leaf that requires grad, or a view of one, with PyTorch's message."""
+    base = tensor._view[0] if tensor._view is not None else None
+    for target, what in ((tensor, "a leaf Variable"), (base, "a view of a leaf Variable")):
+        if target is not None and target.requires_grad and target._ctx is None:
             raise RuntimeError(
-                f"{op}: the value (shape {value.shape}) requires grad, but an in-place write "
-                "records no graph and would drop its gradient; build the tensor out of place "
-                "(ta.where, ta.concat, ta.stack) or pass value.detach()"
+                f"{op}: {what} that requires grad is being used in an in-place operation. "
+                "Update parameters inside `with ta.no_grad():`."
             )
-
-
-def _dtype_kind(tensor: Tensor) -> int:
-    """0 bool, 1 integer, 2 floating: a result may be stored in place only into its kind or up."""
-    if backend.dtype_name(tensor.dtype) == "bool":
-        return 0
-    return 2 if backend.is_floating(backend.namespace(tensor.array), tensor.dtype) else 1
-
-
-def _check_inplace_dtype(op: str, tensor: Tensor, result: Tensor) -> None:
-    if _dtype_kind(result) > _dtype_kind(tensor):
-        raise RuntimeError(
-            f"{op}: result type {backend.dtype_name(result.dtype)} can't be cast to the desired "
-            f"output type {backend.dtype_name(tensor.dtype)} (shape {tensor.shape})"
-        )
+    if tensor.requires_grad or (base is not None and base.requires_grad):
+        return True
+    return any(isinstance(value, Tensor) and value.requires_grad for value in values)
 
 
 def _int_index(op: str, tensor: Tensor, index: Any, size: int, axis: int) -> Any:
@@ -317,6 +291,13 @@ def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
             f"{tensor.shape} (same number of dimensions, no larger outside dimension {axis})"
         )
     _int_index("scatter_", tensor, index, tensor.shape[axis], axis)  # dtype and range checks
+    if is_grad_enabled() and (
+        tensor.requires_grad or (isinstance(src, Tensor) and src.requires_grad)
+    ):
+        raise RuntimeError(
+            f"scatter_: a tensor in the graph (shape {tensor.shape}) cannot be scattered into in "
+            "place; use the out-of-place x.scatter(dim, index, src), which is recorded"
+        )
     if isinstance(src, Tensor):
         tensor._operand(src, "scatter_")
         if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
@@ -329,7 +310,7 @@ def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
             xp.full(index.shape, src, dtype=tensor.dtype, device=tensor.array.device)
         )
     return computed(
-        _scatter_mean, tensor, index, values, axis=axis, integral=_dtype_kind(tensor) < 2
+        _scatter_mean, tensor, index, values, axis=axis, integral=dtype_kind(tensor) < 2
     )
 
 
@@ -361,6 +342,8 @@ def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
         value = value.broadcast_to(selected.shape)
     if not selected.numel():
         return tensor.detach()
+    if is_grad_enabled() and (tensor.requires_grad or value.requires_grad):
+        return replaced(tensor, selected, value)  # in the graph: the gradient flows to both
     return computed(_put, tensor, value, selected)
 
 
@@ -375,6 +358,12 @@ def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
     rest = tensor.shape[mask.ndim :]
     if value.ndim <= len(rest):  # the same value for every selected row
         return where(mask.reshape(mask.shape + (1,) * len(rest)), value, tensor)
+    if is_grad_enabled() and (tensor.requires_grad or value.requires_grad):
+        raise RuntimeError(
+            f"setitem: x[mask] = rows (one row of shape {value.shape[1:]} per True) is not "
+            "recorded in the graph; write it out of place, e.g. with ta.where, or as x[mask] = v "
+            "with one value for every selected row"
+        )
     check_host_read("x[mask] = rows (how many rows it takes depends on the values)")
     cond = xp.reshape(mask.array, mask.shape + (1,) * len(rest))
     flags = xp.reshape(mask.array, (-1,))

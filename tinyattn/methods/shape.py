@@ -16,6 +16,7 @@ from .. import backend
 from ..ops import (
     BroadcastTo,
     Clone,
+    Diagonal,
     Flip,
     Permute,
     Reshape,
@@ -265,13 +266,7 @@ class ShapeMethods(TensorBase):
         first, second = (normalize_axes("diagonal", d, self.ndim)[0] for d in (dim1, dim2))
         if first == second:
             raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
-        rest = [d for d in range(self.ndim) if d not in (first, second)]
-        moved = self.permute(*rest, first, second)
-        rows, columns = moved.shape[-2:]
-        start_row, start_column = max(-offset, 0), max(offset, 0)
-        length = max(min(rows - start_row, columns - start_column), 0)
-        steps = index_range(self, length)
-        return moved[(slice(None),) * (self.ndim - 2) + (steps + start_row, steps + start_column)]
+        return Diagonal.apply(self, offset=offset, axes=(first, second))  # a view, as PyTorch's
 
     def t(self) -> Tensor:
         """A matrix transposed; a tensor of 0 or 1 dims as it is (PyTorch's t())."""

@@ -121,13 +121,24 @@ __all__ = [
 
 # Functions added for PyTorch's names, one idea per file (registered in ops/table.py).
 from .computed import Computed, array_call, computed  # noqa: E402
-from .movement import Clone, Flip  # noqa: E402
+from .movement import Clone, Diagonal, DiagonalEmbed, Flip  # noqa: E402
 from .rounding import Ceil, Floor, FloorDivide, Remainder, Round, Sign, Trunc  # noqa: E402
 from .scan import Cumsum  # noqa: E402
 from .targets import ClassWeights, Dropout, KeptCount, bad_targets  # noqa: E402
 from .trig import Acos, Acosh, Asin, Asinh, Atan, Atan2, Atanh, Cos, Cosh, Sin, Sinh, Tan  # noqa: E402
 
-__all__ += ["Ceil", "Clone", "Cos", "Cumsum", "Flip", "Floor", "FloorDivide", "Remainder"]
+__all__ += [
+    "Ceil",
+    "Clone",
+    "Cos",
+    "Cumsum",
+    "Diagonal",
+    "DiagonalEmbed",
+    "Flip",
+    "Floor",
+    "FloorDivide",
+    "Remainder",
+]
 __all__ += ["Atan2", "Expm1", "Log1p", "Round", "Sign", "Sin", "Trunc"]
 __all__ += ["Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cosh", "Sinh", "Tan"]
 __all__ += ["Exp2", "Log2", "Log10"]

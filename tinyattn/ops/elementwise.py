@@ -319,10 +319,13 @@ class Sigmoid(Function):
 
 
 class Relu(Function):
-    """y = max(x, 0);  dL/dx = g * [x > 0] (the subgradient at 0 is 0, as in PyTorch)."""
+    """y = max(x, 0);  dL/dx = g * [y > 0] (the subgradient at 0 is 0, as in PyTorch).
+
+    The rule reads the output, as PyTorch's does (y > 0 exactly where x > 0): so ``x.relu_()``
+    needs no copy of x, and a later in-place change of y is caught as in PyTorch."""
 
     __slots__ = ()
-    backward_reads = ("inputs",)
+    backward_reads = ("output",)
 
     def forward(self, x: Any) -> Any:
         return relu_array(x)  # maximum, not where: ~10x faster, keeps NaN
@@ -331,7 +334,7 @@ class Relu(Function):
         # The mask as a Tensor op (a bool tensor multiplies as 0 or 1): a compiled step records
         # it and replays the product as one call, where a mask built from the raw array would
         # make the replay call this rule instead.
-        return grad * (self.inputs[0] > 0)
+        return grad * (self.output > 0)
 
 
 class Abs(Function):
@@ -374,6 +377,7 @@ class Where(Function):
 
     __slots__ = ()
     backward_reads = ("inputs",)
+    input_reads = (0,)  # only the condition: a and b may change in place after forward
 
     def forward(self, cond: Any, a: Any, b: Any) -> Any:
         return namespace(a).where(cond, a, b)

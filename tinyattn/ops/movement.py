@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..autograd import Function
-from ..backend import contiguous_copy, namespace
+from ..backend import contiguous_copy, diagonal_view, namespace
 
 
 class Flip(Function):
@@ -38,6 +38,7 @@ class Clone(Function):
     """
 
     __slots__ = ()
+    backward_reads = ()  # the gradient passes through: no value is read
 
     def forward(self, x: Any, contiguous: bool = False) -> Any:
         if contiguous:  # ``x.contiguous()``: row-major, whatever x's layout
@@ -46,3 +47,40 @@ class Clone(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad
+
+
+class Diagonal(Function):
+    """y = the diagonal `offset` of the matrices axes (a, b) span, as a new last axis, a view
+    of x;  dL/dx = g placed on that diagonal, zeros elsewhere.
+
+    Shapes: x (..., r, ..., c, ...) -> y (the other axes..., the diagonal's length)."""
+
+    __slots__ = ("shape", "offset", "axes")
+    backward_reads = ()
+    shares_storage = True
+
+    def forward(self, x: Any, offset: int = 0, axes: tuple = (0, 1)) -> Any:
+        self.shape, self.offset, self.axes = x.shape, offset, axes
+        return diagonal_view(x, offset, *axes)
+
+    def backward(self, grad: Any) -> Any:
+        return DiagonalEmbed.apply(grad, shape=self.shape, offset=self.offset, axes=self.axes)
+
+
+class DiagonalEmbed(Function):
+    """y = zeros of `shape` with g on the diagonal `offset` of axes (a, b) (Diagonal's adjoint);
+    dL/dg = the same diagonal of dL/dy.
+
+    Shapes: g (the other axes..., length) -> y `shape`."""
+
+    __slots__ = ("offset", "axes")
+    backward_reads = ()
+
+    def forward(self, grad: Any, shape: tuple = (), offset: int = 0, axes: tuple = (0, 1)) -> Any:
+        self.offset, self.axes = offset, axes
+        out = namespace(grad).zeros(shape, dtype=grad.dtype, device=grad.device)
+        diagonal_view(out, offset, *axes)[...] = grad
+        return out
+
+    def backward(self, grad: Any) -> Any:
+        return Diagonal.apply(grad, offset=self.offset, axes=self.axes)
