@@ -224,7 +224,12 @@ class CompiledStep:
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
         if autograd.active_recorder() is not None:  # a replay inside it would go unrecorded
-            raise CompileError("compile: a compiled step cannot call another compiled step")
+            raise CompileError(
+                "compile: a compiled step called another compiled step while it was recorded; "
+                "the inner one's replay runs array calls the outer recording cannot see. Call "
+                "the inner function uncompiled there (`.step` of a compiled step is the "
+                "original), or call the compiled one outside the outer step"
+            )
         signature, inputs = _flattened(args, kwargs)
         grads = self._grads(inputs)
         key = self._key(signature, inputs, grads)
@@ -293,8 +298,9 @@ class CompiledStep:
 
     def _replay(self, tape: Tape, inputs: list[Tensor], args: tuple, kwargs: dict) -> Any:
         self._changes = 0
-        tape.calls = getattr(tape, "calls", 0) + 1
+        tape.calls += 1
         if self.verify_every and tape.calls % self.verify_every == 0:
+            tape.verified += 1
             return self._verify(tape, inputs, args, kwargs)
         if tape.graph is None or not autograd.is_grad_enabled():
             return tape.replay(inputs)
@@ -373,6 +379,7 @@ class CompiledStep:
         try:
             with tracer:
                 result = self.step(*args, **kwargs)
+            recorder.settle_assignment()  # a `.grad` assigned last (zero_grad at the end)
             encode_outputs(result, recorder)  # an unsupported result fails now, not later
             recorder.returned = returned_values(result)
             if backend.reseeds() != reseeds:
