@@ -313,10 +313,11 @@ class CompiledStep:
         try:
             check_same(tape.checked, recorder)
         except CompileError as error:
+            what = str(error).removeprefix("compile: ").split(". ")[0]  # not its advice
             raise CompileError(
                 f"compile: verification (verify_every={self.verify_every}) recorded call "
                 f"{tape.calls} of this signature again, and it differs from the tape being "
-                f"replayed, so earlier replays may have been stale. {error}. A Python value "
+                f"replayed, so earlier replays may have been stale: {what}. A Python value "
                 "that no guard watches changed (see 'What the guards cannot see' in "
                 "docs/performance.md): pass it as a tensor argument, or read it where a guard "
                 "sees it (a global, a closure variable, an argument's attribute)"
