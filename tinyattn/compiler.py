@@ -14,7 +14,8 @@ shapes, so it can be written down once and replayed:
   mode, settings, parameters, buffers and submodules of every module the step calls) run
   eagerly, on private copies of the
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
-  backward rule, every gradient stored on a leaf, every in-place write, every random draw made
+  backward rule, every gradient stored on a leaf, every assignment the step makes to a leaf's
+  ``.grad`` (``zero_grad()``), every in-place write, every random draw made
   outside an op, and calls that must run as Python on every step (``optimizer.step``, gradient
   clipping, a scheduler's ``step``). A `compile_guards.Tracer` notes every Python value the
   step's functions read (`compile_guards`); a replay first checks each is unchanged.
