@@ -233,8 +233,6 @@ def test_a_replay_refuses_tokens_and_targets_out_of_range(device, monkeypatch, i
     gets new batches, and an index or target out of range is refused with the op's name, never
     taken as some other row: through the table of target rows, and past IDENTITY_ROWS classes
     (here a limit of 4 for 7 classes) by a check on the host."""
-    # The replay's own range check: a verifying call would run eagerly and raise eager's error.
-    monkeypatch.setenv("TINYATTN_COMPILE_VERIFY", "0")
     from tinyattn import kernels
 
     monkeypatch.setattr(kernels, "IDENTITY_ROWS", identity_rows)
@@ -244,12 +242,23 @@ def test_a_replay_refuses_tokens_and_targets_out_of_range(device, monkeypatch, i
     tokens, targets = ta.tensor([[1, 2, 3]], device=device), ta.tensor([[2, 3, 4]], device=device)
     for _ in range(3):
         step(tokens, targets)
+    (tape,) = step.tapes.values()
+
+    def replayed(*batch):
+        # A verifying call (every third) records eagerly, and eager's checks would refuse: a
+        # good batch takes that turn, so that each bad one meets the replay's own check.
+        if step.verify_every and (tape.calls + 1) % step.verify_every == 0:
+            step(tokens, targets)
+        verified = tape.verified
+        step(*batch)
+        assert tape.verified == verified, "refused by a replay"
+
     with pytest.raises(IndexError, match="getitem: .*out of range for axis 0 of size 7"):
-        step(ta.tensor([[1, 7, 3]], device=device), targets)
+        replayed(ta.tensor([[1, 7, 3]], device=device), targets)
     for bad in (7, -1):
         with pytest.raises(IndexError, match="cross_entropy: a target value is out of range"):
-            step(tokens, ta.tensor([[1, bad, 3]], device=device))
-    assert len(step.tapes) == 1, "the refusals came from replays"
+            replayed(tokens, ta.tensor([[1, bad, 3]], device=device))
+    assert list(step.tapes.values()) == [tape] and tape.verified == 1
 
 
 @pytest.mark.parametrize("identity_rows", [1024, 4])
@@ -632,11 +641,11 @@ def test_compiled_steps_do_not_nest(device):
     """Refused whether the inner step would record or replay: a replay's array calls are not
     ops, so the outer recording would not see them."""
     inner = ta.compile(lambda x: x * 2.0)
-    with pytest.raises(ta.CompileError, match="cannot call another compiled step"):
+    with pytest.raises(ta.CompileError, match="called another compiled step"):
         ta.compile(lambda x: inner(x))(ta.ones(2, device=device))
     for _ in range(3):
         inner(ta.ones(2, device=device))  # recorded and replaying outside
-    with pytest.raises(ta.CompileError, match="cannot call another compiled step"):
+    with pytest.raises(ta.CompileError, match="called another compiled step"):
         ta.compile(lambda x: inner(x) + 1.0)(ta.ones(2, device=device))
 
 
@@ -704,15 +713,17 @@ def test_the_capture_path_equals_eager(device, monkeypatch, fail):
     """Array work between Python calls is captured once and launched on later replays; the
     optimizer's step and the gradients handed to leaves stay Python. A capture that fails leaves
     its segment as Python, with the same results."""
-    # Counts captures and launches of the replay: a verifying call replays nothing.
-    monkeypatch.setenv("TINYATTN_COMPILE_VERIFY", "0")
     fakes = _with_fake_graphs(monkeypatch, fail)
     batches = _batches(device)
     eager, compiled = _same_training(lambda: _mlp(device), _classifier_step, batches)
     _assert_same(eager, compiled)
     tape = next(iter(compiled[2].tapes.values()))
     (graphs,) = fakes
-    assert graphs.entered == len(batches) - 2  # every replay runs inside the runner
+    # The calls after the two recordings find the tape; the verifying ones among them record
+    # again (eagerly, outside the runner) instead of replaying.
+    assert tape.calls == len(batches) - 2 and tape.verified == tape.calls // 3
+    replays = tape.calls - tape.verified
+    assert graphs.entered == replays  # every replay runs inside the runner
     array_segments = [s for s in tape.segments if s.array_work]
     assert len(array_segments) == 1, "forward and backward form one run of array work"
     assert graphs.captures == len(array_segments)  # one attempt per segment, on replay 2
@@ -721,7 +732,7 @@ def test_the_capture_path_equals_eager(device, monkeypatch, fail):
         assert not any(s.capturable for s in tape.segments)
     else:
         assert all(s.graph is not None for s in array_segments)
-        assert graphs.launches == len(array_segments) * (len(batches) - 3)
+        assert graphs.launches == len(array_segments) * (replays - 1)
     python = [s for s in tape.segments if not s.array_work]
     # the gradients handed to leaves, clipping, the optimizer's step, the scheduler's step
     assert len(python) == 4
@@ -899,13 +910,10 @@ def test_the_copy_tasks_greedy_decoding_compiles_exactly(device, copy_task):
     assert len(forward.tapes) == config.seq_len  # one tape per length, each replayed twice
 
 
-def test_the_annotated_transformer_compiles_exactly(device, monkeypatch):
+def test_the_annotated_transformer_compiles_exactly(device):
     """The Annotated Transformer's encoder-decoder with its Noam schedule. Its label-smoothing
     loss finds the padding with ``nonzero`` (a shape that depends on values), which a recording
     cannot replay: it is refused by name; cross-entropy with the same smoothing compiles."""
-    # Verification finds that this step's zero_grad(set_to_none=True) after optimizer.step
-    # leaves .grad None in eager but set after a replay (docs/performance.md lists it).
-    monkeypatch.setenv("TINYATTN_COMPILE_VERIFY", "0")
     from programs import load
 
     program = load("annotated_style", "tinyattn")
@@ -1870,17 +1878,17 @@ def test_gradient_hooks_kept_for_their_side_effects_run_on_every_replay(device):
         ta.compile(reads_and_returns)(ta.ones(4, 3, device=device))
 
 
-def test_a_tensor_the_recording_handed_out_keeps_its_values(device, monkeypatch):
+def test_a_tensor_the_recording_handed_out_keeps_its_values(device):
     """``history.append(hidden.detach())`` inside the step is a Python side effect, done on the
-    recorded calls only; what it kept must keep the values eager had. The recording's arrays
-    become no tape buffers, so the replays that follow never write into such a tensor."""
-    # Counts the step's Python side effects, which a verifying call runs again.
-    monkeypatch.setenv("TINYATTN_COMPILE_VERIFY", "0")
+    recorded calls only (the two that make the tape, and every verifying one); what it kept
+    must keep the values eager had. The recording's arrays become no tape buffers, so the
+    replays that follow never write into such a tensor."""
     history = []
 
     def train(compiled):
         history.clear()
         model, optimizer, _ = _mlp(device)
+        appended = []  # the calls that appended (ran the step's Python)
 
         def step(x, y):
             optimizer.zero_grad()
@@ -1892,14 +1900,17 @@ def test_a_tensor_the_recording_handed_out_keeps_its_values(device, monkeypatch)
             return loss
 
         run = ta.compile(step) if compiled else step
-        for batch in _batches(device, 6):
+        for number, batch in enumerate(_batches(device, 6)):
+            length = len(history)
             run(*batch)
-        return [h.numpy().copy() for h in history]
+            appended += [number] * (len(history) - length)
+        return [h.numpy().copy() for h in history], appended
 
-    eager, compiled = train(False), train(True)
-    assert len(eager) == 6 and len(compiled) == 2  # appended while recording only
-    for a, b in zip(eager, compiled):
-        np.testing.assert_array_equal(b, a)
+    (eager, _), (compiled, appended) = train(False), train(True)
+    # Recorded: calls 0 and 1; then calls 2, 3, 5 replay and call 4, the third, verifies.
+    assert len(eager) == 6 and appended == [0, 1, 4]
+    for number, kept in zip(appended, compiled):
+        np.testing.assert_array_equal(kept, eager[number])
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 import pytest
 
 import tinyattn as ta
@@ -264,15 +265,20 @@ def test_a_compiled_model_under_no_grad_replays_forward_only():
     assert (outs[-1].numpy() == model(tokens).numpy()).all()
 
 
-def test_backward_after_a_later_replay_is_refused_not_wrong(monkeypatch):
-    monkeypatch.setenv("TINYATTN_COMPILE_VERIFY", "0")  # every call below must replay
+def test_backward_after_a_later_replay_is_refused_not_wrong():
+    """A verifying call records on arrays of its own and leaves the tape's buffers alone, so a
+    backward after it is still right; after a later replay it is refused."""
     model = _lm()
     compiled = ta.compile(model)
     tokens = ta.tensor([[1, 2, 3]])
     for _ in range(3):
         compiled(tokens).sum().backward()
+    (tape,) = compiled.tapes.values()
     early = compiled(tokens).sum()
+    verified, replays = tape.verified, tape.replays
     compiled(tokens)
+    compiled(tokens)  # of two calls in a row, one replays (verification is every third)
+    assert tape.replays > replays and tape.verified > verified
     with pytest.raises(ta.CompileError, match="Run backward before calling the compiled"):
         early.backward()
 
@@ -283,3 +289,104 @@ def test_a_non_leaf_input_with_its_own_graph_is_refused_clearly():
     hidden = model[0](ta.tensor([[1, 2]]))
     with pytest.raises(ta.CompileError, match="computed outside it"):
         body(hidden)
+
+
+# ------------------------------------------------------------------- gradients the step assigns
+def _cleared(where, how):
+    """A step whose optimizer is SGD with momentum, its gradients cleared `how` at `where`
+    ("before" backward or "after" the optimizer's step)."""
+    ta.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 3))
+    optimizer = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    clear = {
+        "optimizer.zero_grad()": lambda: optimizer.zero_grad(),
+        "optimizer.zero_grad(set_to_none=False)": lambda: optimizer.zero_grad(set_to_none=False),
+        "model.zero_grad()": lambda: model.zero_grad(),
+        "model.zero_grad(set_to_none=False)": lambda: model.zero_grad(set_to_none=False),
+        "p.grad = None": lambda: [setattr(p, "grad", None) for p in model.parameters()],
+    }[how]
+
+    def step(x, y):
+        if where == "before":
+            clear()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        if where == "after":
+            clear()
+        return loss
+
+    return model, step
+
+
+CLEARS = [
+    "optimizer.zero_grad()",
+    "optimizer.zero_grad(set_to_none=False)",
+    "model.zero_grad()",
+    "model.zero_grad(set_to_none=False)",
+    "p.grad = None",
+]
+
+
+@pytest.mark.parametrize("how", CLEARS)
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_gradients_the_step_clears_are_cleared_by_its_replays(where, how):
+    """``zero_grad()`` runs no op, but what it leaves is part of the step's effects: cleared
+    after ``optimizer.step()``, eager leaves every ``.grad`` None (or zeros), and so must a
+    replay, which assigns them at the same point; cleared to zeros, the next call's backward
+    adds to them. Losses, parameters and every ``.grad`` after every call equal eager's bit for
+    bit, with verification recording again every third replay."""
+    rng = np.random.default_rng(0)
+    batches = [
+        (ta.tensor(rng.standard_normal((5, 4)).astype("float32")), ta.tensor(rng.integers(0, 3, 5)))
+        for _ in range(9)
+    ]
+    results = []
+    for compiled in (False, True):
+        model, step = _cleared(where, how)
+        run = ta.compile(step) if compiled else step
+        seen = []
+        for x, y in batches:
+            seen.append(run(x, y).numpy().copy())
+            seen += [None if p.grad is None else p.grad.numpy().copy() for p in model.parameters()]
+        seen += [p.numpy().copy() for p in model.parameters()]
+        results.append(seen)
+    eager, replayed = results
+    assert len(eager) == len(replayed)
+    for a, b in zip(eager, replayed):
+        assert (a is None and b is None) or (a is not None and b is not None and (a == b).all())
+    (tape,) = run.tapes.values()
+    assert tape.calls - tape.verified >= 4 and tape.verified >= 1, "replayed and verified"
+    if where == "after":
+        cleared = [e for e in tape.entries if e[0] == "assign"]
+        assert len(cleared) == len(list(model.parameters())), "one assignment per parameter"
+
+
+def test_in_eval_mode_with_grad_on_the_backward_replays_only_when_backward_comes(monkeypatch):
+    """As with torch.compile, a model in eval mode with grad mode on returns tensors that
+    require grad (a backward through them is allowed): the backward is recorded, but a replay
+    runs the forward only, and the recorded backward runs when the caller's backward reaches
+    the call."""
+    from tinyattn.replay import Tape
+
+    runs = []
+    replay_backward = Tape.replay_backward
+    monkeypatch.setattr(
+        Tape, "replay_backward", lambda tape, grads: runs.append(1) or replay_backward(tape, grads)
+    )
+    model = _lm().eval()
+    compiled = ta.compile(model)
+    tokens = ta.tensor([[1, 2, 3]])
+    outs = [compiled(tokens) for _ in range(5)]
+    (tape,) = compiled.tapes.values()
+    assert all(out.requires_grad for out in outs) and tape.graph is not None
+    assert not runs, "no backward replayed before one was asked for"
+    verified = tape.verified
+    out = compiled(tokens)
+    replayed = tape.verified == verified
+    out.sum().backward()
+    compiled_grads = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    model(tokens).sum().backward()
+    assert all((p.grad.numpy() == g).all() for p, g in zip(model.parameters(), compiled_grads))
+    assert len(runs) == (1 if replayed else 0)

@@ -49,7 +49,9 @@ def record_backward(recorder: Recorder, result: Any, inputs: list[Tensor]) -> No
     if not outputs or not autograd.is_grad_enabled():
         return
     if any(entry[0] in ("rule", "grad", "hook") for entry in recorder.tape):
-        return  # a whole training step: its own backward is on the tape
+        for output in outputs:  # a whole training step: its own backward is on the tape
+            _check_no_graph_left(output, recorder.reached)
+        return
     wrt = [t for t in inputs if t.requires_grad]
     wrt = _unique(wrt + [t for t in recorder.owners.values() if t.requires_grad])
     for tensor in wrt:
@@ -72,6 +74,33 @@ def record_backward(recorder: Recorder, result: Any, inputs: list[Tensor]) -> No
         [_position_or_tensor(t, inputs) for t in wrt],
     )
     recorder.graph.eager = (outputs, wrt)  # the recording's own graph, for its own backward
+
+
+def _check_no_graph_left(output: Tensor, reached: set[int]) -> None:
+    """Refuse a result of a step that runs its own backward when the caller could backward
+    through it to a tensor that requires grad by a path that backward did not take (``return
+    aux_loss`` beside ``loss.backward()``): a replay returns results without a graph. A path
+    through a node the step's backward ran is no loss, as eager has freed that node too."""
+    stack, seen = [output], set()
+    while stack:
+        tensor = stack.pop()
+        fn = tensor._ctx
+        if fn is None:
+            if tensor.requires_grad:
+                raise CompileError(
+                    f"compile: the step runs its own backward and returns a tensor of shape "
+                    f"{tuple(output.shape)} that requires grad through a graph that backward "
+                    f"did not use (it reaches a tensor of shape {tuple(tensor.shape)} that "
+                    "requires grad); a replay returns tensors without a graph, so a backward "
+                    "through it after the call would fail where eager's works. Run that "
+                    "backward inside the step, return the tensor detached (.detach()), or "
+                    "compile only the forward (ta.compile(model)) and run backward outside"
+                )
+            continue
+        if id(fn) in reached or id(fn) in seen or fn.inputs is None:
+            continue
+        seen.add(id(fn))
+        stack.extend(t for t in fn.inputs if t.requires_grad)
 
 
 def _check_reachable(tensor: Tensor) -> None:
@@ -197,7 +226,8 @@ def release_buffers(result: Any, recorder: Recorder) -> None:
     every replay rewrites."""
     made = {id(a) for a, m in zip(recorder.arrays, recorder.made) if m}
     tensors = [t for t in tensors_in(result)]
-    tensors += [e[1].grad for e in recorder.tape if e[0] == "grad" and e[1].grad is not None]
+    leaves = [e[1] for e in recorder.tape if e[0] in ("grad", "assign")]
+    tensors += [leaf.grad for leaf in leaves if leaf.grad is not None]
     tensors += recorder.hooked
     for tensor in tensors:
         if id(tensor.array) in made:

@@ -44,12 +44,16 @@ class Recorder:
         # an input, each replay reads the leaf's gradient of the moment into this slot.
         self.grads_read: list[tuple[Tensor, int]] = []
         self.grads_set: dict[int, Tensor] = {}  # tensors whose .grad the step assigned
+        # The leaf whose .grad the step assigned last (``p.grad = None`` in ``zero_grad``): the
+        # setter reports before it stores the value, so the next report records the assignment.
+        self._assigned: Tensor | None = None
         # Arrays the step made from Python values (ta.zeros, ta.tensor(data)), by id (kept
         # alive, so ids stay unique), and of those the slots written in place, with the values
         # they had before the first write: a replay starts each from those values again, as
         # eager makes the array anew on every call (a one-hot built by index assignment).
         self.made_from_values: dict[int, Any] = {}
         self.fresh: dict[int, Any] = {}
+        self.reached: set[int] = set()  # ids of the graph nodes whose rule the step's backward ran
         self.in_hook = 0  # > 0 while a gradient hook runs
         self.hooked: list[Tensor] = []  # gradients handed to hooks replayed as calls
         self.hook_host_reads = 0  # values hooks read into Python
@@ -93,6 +97,7 @@ class Recorder:
     # -------------------------------------------------------------------------- recording
     def forward(self, fn: Any, inputs: tuple, kwargs: dict) -> Any:
         """Run and record one op's forward (called by `Function.apply` while recording)."""
+        self.settle_assignment()
         arrays = [t.array for t in inputs]
         self.in_forward += 1
         try:
@@ -123,6 +128,8 @@ class Recorder:
         no recorded op made (raw array code) is recorded as one call of the rule instead."""
         if self.suspended:
             return run()
+        self.settle_assignment()
+        self.reached.add(id(fn))
         mark, first_slot = len(self.tape), len(self.arrays)
         grads = run()
         # A rule may also build an array with raw array code and feed it to a recorded op as a
@@ -160,6 +167,7 @@ class Recorder:
         gradient), so its ops are dropped and a replay calls it, with that call's gradient."""
         if self.suspended:
             return hook(grad)
+        self.settle_assignment()
         mark, first_slot = len(self.tape), len(self.arrays)
         self.in_hook += 1  # reading values into Python is allowed in a hook replayed as a call
         reads_before = self.hook_host_reads
@@ -172,7 +180,8 @@ class Recorder:
                 raise CompileError(
                     f"compile: the gradient hook {getattr(hook, '__qualname__', hook)} reads a "
                     "tensor's value into Python and returns a new gradient; the replay could "
-                    "not follow what it computed from the value"
+                    "not follow what it computed from the value. Compute the new gradient with "
+                    "tensor ops only, or return None from the hook (it then replays as a call)"
                 )
             return result
         del self.tape[mark:]
@@ -184,8 +193,12 @@ class Recorder:
 
     def set_grad(self, leaf: Tensor, grad: Tensor) -> None:
         """The engine stored `grad` as ``leaf.grad``."""
-        if not self.suspended:
-            self.tape.append(("grad", leaf, self._slot(grad.array)))
+        if self.suspended:
+            return
+        if self._assigned is leaf:
+            self._assigned = None  # the engine's own store, which this entry records
+        self.settle_assignment()
+        self.tape.append(("grad", leaf, self._slot(grad.array)))
 
     def read_grad(self, leaf: Tensor, grad: Tensor) -> None:
         """Backward is about to add to `leaf`'s gradient: one from before the call (gradient
@@ -197,8 +210,24 @@ class Recorder:
             self.grads_read.append((leaf, slot))
 
     def grad_set(self, tensor: Tensor) -> None:
-        if not self.suspended:
-            self.grads_set[id(tensor)] = tensor
+        """``tensor.grad`` is about to be assigned (by the step, or by the engine, which then
+        reports `set_grad`). A leaf's assignment is part of the step's effects: ``zero_grad()``
+        after ``optimizer.step()`` leaves None in eager, so a replay must too."""
+        if self.suspended:
+            return
+        self.settle_assignment()
+        self.grads_set[id(tensor)] = tensor
+        if tensor.is_leaf:  # a non-leaf's .grad (retain_grad) dies with the call's graph
+            self._assigned = tensor
+
+    def settle_assignment(self) -> None:
+        """Record the ``.grad`` assignment reported last, now that the setter has stored its
+        value: None, or the assigned tensor's array (new zeros from ``zero_grad(set_to_none=
+        False)``, a constant; a gradient computed by recorded ops, a buffer)."""
+        leaf, self._assigned = self._assigned, None
+        if leaf is not None:
+            grad = leaf._grad
+            self.tape.append(("assign", leaf, None if grad is None else self._slot(grad.array)))
 
     def draw(self, function: Callable, args: tuple, result: Any) -> None:
         """A random draw: replayed as a new draw, unless an op's forward made it (the op's own
@@ -213,12 +242,14 @@ class Recorder:
                 f"compile: the step samples with {args[0]}, whose probabilities are computed in "
                 "the step; a replay cannot redraw it. Sample outside the compiled step"
             )
+        self.settle_assignment()
         self.tape.append(("draw", function, args, self._new_slot(result, made=True)))
 
     def call(self, function: Callable, args: tuple, kwargs: dict) -> Any:
         """Run a call that replays as Python (an optimizer step); record it with its result."""
         if self.suspended:
             return function(*args, **kwargs)
+        self.settle_assignment()
         self.suspended += 1
         try:
             result = function(*args, **kwargs)
@@ -235,8 +266,10 @@ class Recorder:
         if not backend.is_buffer(target):
             raise CompileError(
                 f"compile: the step writes in place into a tensor of shape {tuple(target.shape)} "
-                "whose array cannot be written (a 0-d NumPy scalar); a replay could not repeat it"
+                "whose array cannot be written (a 0-d NumPy scalar); a replay could not repeat "
+                "it. Write out of place (y = y + v), or keep the value in a tensor of shape (1,)"
             )
+        self.settle_assignment()
         slot = self._slot(target)
         if not self.made[slot] and id(target) in self.made_from_values:
             self.fresh.setdefault(slot, backend.copied(target))  # before the first write
@@ -273,12 +306,19 @@ class Recorder:
         if self.in_hook:
             self.hook_host_reads += 1
             return
-        if not self.suspended:
+        if self.suspended:
+            return
+        if "depends on the values" in what:  # nonzero(), x[mask]: a shape no tape can fix
             raise CompileError(
-                f"compile: the step reads a tensor's value into Python ({what}) while it is "
-                "recorded; the replay could not follow a branch or a number computed from it. "
-                "Return the tensor from the step and read it outside"
+                f"compile: the step calls {what} while it is recorded; a replay keeps the "
+                "recorded shape, and the next batch may need another. Use an op of fixed shape "
+                "(ta.where, masked_fill, a mask multiplied in), or call it outside the step"
             )
+        raise CompileError(
+            f"compile: the step reads a tensor's value into Python ({what}) while it is "
+            "recorded; the replay could not follow a branch or a number computed from it. "
+            "Return the tensor from the step and read it outside"
+        )
 
 
 # ------------------------------------------------------------------------------------ checking
@@ -324,14 +364,18 @@ def check_same(first: Recorder, second: Recorder) -> None:
         raise CompileError(
             f"compile: two calls with the same input shapes ran different operations "
             f"({len(first.tape)} and {len(second.tape)} recorded steps): the step branches on "
-            "values or Python state, so no single recording can replay it"
+            "values or Python state, so no single recording can replay it. Take the branch "
+            "outside the step (compile each branch as a step of its own), or pass what decides "
+            "it as an argument (each value then records its own tape)"
         )
     for position, (a, b) in enumerate(zip(first.tape, second.tape)):
         if not _same_entry(a, b):
             raise CompileError(
                 f"compile: operation {position} differs between two calls with the same input "
                 f"shapes ({entry_name(a)} vs {entry_name(b)}{_difference(a, b)}): the step "
-                "depends on values or Python state the tape cannot see"
+                "depends on values or Python state the tape cannot see. Pass such a value as a "
+                "tensor argument (its value is then data), or keep it fixed while the compiled "
+                "step runs"
             )
     _check_arrays(first, second)
 
@@ -354,6 +398,8 @@ def _same_entry(a: tuple, b: tuple) -> bool:
         return False
     if a[0] == "op":
         return a[2] == b[2] and _same_kwargs(a[3], b[3])
+    if a[0] == "assign":  # the same value: None, or the same slot
+        return a[2] == b[2]
     if a[0] == "hook":  # a lambda made in the step is a new object on each call
         return a[1] is b[1] or getattr(a[1], "__code__", a) is getattr(b[1], "__code__", b)
     if a[0] == "call":
@@ -369,12 +415,19 @@ def _same_entry(a: tuple, b: tuple) -> bool:
 def _check_arrays(first: Recorder, second: Recorder) -> None:
     """The two recordings' arrays: made by the same entries, and every constant the same."""
     if len(first.arrays) != len(second.arrays):
-        raise CompileError("compile: the two recordings use different numbers of arrays")
+        raise CompileError(
+            f"compile: two calls with the same input shapes read different numbers of arrays "
+            f"({len(first.arrays)} and {len(second.arrays)}): the step makes or reads arrays "
+            "depending on values or Python state the tape cannot see. Keep what the step reads "
+            "the same from call to call, or pass it as a tensor argument"
+        )
     read_grads = _grad_holders(first)
     if read_grads != _grad_holders(second):
         raise CompileError(
             "compile: two calls with the same input shapes added to the gradients of different "
-            "tensors held from before the call"
+            "tensors held from before the call (gradient accumulation over calls); a replay "
+            "reads one set of them. Give every accumulated tensor a gradient, or clear them "
+            "all (zero_grad()), before each call"
         )
     inputs_of_grads = {slot for _, slot in first.grads_read}  # read anew by every replay
     if first.graph is not None:  # seed gradients: written by each backward replay
@@ -382,11 +435,16 @@ def _check_arrays(first: Recorder, second: Recorder) -> None:
     if first.fresh.keys() != second.fresh.keys():
         raise CompileError(
             "compile: two calls with the same input shapes wrote in place into different arrays "
-            "they made from Python values"
+            "they made from Python values; a replay repeats one set of writes. Make the same "
+            "writes on every call, or write out of place"
         )
     for slot, (a, b) in enumerate(zip(first.arrays, second.arrays)):
         if first.made[slot] != second.made[slot]:
-            raise CompileError(f"compile: array {slot} is made by the step in one call only")
+            raise CompileError(
+                f"compile: array {slot} is made by a recorded op in one call and read as it is "
+                "(a parameter, a constant) in the other; the step depends on Python state the "
+                "tape cannot see. Keep what the step reads the same from call to call"
+            )
         if slot in inputs_of_grads:
             continue
         if slot in first.fresh:  # written in place: compared as the step made it
@@ -401,7 +459,8 @@ def _check_arrays(first: Recorder, second: Recorder) -> None:
                 f"compile: an input of {user} (shape {tuple(b.shape)}) changes between calls but "
                 "is not made by a recorded operation (raw array code, a new tensor made from a "
                 "Python value, or a parameter replaced instead of updated in place); it would be "
-                "replayed stale"
+                "replayed stale. Make it with tensor ops inside the step, pass it as a tensor "
+                "argument, or update the parameter in place (with ta.no_grad(): p.copy_(new))"
             )
 
 

@@ -14,7 +14,8 @@ shapes, so it can be written down once and replayed:
   mode, settings, parameters, buffers and submodules of every module the step calls) run
   eagerly, on private copies of the
   inputs' arrays, while a `Recorder` writes a tape: every op's ``forward`` on its arrays, every
-  backward rule, every gradient stored on a leaf, every in-place write, every random draw made
+  backward rule, every gradient stored on a leaf, every assignment the step makes to a leaf's
+  ``.grad`` (``zero_grad()``), every in-place write, every random draw made
   outside an op, and calls that must run as Python on every step (``optimizer.step``, gradient
   clipping, a scheduler's ``step``). A `compile_guards.Tracer` notes every Python value the
   step's functions read (`compile_guards`); a replay first checks each is unchanged.
@@ -224,7 +225,12 @@ class CompiledStep:
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
         if autograd.active_recorder() is not None:  # a replay inside it would go unrecorded
-            raise CompileError("compile: a compiled step cannot call another compiled step")
+            raise CompileError(
+                "compile: a compiled step called another compiled step while it was recorded; "
+                "the inner one's replay runs array calls the outer recording cannot see. Call "
+                "the inner function uncompiled there (`.step` of a compiled step is the "
+                "original), or call the compiled one outside the outer step"
+            )
         signature, inputs = _flattened(args, kwargs)
         grads = self._grads(inputs)
         key = self._key(signature, inputs, grads)
@@ -293,8 +299,9 @@ class CompiledStep:
 
     def _replay(self, tape: Tape, inputs: list[Tensor], args: tuple, kwargs: dict) -> Any:
         self._changes = 0
-        tape.calls = getattr(tape, "calls", 0) + 1
+        tape.calls += 1
         if self.verify_every and tape.calls % self.verify_every == 0:
+            tape.verified += 1
             return self._verify(tape, inputs, args, kwargs)
         if tape.graph is None or not autograd.is_grad_enabled():
             return tape.replay(inputs)
@@ -307,10 +314,11 @@ class CompiledStep:
         try:
             check_same(tape.checked, recorder)
         except CompileError as error:
+            what = str(error).removeprefix("compile: ").split(". ")[0]  # not its advice
             raise CompileError(
                 f"compile: verification (verify_every={self.verify_every}) recorded call "
                 f"{tape.calls} of this signature again, and it differs from the tape being "
-                f"replayed, so earlier replays may have been stale. {error}. A Python value "
+                f"replayed, so earlier replays may have been stale: {what}. A Python value "
                 "that no guard watches changed (see 'What the guards cannot see' in "
                 "docs/performance.md): pass it as a tensor argument, or read it where a guard "
                 "sees it (a global, a closure variable, an argument's attribute)"
@@ -373,6 +381,7 @@ class CompiledStep:
         try:
             with tracer:
                 result = self.step(*args, **kwargs)
+            recorder.settle_assignment()  # a `.grad` assigned last (zero_grad at the end)
             encode_outputs(result, recorder)  # an unsupported result fails now, not later
             recorder.returned = returned_values(result)
             if backend.reseeds() != reseeds:

@@ -38,6 +38,8 @@ def entry_name(entry: tuple) -> str:
         return f"the in-place {entry[3]}"
     if kind == "hook":
         return f"hook {getattr(entry[1], '__qualname__', entry[1])}"
+    if kind == "assign":
+        return "assignment to .grad"
     return kind
 
 
@@ -65,6 +67,8 @@ class Tape:
         # the call; `replays` numbers the forward replays (a backward checks its own is last).
         self.graph: GraphPart | None = recorder.graph
         self.replays = 0
+        self.calls = 0  # calls that found this tape (replayed, or recorded again to verify it)
+        self.verified = 0  # of those, the calls that recorded again (`verify_every`)
         self.guards: list = recorder.guards  # Python values the step read (compile_guards)
         self.checked: Any = None  # the recording it was built from, trimmed (verification)
         self.outputs = outputs  # the step's result, with Tensors replaced by slots
@@ -132,7 +136,7 @@ class Tape:
         self.dropped = 0  # entries replaced by the views they recorded
         self.lowered = 0  # ops replayed as out= kernels
         builders = {"op": self._op, "rule": self._rule, "grad": self._grad, "store": self._store}
-        builders.update(draw=self._draw, call=self._call, hook=self._hook)
+        builders.update(draw=self._draw, call=self._call, hook=self._hook, assign=self._assign)
         self.labels: list[str] = []  # what each program item replays, for reading and profiling
         self._item_of: dict[int, int] = {}  # entry position -> its program item
         items = []
@@ -267,14 +271,20 @@ class Tape:
             # Python (clip_grad_norm_) act on what the recorded ops read. The replay gives it
             # a copy when it ends: the next replay writes the buffer again.
             target = leaf if position is None else self._replayed_inputs[position]
-            grad = Tensor._from_op(env[slot], None)
+            grad = None if slot is None else Tensor._from_op(env[slot], None)
             if autograd._recorder is None:
                 target._grad = grad  # the buffer has the leaf's shape, dtype and device
             else:  # another thread records: the setter tells its recording
                 target.grad = grad
-            self._handed.append(grad)
+            if grad is not None:
+                self._handed.append(grad)
 
         return run
+
+    def _assign(self, entry: tuple) -> Callable:
+        """The step assigned a leaf's ``.grad`` (``zero_grad()``): None, or the recorded value's
+        slot, handed over as the engine's gradients are."""
+        return self._grad(entry)
 
     def _hook(self, entry: tuple) -> Callable:
         _, hook, slot = entry
@@ -285,7 +295,9 @@ class Tape:
                 raise RuntimeError(
                     f"compile: the gradient hook {getattr(hook, '__qualname__', hook)} returned "
                     "a tensor on a replay but None while the step was recorded; a replay "
-                    "calls a hook that returned None for its side effects only"
+                    "calls a hook that returned None for its side effects only, and cannot use "
+                    "its result. Make the hook return None on every call, or a tensor on every "
+                    "call (its ops are then recorded)"
                 )
 
         return run
@@ -545,8 +557,8 @@ def _lives(tape: Tape, made: list[bool], inputs: int) -> tuple[dict, dict, set, 
     made_by = tape._made_by
     for position, entry in enumerate(tape.entries):
         kind = entry[0]
-        if kind in ("grad", "draw", "call", "hook"):
-            slot = entry[2] if kind in ("grad", "hook") else entry[-1]
+        if kind in ("grad", "assign", "draw", "call", "hook"):
+            slot = entry[2] if kind in ("grad", "assign", "hook") else entry[-1]
             if slot is not None:
                 pinned.add(slot)
             continue
@@ -685,7 +697,7 @@ def _segments(items: list[tuple], static: list[bool]) -> list[_Segment]:
 
     for run, entry, draws in items:
         kind = entry[0]
-        if kind == "grad":
+        if kind in ("grad", "assign"):  # in their order: a leaf's assignment follows its store
             grads.append(run)
             continue
         if kind not in ("op", "rule", "store") or (kind == "op" and entry[1].reads_host()):
