@@ -2,8 +2,8 @@
 
 At the bottom of the layers with `backend` (imports nothing of tinyattn). Invariant: a `device`
 IS its name, a ``str`` (``"cpu"``, ``"cuda:1"``, ``"strict:device1"``), so every function that
-takes a device name takes a `device`, and ``x.device == "cpu"`` keeps working; tinyattn checks
-the name when a tensor is made on it, not here.
+takes a device name takes a `device`, and ``x.device == "cpu"`` keeps working. The form of the
+name is checked here; whether that device exists, when a tensor is made on it.
 """
 
 from __future__ import annotations
