@@ -4,6 +4,7 @@ truncated, foreign and pickled files. Runs on every backend (`device`).
 
 from __future__ import annotations
 
+import io
 import os
 import zipfile
 
@@ -131,3 +132,93 @@ def test_keys_that_shadow_numpy_keywords_are_fine(tmp_path):
     loaded = ta.load(path)
     assert list(loaded) == ["file", "allow_pickle", 7]
     assert ta.backend.dtype_name(loaded[7].dtype) == "int64"
+
+
+# ------------------------------------------------------------------ PyTorch's ways to call them
+def test_bfloat16_safetensors_written_by_pytorch_load_as_float32(tmp_path):
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    torch.manual_seed(0)
+    weights = {"w": torch.randn(3, 4).to(torch.bfloat16), "ids": torch.arange(5)}
+    path = tmp_path / "half.safetensors"
+    safetensors_torch.save_file(weights, str(path))
+    loaded = ta.load(path)
+    assert ta.backend.dtype_name(loaded["w"].dtype) == "float32"
+    assert ta.backend.dtype_name(loaded["ids"].dtype) == "int64"
+    # bfloat16 -> float32 is exact, so the values equal PyTorch's own widening bit for bit.
+    np.testing.assert_array_equal(loaded["w"].numpy(), weights["w"].float().numpy())
+    np.testing.assert_array_equal(loaded["ids"].numpy(), np.arange(5))
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "float8_e4m3fn"])
+def test_safetensors_dtypes_tinyattn_lacks_are_named_with_their_key(tmp_path, dtype):
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    if not hasattr(torch, dtype):
+        pytest.skip(f"this PyTorch has no {dtype}")
+    path = tmp_path / "odd.safetensors"
+    safetensors_torch.save_file(
+        {"fine": torch.ones(2), "odd": torch.zeros(2).to(getattr(torch, dtype))}, str(path)
+    )
+    with pytest.raises(
+        ValueError, match=r"load: .*odd.safetensors.*tensor 'odd' has dtype (U16|F8_E4M3)"
+    ):
+        ta.load(path)
+
+
+@pytest.mark.parametrize("obj", [{"w": ta.arange(6).reshape(2, 3), "step": 3}, {"w": ta.ones(2)}])
+def test_save_and_load_take_file_objects(obj):
+    buffer = io.BytesIO()
+    ta.save(obj, buffer)
+    buffer.seek(0)
+    loaded = ta.load(buffer)
+    assert list(loaded) == list(obj)
+    for key, value in obj.items():
+        if isinstance(value, ta.Tensor):
+            np.testing.assert_array_equal(loaded[key].numpy(), value.numpy())
+        else:
+            assert loaded[key] == value
+
+
+def test_load_reads_a_safetensors_file_object(tmp_path):
+    path = tmp_path / "w.safetensors"
+    ta.save({"w": ta.arange(4, dtype="float32")}, path)
+    with open(path, "rb") as file:
+        loaded = ta.load(file)
+    np.testing.assert_array_equal(loaded["w"].numpy(), np.arange(4, dtype=np.float32))
+
+
+def test_load_takes_map_location_and_weights_only(tmp_path):
+    path = tmp_path / "w.npz"
+    ta.save({"w": ta.ones(2)}, path)
+    for location in ("cpu", ta.device("cpu"), {"cpu": "cpu"}):
+        loaded = ta.load(path, map_location=location, weights_only=True)
+        assert loaded["w"].device == "cpu"
+    assert ta.load(path, weights_only=False)["w"].shape == (2,)
+    with pytest.raises(TypeError, match="map_location"):
+        ta.load(path, map_location=lambda storage, location: storage)
+    with pytest.raises(TypeError, match="not both"):
+        ta.load(path, device="cpu", map_location="cpu")
+
+
+@pytest.mark.parametrize(
+    "bad", ["", b"", 3, None, "no/such/directory/w.npz", ".", "a\0b.npz"], ids=repr
+)
+def test_a_bad_save_path_raises_an_error_that_starts_with_save(tmp_path, monkeypatch, bad):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises((ValueError, TypeError, OSError)) as info:
+        ta.save({"w": ta.ones(1)}, bad)
+    assert str(info.value).startswith("save:"), str(info.value)
+
+
+def test_an_os_error_while_saving_names_save_and_the_path(tmp_path, monkeypatch):
+    """A directory the process may not write to (simulated: tests may run as root, who may)."""
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(PermissionError, match=r"^save: cannot write .*w.npz.*Permission denied"):
+        ta.save({"w": ta.ones(1)}, tmp_path / "w.npz")
+    assert not (tmp_path / "w.npz").exists()

@@ -20,6 +20,12 @@ from .autograd import (
 )
 from .backend import cupy_status, get_rng_state, keep_freed_memory, manual_seed, set_rng_state
 from .creation import (
+    BoolTensor,
+    ByteTensor,
+    DoubleTensor,
+    FloatTensor,
+    IntTensor,
+    LongTensor,
     arange,
     as_tensor,
     empty,
@@ -41,7 +47,9 @@ from .creation import (
     zeros,
     zeros_like,
 )
+from .devices import device
 from .methods.common import concat, stack, where
+from .modes import inference_mode
 from .tensor import Tensor
 from .tensor_functions import (
     FUNCTIONS,
@@ -134,6 +142,14 @@ __all__ = [
     "vstack",
     "short",
     "uint8",
+    "device",
+    "inference_mode",
+    "BoolTensor",
+    "ByteTensor",
+    "DoubleTensor",
+    "FloatTensor",
+    "IntTensor",
+    "LongTensor",
     # `from tinyattn import *` must not replace Python's own max, sum, round, float, ...
     *(name for name in FUNCTIONS if not hasattr(_builtins, name)),
 ]

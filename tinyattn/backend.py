@@ -13,6 +13,7 @@ NumPy and mixing devices, exactly as CuPy does).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import math
@@ -795,8 +796,9 @@ def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
     import zlib  # noqa: PLC0415
 
     try:
-        # Our own open file: np.load(path) leaks its handle when the zip is truncated.
-        with open(path, "rb") as file:
+        # Our own open file (np.load(path) leaks its handle on a truncated zip), or the caller's.
+        named = isinstance(path, str | os.PathLike)
+        with open(path, "rb") if named else contextlib.nullcontext(path) as file:
             magic = file.read(6)
             # np.load takes any unknown bytes for a pickle, so a text file would be reported as
             # "contains pickled (object) data": check the zip (and .npy) signatures first.
@@ -843,25 +845,33 @@ def safetensors_bytes(arrays: dict[str, Any], metadata: dict[str, str] | None) -
     return save(host, metadata=metadata)
 
 
-def load_safetensors(path: Any) -> tuple[dict[str, np.ndarray], dict[str, str] | None]:
-    """The arrays and the string metadata of a safetensors file; ValueError when unreadable."""
+# The safetensors dtypes tinyattn holds, as little-endian NumPy dtypes (BF16 is widened).
+_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
+                       "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}  # fmt: skip
+
+
+def load_safetensors(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of the safetensors file whose bytes are `data`. BF16 comes back as float32
+    (exact: a bfloat16 is a float32's top 16 bits); other dtypes tinyattn lacks (U16, F8_E4M3,
+    ...) and bad files raise ValueError, naming the tensor and the dtype."""
+    from safetensors import deserialize  # noqa: PLC0415  (an optional dependency)
+
     try:
-        from safetensors import safe_open  # noqa: PLC0415
-    except ImportError:
-        raise ImportError(
-            "load: reading .safetensors files needs the safetensors package "
-            "(pip install safetensors)"
-        ) from None
-    try:
-        with safe_open(path, framework="numpy") as file:
-            metadata = file.metadata()
-            arrays = {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, TypeError, RuntimeError, Exception) as exc:  # noqa: BLE001
-        # safetensors reports a bad file with its own SafetensorError; bfloat16 has no NumPy type.
+        entries = deserialize(data)
+    except Exception as exc:  # noqa: BLE001  (the package's SafetensorError and others)
         raise ValueError(f"not a readable safetensors file ({type(exc).__name__}: {exc})") from None
-    return arrays, metadata
+    arrays = {}
+    for name, entry in sorted(entries):
+        kind, shape, raw = entry["dtype"], tuple(entry["shape"]), entry["data"]
+        if kind not in _SAFETENSORS_DTYPES and kind != "BF16":
+            readable = ", ".join(_SAFETENSORS_DTYPES)
+            raise ValueError(f"tensor {name!r} has dtype {kind}; tinyattn reads {readable}, BF16")
+        if kind == "BF16":
+            array = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            array = np.frombuffer(raw, _SAFETENSORS_DTYPES[kind])
+        arrays[name] = array.reshape(shape)
+    return arrays
 
 
 # ------------------------------------------------------------------ data-dependent and sampling

@@ -1,7 +1,8 @@
 """Factory functions: new tensors from data, shapes and random draws.
 
 ``tensor``, ``from_numpy``, ``as_tensor``, ``zeros``/``ones``/``empty``/``full`` and their
-``_like`` forms, ``arange``, ``linspace``, ``eye``, ``rand``/``randn``/``randint``/``randperm``.
+``_like`` forms, ``arange``, ``linspace``, ``eye``, ``rand``/``randn``/``randint``/``randperm``,
+and PyTorch's legacy typed constructors (``FloatTensor``, ``LongTensor`` ...).
 The layer just above `tensor` (imports `backend`, `autograd`, `tensor` and `methods.common`).
 Floats default to float32; random draws come from the host generator that ``ta.manual_seed``
 seeds, so CPU and GPU runs start from the same numbers.
@@ -215,3 +216,48 @@ def rand(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     shape = checked_shape("rand", shape_arg(shape))
     out = Tensor._from_op(backend.random_array("uniform", shape, dtype, device), None)
     return out.requires_grad_() if requires_grad else out
+
+
+# --------------------------------------------------------------------- legacy typed constructors
+class _LegacyTensorType(type):
+    """The type of ``FloatTensor``, ``LongTensor`` ...: calling one makes a tensor of its dtype,
+    and ``isinstance(x, ta.LongTensor)`` asks whether x is an int64 Tensor, as in PyTorch."""
+
+    dtype: str
+
+    def __call__(cls, *args: Any, device: Any = None) -> Tensor:
+        """``LongTensor([1, 2])`` (data, converted), ``FloatTensor(2, 3)`` (a new tensor of
+        that shape: zeros here, unset in PyTorch), ``FloatTensor()`` (shape (0,)),
+        ``LongTensor(t)`` (t itself, sharing memory, when t is int64)."""
+        op = cls.__name__
+        if len(args) == 1 and isinstance(args[0], Tensor):
+            return _legacy_from_tensor(op, cls.dtype, args[0], device)
+        if len(args) == 1 and (isinstance(args[0], list | tuple) or getattr(args[0], "ndim", 0)):
+            return Tensor(args[0], dtype=cls.dtype, device=device)
+        shape = checked_shape(op, args) if args else (0,)
+        return zeros(*shape, dtype=cls.dtype, device=device)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, Tensor) and backend.dtype_name(instance.dtype) == cls.dtype
+
+
+def _legacy_from_tensor(op: str, dtype: str, data: Tensor, device: Any) -> Tensor:
+    if backend.dtype_name(data.dtype) != dtype or (device is not None and device != data.device):
+        raise TypeError(
+            f"{op}: expected a {dtype} tensor on {device or data.device}, got "
+            f"{backend.dtype_name(data.dtype)} on {data.device}; use t.to(...) to convert"
+        )
+    return data.detach()  # PyTorch returns a tensor sharing t's memory
+
+
+def _legacy_type(name: str, dtype: str) -> _LegacyTensorType:
+    doc = f"PyTorch's legacy ``torch.{name}``: tensors of dtype {dtype} (see _LegacyTensorType)."
+    return _LegacyTensorType(name, (), {"dtype": dtype, "__doc__": doc, "__module__": __name__})
+
+
+FloatTensor = _legacy_type("FloatTensor", "float32")
+DoubleTensor = _legacy_type("DoubleTensor", "float64")
+LongTensor = _legacy_type("LongTensor", "int64")
+IntTensor = _legacy_type("IntTensor", "int32")
+ByteTensor = _legacy_type("ByteTensor", "uint8")
+BoolTensor = _legacy_type("BoolTensor", "bool")

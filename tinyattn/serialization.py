@@ -1,24 +1,26 @@
 """Serialization layer: ta.save / ta.load of state dicts as .npz or .safetensors files.
 
 Imports `backend` and `tensor`; the file formats are read and written by `backend`. Invariants:
-pickle is never written or accepted (arrays only, plus a JSON manifest); a save is atomic (a temp
-file in the same directory, fsync, os.replace), so a failed save leaves the old file intact; a
-save through a symbolic link replaces the link's target (the link keeps pointing at the new
-weights); a special file (a device, a FIFO, a directory) is refused, never replaced; a new file
-gets the permissions the umask allows, an existing one keeps its own.
+pickle is never written or accepted (arrays only, plus a JSON manifest); a save to a path is
+atomic (a temp file in the same directory, fsync, os.replace), so a failed save leaves the old
+file intact; a save through a symbolic link replaces the link's target (the link keeps pointing
+at the new weights); a special file (a device, a FIFO, a directory) is refused, never replaced; a
+new file gets the permissions the umask allows, an existing one keeps its own.
 
 Two formats, chosen by the file name: ``.safetensors`` (a flat ``{name: Tensor}`` state dict, the
 format PyTorch programs exchange weights in, read by ``safetensors.torch.load_file``) and, for
 everything else, tinyattn's .npz checkpoint (any nesting of dicts, lists, tensors and numbers,
-such as an optimizer state dict).
+such as an optimizer state dict). A file object (``io.BytesIO``) is written as an .npz
+checkpoint; `load` tells the formats apart by their first bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import backend
 from .tensor import Tensor
@@ -63,22 +65,51 @@ def _encode(value: Any, path: str, arrays: dict[str, Any]) -> Any:
     )
 
 
-def save(obj: Any, path: str | os.PathLike) -> None:
-    """Write `obj` to `path` atomically.
+def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
+    """Write `obj` to the path or binary file object `f` (PyTorch's ``torch.save(obj, f)``).
 
     A path ending in ``.safetensors`` takes a flat state dict (``{str: Tensor}``) in the
-    safetensors format; any other path a tinyattn .npz checkpoint of `obj` (a state dict, an
-    optimizer state dict, or any nesting of dicts, lists, Tensors and numbers).
+    safetensors format; any other path, and any file object (``io.BytesIO``), a tinyattn .npz
+    checkpoint of `obj` (a state dict, an optimizer state dict, or any nesting of dicts, lists,
+    Tensors and numbers). A path is written atomically; a bad path raises an error that starts
+    with ``save:``.
     """
-    path = os.fspath(path)
-    if path.endswith(".safetensors"):
-        payload = _safetensors_payload(obj)
-        _write_atomically(path, lambda file: file.write(payload))
+    if hasattr(f, "write"):
+        f.write(_npz_payload(obj))
         return
+    path = _save_path(f)
+    payload = _safetensors_payload(obj) if path.endswith(".safetensors") else _npz_payload(obj)
+    try:
+        _write_atomically(path, lambda file: file.write(payload))
+    except OSError as exc:
+        if str(exc).startswith("save:"):
+            raise
+        error = type(exc)(f"save: cannot write {path!r}: {exc.strerror or exc}")
+        error.errno = exc.errno  # the same kind of OSError, with the message first
+        raise error from None
+
+
+def _save_path(f: Any) -> str:
+    """`f` as a path string, or a ``save:`` error saying why it is none."""
+    if not isinstance(f, str | bytes | os.PathLike):
+        raise TypeError(
+            f"save: expected a path (str or os.PathLike) or a binary file object, got "
+            f"{type(f).__name__}"
+        )
+    path = os.fsdecode(f)
+    if not path or "\0" in path:
+        raise ValueError(f"save: {path!r} is not a file path; give a file name such as 'model.npz'")
+    return path
+
+
+def _npz_payload(obj: Any) -> bytes:
+    """The bytes of a tinyattn .npz checkpoint of `obj`."""
     arrays: dict[str, Any] = {}
     tree = _encode(obj, "", arrays)  # all type errors surface before any file is touched
     metadata = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
-    _write_atomically(path, lambda file: backend.save_npz(file, arrays, metadata))
+    buffer = io.BytesIO()
+    backend.save_npz(buffer, arrays, metadata)
+    return buffer.getvalue()
 
 
 def _safetensors_payload(obj: Any) -> bytes:
@@ -195,41 +226,92 @@ def _decode(tree: Any, arrays: dict[str, Any], device: Any, path: str) -> Any:
     raise ValueError(f"load: {path}: unknown manifest node kind {kind!r}")
 
 
-def load(path: str | os.PathLike, device: Any = None) -> Any:
-    """Read a file written by `save` (or any safetensors file); tensors go to `device`.
+def load(
+    f: str | os.PathLike | BinaryIO,
+    device: Any = None,
+    *,
+    map_location: Any = None,
+    weights_only: bool | None = None,
+    mmap: bool | None = None,
+) -> Any:
+    """Read a file written by `save` (or any safetensors file) from a path or a binary file
+    object; tensors go to `device` (or PyTorch's spelling, `map_location`: a device name or
+    ``ta.device``), else the CPU.
 
-    A .safetensors file gives a flat ``{name: Tensor}`` dict. A truncated, corrupt or foreign
-    file raises ValueError naming the path and the reason.
+    A .safetensors file gives a flat ``{name: Tensor}`` dict; bfloat16 tensors in it (as
+    PyTorch writes them) load as float32, exactly. ``weights_only`` and ``mmap`` are accepted
+    for PyTorch's sake and change nothing: these files hold only tensors, numbers and
+    containers, never pickled objects. A truncated, corrupt or foreign file raises ValueError
+    naming the path and the reason.
     """
-    shown = os.fspath(path)
+    device = _load_device(device, map_location)
+    if hasattr(f, "read"):
+        data, shown = f.read(), "the file object"
+        if not data.startswith(b"PK"):
+            return _from_safetensors(data, shown, device)
+        return _from_npz(io.BytesIO(data), shown, device)
+    shown = os.fspath(f)
     if _is_safetensors(shown):
         try:
-            arrays, _ = backend.load_safetensors(shown)
+            with open(shown, "rb") as file:
+                data = file.read()
         except FileNotFoundError:
             raise FileNotFoundError(f"load: no file at {shown!r}") from None
-        except ValueError as exc:
-            raise ValueError(f"load: {shown!r}: {exc}") from None
-        return {name: Tensor(array, device=device) for name, array in arrays.items()}
+        return _from_safetensors(data, repr(shown), device)
+    return _from_npz(shown, repr(shown), device)
+
+
+def _load_device(device: Any, map_location: Any) -> Any:
+    """`device`, or PyTorch's `map_location` when it names a device."""
+    if map_location is None:
+        return device
+    if device is not None:
+        raise TypeError("load: give device= or map_location=, not both")
+    if isinstance(map_location, dict):
+        # These files hold host arrays: their one location is "cpu".
+        return map_location.get("cpu")
+    if not isinstance(map_location, str):
+        raise TypeError(
+            f"load: map_location must be a device ('cpu', 'cuda:0', ta.device(...)) or a dict "
+            f"of them, got {type(map_location).__name__}; move the tensors afterwards instead"
+        )
+    return map_location
+
+
+def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]:
     try:
-        arrays, metadata = backend.load_npz(shown)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"load: no file at {shown!r}") from None
+        arrays = backend.load_safetensors(data)
+    except ImportError:
+        raise ImportError(
+            "load: reading .safetensors files needs the safetensors package "
+            "(pip install safetensors)"
+        ) from None
     except ValueError as exc:
-        raise ValueError(f"load: {shown!r} is not a readable tinyattn checkpoint: {exc}") from None
+        raise ValueError(f"load: {shown}: {exc}") from None
+    return {name: Tensor(array, device=device) for name, array in arrays.items()}
+
+
+def _from_npz(source: Any, shown: str, device: Any) -> Any:
+    try:
+        arrays, metadata = backend.load_npz(source)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"load: no file at {shown}") from None
+    except ValueError as exc:
+        raise ValueError(f"load: {shown} is not a readable tinyattn checkpoint: {exc}") from None
     if metadata is None:
         raise ValueError(
-            f"load: {shown!r} is an .npz archive but not a tinyattn checkpoint (no "
+            f"load: {shown} is an .npz archive but not a tinyattn checkpoint (no "
             f"{backend.NPZ_METADATA_ENTRY!r} entry); read plain archives with numpy.load"
         )
     try:
         header = json.loads(metadata)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"load: {shown!r} has a corrupt manifest ({exc})") from None
+        raise ValueError(f"load: {shown} has a corrupt manifest ({exc})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ValueError(f"load: {shown!r} is not a tinyattn checkpoint (format {header!r:.80})")
+        raise ValueError(f"load: {shown} is not a tinyattn checkpoint (format {header!r:.80})")
     if header.get("version") != VERSION:
         raise ValueError(
-            f"load: {shown!r} has checkpoint version {header.get('version')!r}; this tinyattn "
+            f"load: {shown} has checkpoint version {header.get('version')!r}; this tinyattn "
             f"reads version {VERSION}"
         )
     return _decode(header.get("tree"), arrays, device, shown)

@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import backend
+from . import backend, devices
 from .autograd import (
     RETAIN_GRAD,
     RemovableHandle,
@@ -245,8 +245,8 @@ class Tensor(
         return self.array.dtype
 
     @property
-    def device(self) -> str:
-        return backend.device_name(backend.device_of(self.array))
+    def device(self) -> devices.device:
+        return devices.of_name(backend.device_name(backend.device_of(self.array)))
 
     @property
     def data(self) -> Tensor:

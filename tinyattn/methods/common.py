@@ -11,6 +11,7 @@ TensorBase is a tinyattn Tensor: nothing else derives from it). New tensors are 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -117,12 +118,18 @@ def promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
 
 def checked_shape(op: str, shape: tuple) -> tuple:
     """Sizes must be non-negative ints (NumPy's own error names neither the op nor the shape)."""
+    sizes = []
     for n in shape:
-        if isinstance(n, bool) or not hasattr(n, "__index__"):
+        try:  # operator.index, not int(): a float (or a float tensor) is no size
+            size = operator.index(n) if not isinstance(n, bool) else None
+        except TypeError:
+            size = None
+        if size is None:
             raise TypeError(f"{op}: sizes must be ints, got shape {shape!r}")
-        if n < 0:
+        if size < 0:
             raise ValueError(f"{op}: sizes must be non-negative, got shape {shape!r}")
-    return tuple(int(n) for n in shape)
+        sizes.append(size)
+    return tuple(sizes)
 
 
 def where(cond: Tensor, a: Any = None, b: Any = None) -> Any:

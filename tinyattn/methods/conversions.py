@@ -1,10 +1,11 @@
 """Tensor methods, conversions family: host values, devices and dtypes.
 
 ``numpy()``, ``item()``, ``float(x)``/``int(x)``/``bool(x)``, ``tolist()``, ``to(device|dtype)``,
-``cpu()``/``cuda()``, the dtype shorthands (``float()``, ``long()``, ``bool()`` ...), ``type()``,
-and the ``new_*`` constructors that copy a tensor's dtype and device. Part of the tensor layer:
-imports `backend`, `autograd`, `ops` and `methods.common`. A cast is the Cast op (its gradient
-casts back); a move between devices is the ToDevice op.
+``cpu()``/``cuda()``, ``is_cuda``, the dtype shorthands (``float()``, ``long()``, ``byte()`` ...),
+``type()``, ``__index__`` and ``__format__`` (one-element tensors as list indices, 0-d ones in
+f-strings), and the ``new_*`` constructors that copy a tensor's dtype and device. Part of the
+tensor layer: imports `backend`, `autograd`, `ops` and `methods.common`. A cast is the Cast op
+(its gradient casts back); a move between devices is the ToDevice op.
 """
 
 from __future__ import annotations
@@ -55,6 +56,33 @@ class ConversionMethods(TensorBase):
                 "use (x > 0).numpy().any() or .all() on the host"
             )
         return bool(self.item())
+
+    def __index__(self) -> int:
+        """A one-element integer (or bool) tensor as a Python int, so it can bound a slice or
+        index a list (``items[i]``, ``x[:n]``, ``range(n)``), as in PyTorch."""
+        if self.numel() != 1 or backend.dtype_name(self.dtype) not in _INDEX_DTYPES:
+            raise TypeError(
+                "__index__: only integer tensors of a single element can be converted to an "
+                f"index, got {backend.dtype_name(self.dtype)} of shape {self.shape}"
+            )
+        return int(self.item())
+
+    def __format__(self, spec: str) -> str:
+        """A 0-d tensor formats as its value (``f"{loss:.4f}"``, and ``f"{loss}"`` gives the
+        number); any other tensor takes only the empty spec (its ``str``), as in PyTorch."""
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        if spec:
+            raise TypeError(
+                f"unsupported format string {spec!r} passed to Tensor.__format__ (a tensor of "
+                f"shape {self.shape}; only 0-d tensors take a format spec)"
+            )
+        return str(self)
+
+    @property
+    def is_cuda(self) -> bool:
+        """Whether the tensor is on a CUDA device (CuPy)."""
+        return self.device.startswith("cuda")
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         if not isinstance(self.array, HOST_ARRAY):
@@ -176,6 +204,11 @@ class ConversionMethods(TensorBase):
     def bool(self) -> Tensor:
         return self._cast("bool")
 
+    def byte(self) -> Tensor:
+        return self._cast("uint8")
+
+
+_INDEX_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
 
 _TYPE_NAMES = {
     "float32": "FloatTensor",

@@ -151,17 +151,11 @@ class ShapeMethods(TensorBase):
         return self.expand_dims(dim)
 
     def squeeze(self, axis: Any = None, *, dim: Any = None) -> Tensor:
-        """Remove size-1 axes (all of them, or the given ones, which must have size 1)."""
+        """Remove size-1 axes: all of them, or those of the given ones that have size 1 (a
+        given axis of another size stays, as in PyTorch). Always a view."""
         axis, _ = merged_dims("squeeze", axis, False, dim, None)
-        if axis is None:
-            axes = tuple(i for i, n in enumerate(self.shape) if n == 1)
-        else:
-            axes = normalize_axes("squeeze", axis, self.ndim)
-            for a in axes:
-                if self.shape[a] != 1:
-                    raise ValueError(
-                        f"squeeze: axis {a} of shape {self.shape} has size {self.shape[a]}, not 1"
-                    )
+        axes = range(self.ndim) if axis is None else normalize_axes("squeeze", axis, self.ndim)
+        axes = tuple(a for a in axes if self.shape[a] == 1)
         return Reshape.apply(
             self, shape=tuple(n for i, n in enumerate(self.shape) if i not in axes)
         )

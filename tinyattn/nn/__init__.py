@@ -4,7 +4,8 @@ A package because one file would pass ~400 lines; the parts import in this order
 module (Module, Parameter, containers) -> layers (Linear, Embedding, LayerNorm, Dropout,
 activations) -> activation (more activations: ReLU6, SELU, Mish, GLU, ...) -> attention
 (MultiHeadAttention, PyTorch's MultiheadAttention) -> transformer (positional encodings,
-TransformerBlock) -> loss. `nn.functional`, `nn.init` and `nn.utils` are
+TransformerBlock) -> encoder_decoder (PyTorch's Transformer, TransformerEncoder(Layer),
+TransformerDecoder(Layer)) -> loss. `nn.functional`, `nn.init` and `nn.utils` are
 PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` and
 `functional`, never `optim`.
 """
@@ -12,6 +13,13 @@ PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` 
 from . import functional, init, utils
 from .activation import GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish, ReLU6, Softmin, Softsign
 from .attention import KVCache, MultiHeadAttention, MultiheadAttention
+from .encoder_decoder import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from .layers import (
     GELU,
     Dropout,
@@ -97,7 +105,12 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "Softmax",
     "Tanh",
+    "Transformer",
     "TransformerBlock",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "functional",
     "init",
     "utils",

@@ -85,6 +85,8 @@ class Embedding(Module):
         padding_idx: int | None = None,
         device: Any = None,
         dtype: Any = None,
+        _weight: Tensor | None = None,
+        _freeze: bool = False,
     ) -> None:
         super().__init__()
         _check_sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
@@ -97,12 +99,44 @@ class Embedding(Module):
                 )
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
+        if _weight is not None:  # from_pretrained: the given table as it is, padding row too
+            self.weight = Parameter(_weight.detach(), requires_grad=not _freeze)
+            self.weight.data = _weight.detach()  # shares the table's memory, as PyTorch does
+            _place(self, device, dtype)
+            return
         self.weight = Parameter(randn(num_embeddings, embedding_dim))
         if padding_idx is not None:
             table = self.weight.numpy().copy()
             table[padding_idx] = 0.0
             init._write(self.weight, table)
         _place(self, device, dtype)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
+        """An Embedding holding `embeddings` (V, D) as its weight (the padding row is kept as
+        given); frozen (requires_grad=False) unless freeze=False. As PyTorch's, whose max_norm,
+        scale_grad_by_freq and sparse tinyattn does not support."""
+        if max_norm is not None or scale_grad_by_freq or sparse:
+            raise NotImplementedError(
+                "Embedding.from_pretrained: max_norm, scale_grad_by_freq and sparse are not "
+                "supported; renormalise the table before passing it"
+            )
+        if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
+            shape = getattr(embeddings, "shape", type(embeddings).__name__)
+            raise ValueError(
+                f"Embedding.from_pretrained: embeddings must be a 2-D Tensor, got {shape}"
+            )
+        rows, columns = embeddings.shape
+        return cls(rows, columns, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze)
 
     def forward(self, indices: Any) -> Tensor:
         if self.padding_idx is None:
