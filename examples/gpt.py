@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import tinyattn as torch
@@ -210,17 +211,59 @@ def optimizer_for(model: GPT, lr: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
 
 
+def _positive(kind: type) -> Callable[[str], int | float]:
+    """An argparse type: a number of `kind` above 0, or a message naming what was given."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="After training it prints a greedy and a top-5 sample continuing 'The engine '. "
+        "After the default 500 steps (loss 4.80 -> 2.41 with seed 0) the samples are word-shaped, "
+        "not yet text: 'the the the ...', 'ster tand ... and on thape the'. Pass more --steps "
+        "for text that reads like the docs.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--steps", type=_positive(int), default=500, help="training steps")
+    add("--batch-size", type=_positive(int), default=32, help="sequences per step")
+    add(
+        "--block-size",
+        type=_positive(int),
+        default=32,
+        help="characters per sequence: the longest context",
+    )
+    add(
+        "--lr",
+        type=_positive(float),
+        default=3e-3,
+        help="AdamW learning rate, scaled by a linear warm-up over the first tenth of the steps "
+        "and a cosine decay to 0",
+    )
+    add("--seed", type=int, default=0, help="seed for the weights, the batches and the sampling")
+    add("--out", default="runs/gpt", help="folder for the loss plot (loss.png)")
+    add("--quiet", action="store_true", help="no progress bar")
+    add(
+        "--eager",
+        action="store_true",
+        help="run every training step through the graph instead of compiling it (ta.compile)",
+    )
+    return parser
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--block-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/gpt")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("--eager", action="store_true", help="do not compile the training step")
-    args = parser.parse_args()
+    args = _parser().parse_args()
 
     torch.manual_seed(args.seed)
     text = "\n".join(p.read_text() for p in sorted(DOCS.glob("*.md")))

@@ -99,3 +99,13 @@ def test_cached_logits_equal_the_full_forward():
             model(idx[:, t : t + 1], caches=caches, pos=ta.tensor([t]))[0] for t in range(4, 10)
         ]
     np.testing.assert_allclose(ta.cat(rows, dim=1).numpy(), full.numpy(), rtol=0, atol=1e-12)
+
+
+def test_help_describes_every_option_with_its_default():
+    parser = _example("tinyattn")._parser()
+    text = " ".join(parser.format_help().split())  # argparse wraps the lines
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, f"{action.option_strings[0]} has no help"
+        assert f"{action.help} (default: {action.default})" in text, action.option_strings[0]
