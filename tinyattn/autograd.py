@@ -24,10 +24,11 @@ import heapq
 import itertools
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import backend, grad_mode
+from . import backend, grad_mode, torch_protocol
 from .grad_mode import (
     AnomalyError,
     _check_backward,
@@ -46,7 +47,7 @@ from .grad_mode import (
 _READS = frozenset({"inputs", "output"})
 
 
-class Function:
+class Function(torch_protocol.ContextMethods):
     """Base class of every differentiable operation, built-in or user-defined.
 
     Subclasses implement ``forward(self, *arrays, **kwargs) -> array`` on raw arrays and
@@ -57,12 +58,25 @@ class Function:
     scale or an axis) go to ``forward``, which keeps what backward needs on ``self``. apply
     creates the instance without calling ``__init__``, so defining ``__init__`` is an error.
 
+    Several outputs: a forward that returns a tuple of arrays makes apply return a tuple of
+    Tensors, and backward is called once, after every output in the graph has its gradient,
+    as ``backward(self, grad_0, grad_1, ...)``: one gradient per output, a zero tensor for an
+    output no gradient reached. ``self.output`` is then the tuple of outputs (None for one
+    already freed). An output with an integer or bool dtype gets no gradient and no history.
+
+    PyTorch's protocol (a staticmethod ``forward(ctx, ...)`` on Tensors) is the same node seen
+    through another door; `torch_protocol` describes it.
+
     Class attributes a subclass may set:
 
     - ``backward_reads``: which values backward reads, ``("inputs", "output")`` by default.
       Their versions are recorded with the node and checked before backward runs, so a tensor
       changed in place in between is an error, not a wrong gradient. An op whose backward uses
       only shapes (Add, Sum, Reshape) declares ``()``; Exp, which reads its output, ``("output",)``.
+    - ``grad_reads``: finer than backward_reads, for each input the values its gradient reads
+      (input positions, and "output"): MatMul's ``((1,), (0,))``, as dL/da needs b and dL/db
+      needs a. Then only the values some needed gradient reads are version-checked, and an
+      input that needs no gradient and that no rule reads is not kept (`ReleasedConstant`).
     - ``shares_storage``: True for ops whose result may be a view of input 0 (reshape, permute,
       basic indexing): when it is one, the result shares that input's version counter.
 
@@ -77,7 +91,8 @@ class Function:
     # Built-in ops add their own __slots__; a user subclass without __slots__ gets a __dict__.
     # `inputs` is None once the node is released (after a backward without retain_graph).
     # `_seq` is the creation number the engine orders by (set when the node is recorded);
-    # `_versions` the (output, inputs) versions backward will check, or None.
+    # `_versions` the (position, version) pairs backward will check, or None (position >= 0:
+    # an input; -1 - k: output k). `_outputs` is None for one output, else an `_Outputs`.
     __slots__ = (
         "inputs",
         "output",
@@ -87,10 +102,13 @@ class Function:
         "_versions",
         "_trace",
         "_seq",
+        "_outputs",
     )
     backward_reads: tuple[str, ...] = ("inputs", "output")
+    grad_reads: tuple[tuple, ...] | None = None
     shares_storage: bool = False
     _reads_inputs = _reads_output = True  # backward_reads as two flags, set per subclass
+    _ctx_protocol = False  # PyTorch's protocol: forward is a staticmethod taking ctx
 
     def reads_host(self) -> bool:
         """Whether the last forward read values back to the host (an index range check): on a
@@ -114,6 +132,9 @@ class Function:
                 f"got {reads!r}"
             )
         cls._reads_inputs, cls._reads_output = "inputs" in reads, "output" in reads
+        torch_protocol.check_grad_reads(cls)
+        if torch_protocol.is_ctx_protocol(cls):
+            torch_protocol.adopt(cls)
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -125,6 +146,8 @@ class Function:
     def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
         """Run forward on the inputs' arrays and, if grad mode is on, record the node."""
         fn = cls.__new__(cls)
+        if cls._ctx_protocol:
+            return _apply_ctx_protocol(fn, inputs, kwargs)
         fn.inputs = inputs
         if _recorder is not None:  # ta.compile is recording a step: it runs and notes forward
             data = _recorder.forward(fn, inputs, kwargs)
@@ -140,13 +163,16 @@ class Function:
                 if t.requires_grad:
                     recorded = True
                     break
+        if type(data) is tuple:
+            return _record_outputs(fn, data, recorded)
         out = inputs[0]._from_op(data, fn if recorded else None)
         if cls.shares_storage and backend.is_view_of(data, inputs[0].array):
             # A view: an in-place change through either bumps both (a copy keeps its own).
             out._version_counter = inputs[0]._version_counter
         if recorded:
             fn._seq = _next_seq()
-            fn._versions = _versions_read(fn, out) if cls.backward_reads else None
+            fn._outputs = None
+            fn._versions = _versions_read(fn, (out._version_counter,))
         return out
 
     def save_for_backward(self, *values: Any) -> None:
@@ -165,12 +191,18 @@ class Function:
         for position, (value, version) in enumerate(zip(saved, versions)):
             if version is not None and value._version_counter[0] != version:
                 what = f"saved tensor {position}"
-                raise RuntimeError(_modified_message(self, what, value, version))
+                current = value._version_counter[0]
+                raise RuntimeError(_modified_message(self, what, value.shape, current, version))
         anchor = self.inputs[0]
         return tuple(v if v is None or hasattr(v, "_ctx") else anchor.constant(v) for v in saved)
 
     @property
     def needs_input_grad(self) -> tuple[bool, ...]:
+        """Whether each input needs a gradient (in PyTorch's protocol: each forward argument,
+        False for one that is not a Tensor)."""
+        places = getattr(self, "_arg_places", None)
+        if places is not None:
+            return tuple(p is not None and self.inputs[p].requires_grad for p in places)
         return tuple(t.requires_grad for t in self.inputs)
 
     @property
@@ -226,36 +258,122 @@ def _skeleton_of(tensor: Any) -> Any:
     producer = tensor._ctx
     if producer is not None:
         return producer
+    if type(tensor) is ReleasedConstant:  # an input the node never kept (`grad_reads`)
+        return tensor
     array = tensor.array  # its attributes, not the Tensor's properties: this runs on every node
     if tensor.requires_grad or math.prod(array.shape) <= KEPT_CONSTANT_SIZE:
         return tensor
     return ReleasedConstant(array.shape, array.dtype)
 
 
-def _versions_read(fn: Function, output: Any) -> tuple:
-    """(output version or None, input versions or None): what backward will read, as of now."""
-    return (
-        output._version_counter[0] if fn._reads_output else None,
-        tuple([t._version_counter[0] for t in fn.inputs]) if fn._reads_inputs else None,
+class _Outputs:
+    """What a node with several outputs knows of them, without keeping them alive: weak
+    references (the engine finds an output's position by identity), their version counters
+    (plain lists), and their shapes and dtypes (for the zero gradient of an unused output)."""
+
+    __slots__ = ("refs", "counters", "shapes", "dtypes")
+
+    def __init__(self, outputs: tuple) -> None:
+        self.refs = tuple([weakref.ref(t) for t in outputs])
+        self.counters = tuple([t._version_counter for t in outputs])
+        self.shapes = tuple([t.array.shape for t in outputs])
+        self.dtypes = tuple([t.array.dtype for t in outputs])
+
+    def position(self, tensor: Any) -> int:
+        for k, ref in enumerate(self.refs):
+            if ref() is tensor:
+                return k
+        raise RuntimeError("a tensor names a node with several outputs but is none of them")
+
+
+def _record_outputs(fn: Function, data: tuple, recorded: bool, like: tuple = ()) -> tuple:
+    """The Tensors of a forward that returned several arrays; if recorded, the node behind them.
+    Integer and bool outputs are constants: no gradient flows through an index. `like`: the
+    Tensors a forward in PyTorch's protocol returned, whose version counters the outputs share."""
+    inputs = fn.inputs
+    constant = torch_protocol.constant_outputs(fn, like) if like else set()
+    outputs = []
+    for k, array in enumerate(data):
+        if not like:
+            floating = backend.is_floating(backend.namespace(array), array.dtype)
+        differentiable = recorded and (k not in constant if like else floating)
+        out = inputs[0]._from_op(array, fn if differentiable else None)
+        if like:
+            out._version_counter = like[k]._version_counter
+        elif type(fn).shares_storage and backend.is_view_of(array, inputs[0].array):
+            out._version_counter = inputs[0]._version_counter  # a view, as in `apply`
+        outputs.append(out)
+    outputs = tuple(outputs)
+    if recorded:
+        fn._seq = _next_seq()
+        fn._outputs = _Outputs(outputs)
+        fn._versions = _versions_read(fn, fn._outputs.counters)
+    return outputs
+
+
+def _apply_ctx_protocol(fn: Function, args: tuple, kwargs: dict) -> Any:
+    """``apply`` in PyTorch's protocol (see `torch_protocol`): forward runs on Tensors, then
+    the same node as the teaching protocol's records its Tensor arguments as inputs."""
+    results, several = torch_protocol.run_forward(fn, args, kwargs)
+    if not fn.inputs:
+        return results if several else results[0]
+    recorded = _modes.grad_enabled and any(t.requires_grad for t in fn.inputs)
+    outputs = _record_outputs(fn, tuple([r.array for r in results]), recorded, like=results)
+    return outputs if several else outputs[0]
+
+
+def _values_read(fn: Function) -> tuple[list, bool]:
+    """(input positions, whether the outputs are read): what the rule reads, given which inputs
+    need a gradient when the op declares `grad_reads`, else by `backward_reads`."""
+    grad_reads = fn.grad_reads
+    if grad_reads is None:
+        return (range(len(fn.inputs)) if fn._reads_inputs else []), fn._reads_output
+    positions: set = set()
+    for position, tensor in enumerate(fn.inputs):
+        if tensor.requires_grad:
+            positions.update(grad_reads[position])
+    output = "output" in positions
+    positions.discard("output")
+    kept = tuple(
+        t if t.requires_grad or p in positions else _skeleton_of(t) for p, t in enumerate(fn.inputs)
     )
+    fn.inputs = kept  # an input nothing reads is not kept: its memory goes with its last user
+    return sorted(positions), output
+
+
+def _versions_read(fn: Function, output_counters: tuple) -> tuple | None:
+    """The (position, version) pairs backward will check, as of now (see `Function.__slots__`)."""
+    if not fn.backward_reads and fn.grad_reads is None:
+        return None
+    positions, output = _values_read(fn)
+    inputs = fn.inputs
+    versions = [(p, inputs[p]._version_counter[0]) for p in positions]
+    if output:
+        versions += [(-1 - k, counter[0]) for k, counter in enumerate(output_counters)]
+    return tuple(versions) or None
 
 
 def _check_versions(fn: Function, output: Any) -> None:
     """Refuse to run a rule whose values were changed in place after the node was recorded."""
-    output_version, input_versions = fn._versions
-    if output_version is not None and output._version_counter[0] != output_version:
-        raise RuntimeError(_modified_message(fn, "output", output, output_version))
-    for position, version in enumerate(input_versions or ()):
-        tensor = fn.inputs[position]
-        if tensor._version_counter[0] != version:
-            raise RuntimeError(_modified_message(fn, f"input {position}", tensor, version))
+    for position, version in fn._versions:
+        if position >= 0:
+            tensor = fn.inputs[position]
+            current, shape, what = tensor._version_counter[0], tensor.shape, f"input {position}"
+        elif fn._outputs is None:
+            current, shape, what = output._version_counter[0], output.shape, "output"
+        else:
+            k = -1 - position
+            current, shape = fn._outputs.counters[k][0], fn._outputs.shapes[k]
+            what = f"output {k}"
+        if current != version:
+            raise RuntimeError(_modified_message(fn, what, shape, current, version))
 
 
-def _modified_message(fn: Function, what: str, tensor: Any, expected: int) -> str:
+def _modified_message(fn: Function, what: str, shape: tuple, current: int, expected: int) -> str:
     return (
         "one of the variables needed for gradient computation has been modified by an inplace "
-        f"operation: {fn.name}'s {what} of shape {tuple(tensor.shape)} is at version "
-        f"{tensor._version_counter[0]}; expected version {expected}. Make the change out of "
+        f"operation: {fn.name}'s {what} of shape {tuple(shape)} is at version "
+        f"{current}; expected version {expected}. Make the change out of "
         "place (y = y + 1 instead of y += 1), or after backward()."
     )
 
@@ -292,7 +410,9 @@ def run_backward(
     """
     pending: dict = {}  # non-leaf tensor -> the sum of the gradients it has received so far
     leaves: dict = {}  # leaf tensor -> its summed gradient, delivered at the end
-    ready: list = []  # heap of (-creation number, tensor) for the tensors in `pending`
+    # Heap of (-creation number, tensor) for the tensors in `pending`; for an output of a node
+    # with several outputs (-creation number, its position, tensor), so that they pop together.
+    ready: list = []
     for root, grad in zip(roots, root_grads):
         _send(root, grad, pending, leaves, ready)
     wanted = None if capture is None else set(capture)
@@ -300,18 +420,17 @@ def run_backward(
     with set_grad_enabled(create_graph):  # rules record a graph only for higher order
         while ready:
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
-            tensor = heapq.heappop(ready)[1]
-            grad = pending.pop(tensor)
-            if tensor._hooks:
-                grad = _run_hooks(tensor, grad)
-                if RETAIN_GRAD in tensor._hooks:  # after every hook, as in PyTorch
-                    tensor.grad = grad.clone() if tensor._grad is None else tensor._grad + grad
-            if wanted is not None and tensor in wanted:
-                captured[id(tensor)] = grad
+            entry = heapq.heappop(ready)
+            tensor = entry[-1]
+            grad = _received(tensor, pending, wanted, captured, observer)
             fn = tensor._ctx
-            if observer is not None:
-                observer.rule_runs(tensor, grad)
-            input_grads = _call_backward(fn, tensor, grad)
+            if fn._outputs is None:
+                input_grads = _call_backward(fn, tensor, grad)
+            else:  # every output of fn waiting now has its complete gradient too
+                outputs, grads = _gather(
+                    fn, entry, grad, ready, pending, wanted, captured, observer
+                )
+                input_grads = _call_backward(fn, outputs, grads)
             for position, parent in enumerate(fn.inputs):
                 parent_grad = input_grads[position]
                 if parent_grad is not None and parent.requires_grad:
@@ -334,8 +453,45 @@ def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> N
         pending[tensor] = pending[tensor] + grad
     else:
         pending[tensor] = grad
-        # Creation numbers are unique, so two tensors are never compared.
-        heapq.heappush(ready, (-tensor._ctx._seq, tensor))
+        fn = tensor._ctx
+        # Creation numbers are unique, and outputs of one node differ in position, so two
+        # tensors are never compared.
+        if fn._outputs is None:
+            heapq.heappush(ready, (-fn._seq, tensor))
+        else:
+            heapq.heappush(ready, (-fn._seq, fn._outputs.position(tensor), tensor))
+
+
+def _received(tensor: Any, pending: dict, wanted: set | None, captured: dict, observer: Any) -> Any:
+    """The complete gradient of `tensor`, after its hooks; kept where retain_grad or grad()
+    asked for it."""
+    grad = pending.pop(tensor)
+    if tensor._hooks:
+        grad = _run_hooks(tensor, grad)
+        if RETAIN_GRAD in tensor._hooks:  # after every hook, as in PyTorch
+            tensor.grad = grad.clone() if tensor._grad is None else tensor._grad + grad
+    if wanted is not None and tensor in wanted:
+        captured[id(tensor)] = grad
+    if observer is not None:
+        observer.rule_runs(tensor, grad)
+    return grad
+
+
+def _gather(fn: Function, entry: tuple, grad: Any, ready: list, *received: Any) -> tuple:
+    """(outputs, gradients) of a node with several outputs: the other outputs waiting pop now
+    (they share its creation number), and an output no gradient reached gets zeros."""
+    known = fn._outputs
+    grads: list = [None] * len(known.refs)
+    grads[entry[1]] = grad
+    while ready and ready[0][0] == entry[0]:
+        _, position, tensor = heapq.heappop(ready)
+        grads[position] = _received(tensor, *received)
+    xp = backend.namespace(grad.array)
+    for k, shape in enumerate(known.shapes):
+        if grads[k] is None:
+            zeros = xp.zeros(shape, dtype=known.dtypes[k], device=grad.array.device)
+            grads[k] = grad.constant(zeros)
+    return tuple([ref() for ref in known.refs]), grads
 
 
 def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
@@ -353,7 +509,10 @@ def _run_lent(fn: Function, output: Any, grad: Any) -> tuple:
     fn.output = output  # lent to the rule for this call only: no lasting cycle
     try:
         anomaly = grad_mode._anomaly_threads and _modes.anomaly
-        grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
+        if fn._outputs is not None:  # several outputs: one gradient each
+            grads = fn.backward(*grad) if not anomaly else _run_rule(fn, *grad)
+        else:
+            grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
     finally:
         fn.output = None
     if type(grads) is not tuple or len(grads) != len(fn.inputs):

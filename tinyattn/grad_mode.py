@@ -161,12 +161,14 @@ def _check_forward(fn: Any, data: Any) -> None:
     if _modes.in_rule:
         return  # ops run by a backward rule are checked as that rule's result, by the engine
     fn._trace = _user_frame()
-    bad = _introduced(fn, data)
-    if bad is not None:
-        raise AnomalyError(
-            f"{fn.name} forward produced {bad} (output shape {tuple(data.shape)}), "
-            f"created at {fn._trace}"
-        )
+    for k, array in enumerate(data if type(data) is tuple else (data,)):
+        bad = _introduced(fn, array)
+        if bad is not None:
+            which = f"output {k}" if type(data) is tuple else "output"
+            raise AnomalyError(
+                f"{fn.name} forward produced {bad} ({which} shape {tuple(array.shape)}), "
+                f"created at {fn._trace}"
+            )
 
 
 def _check_backward(fn: Any, position: int, grad: Any) -> None:
@@ -179,10 +181,10 @@ def _check_backward(fn: Any, position: int, grad: Any) -> None:
         )
 
 
-def _run_rule(fn: Any, grad: Any) -> Any:
+def _run_rule(fn: Any, *grads: Any) -> Any:
     """Call the backward rule in anomaly mode: ops it runs are checked as its result."""
     previous, _modes.in_rule = _modes.in_rule, True
     try:
-        return fn.backward(grad)
+        return fn.backward(*grads)
     finally:
         _modes.in_rule = previous
