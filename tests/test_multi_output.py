@@ -262,3 +262,35 @@ def test_split_equals_pytorch():
     tpieces = tx.split(3, dim=2)
     sum(((p * torch.tensor(w)) ** 2).sum() for p, w in zip(tpieces[:2], weights)).backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
+
+
+def test_compile_replays_split_exactly_or_refuses_by_name():
+    from tinyattn.compile_record import CompileError
+
+    weight = ta.randn(4, 6, dtype="float64", requires_grad=True)
+
+    def every_piece(x):
+        a, b, c = (x @ weight).split(2, dim=1)
+        loss = (a * b * c).sum()
+        loss.backward()
+        return loss
+
+    def one_piece_unused(x):
+        a, b, _ = (x @ weight).split(2, dim=1)
+        loss = (a * b).sum()
+        loss.backward()
+        return loss
+
+    compiled = ta.compile(every_piece)
+    for seed in range(3):
+        x = ta.tensor(np.random.default_rng(seed).normal(size=(3, 4)))
+        weight.grad = None
+        replayed = compiled(x).item(), weight.grad.numpy().copy()
+        weight.grad = None
+        eager = every_piece(x).item(), weight.grad.numpy()
+        assert replayed[0] == eager[0]
+        np.testing.assert_array_equal(replayed[1], eager[1])
+    refused = ta.compile(one_piece_unused)
+    with pytest.raises(CompileError, match="Split backward"):
+        for _ in range(3):
+            refused(ta.randn(3, 4, dtype="float64"))
