@@ -199,8 +199,8 @@ class Recorder:
         for slot in range(first_slot, len(self.arrays)):
             self.made[slot] = True  # arrays of the dropped entries: nothing reads them now
         refresh = []
-        for tensor in fn.inputs:
-            slot = self.slot_of.get(id(tensor.array))
+        for tensor in fn.inputs:  # (a `ReleasedConstant` an op did not keep has no array)
+            slot = self.slot_of.get(id(getattr(tensor, "array", None)))
             refresh.append(slot if slot is not None and self.made[slot] else None)
         out_slots = [None if g is None else self._rule_output(_data(g), first_slot) for g in grads]
         grad_slot = self._slot(grad.array)
