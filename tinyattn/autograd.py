@@ -1,14 +1,17 @@
 """Autograd layer: the Function base class, grad mode, and the backward engine.
 
-Imports only `backend` (and nothing array-specific: the engine moves Tensors, not arrays).
+Imports `backend` and the modules split from it below this one: `grad_mode` (grad and anomaly
+mode), `hooks` (RemovableHandle, retain_grad's mark) and `torch_protocol` (PyTorch's
+custom-Function protocol); nothing array-specific: the engine moves Tensors, not arrays.
 The graph is made of Tensors: a Tensor produced by an op holds that op's Function in ``_ctx``,
-and the Function holds its input Tensors. Nothing points back from a Function to its output, so
-a graph has no reference cycles and is freed as soon as the last Tensor of it goes out of scope.
+and the Function holds its input Tensors. Nothing points back from a Function to its outputs
+(a node with several keeps weak references only), so a graph has no reference cycles and is
+freed as soon as the last Tensor of it goes out of scope.
 
 The engine walks that graph iteratively (no recursion limit) from the newest node to the oldest:
 every Function gets a creation number when it is recorded, and a tensor is always made after
 its inputs, so popping the largest number first (a heap) runs each backward rule once, after all
-of its output's consumers, with the summed gradient; leaves accumulate at the end. Backward
+of its outputs' consumers, with the summed gradients; leaves accumulate at the end. Backward
 rules are written with Tensor operations: under ``create_graph=True`` they record a graph of
 their own (higher-order gradients); otherwise they run with grad mode off and record nothing.
 
