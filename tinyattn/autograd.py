@@ -175,7 +175,11 @@ class Function(torch_protocol.ContextMethods):
         if recorded:
             fn._seq = _next_seq()
             fn._outputs = None
-            fn._versions = _versions_read(fn, (out._version_counter,))
+            fn._versions = (
+                _versions_read(fn, (out._version_counter,))
+                if cls.backward_reads or cls.grad_reads is not None
+                else None  # a rule that reads only shapes: nothing to check (the common case)
+            )
         return out
 
     def save_for_backward(self, *values: Any) -> None:
