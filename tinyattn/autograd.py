@@ -1,212 +1,56 @@
 """Autograd layer: the Function base class, grad mode, and the backward engine.
 
-Imports only `backend` (and nothing array-specific: the engine moves Tensors, not arrays).
+Imports `backend` and the modules split from it below this one: `grad_mode` (grad and anomaly
+mode), `hooks` (RemovableHandle, retain_grad's mark) and `torch_protocol` (PyTorch's
+custom-Function protocol); nothing array-specific: the engine moves Tensors, not arrays.
 The graph is made of Tensors: a Tensor produced by an op holds that op's Function in ``_ctx``,
-and the Function holds its input Tensors. Nothing points back from a Function to its output, so
-a graph has no reference cycles and is freed as soon as the last Tensor of it goes out of scope.
+and the Function holds its input Tensors. Nothing points back from a Function to its outputs
+(a node with several keeps weak references only), so a graph has no reference cycles and is
+freed as soon as the last Tensor of it goes out of scope.
 
 The engine walks that graph iteratively (no recursion limit) from the newest node to the oldest:
 every Function gets a creation number when it is recorded, and a tensor is always made after
 its inputs, so popping the largest number first (a heap) runs each backward rule once, after all
-of its output's consumers, with the summed gradient; leaves accumulate at the end. Backward
+of its outputs' consumers, with the summed gradients; leaves accumulate at the end. Backward
 rules are written with Tensor operations: under ``create_graph=True`` they record a graph of
 their own (higher-order gradients); otherwise they run with grad mode off and record nothing.
 
-Grad mode and anomaly mode are per thread: a ``no_grad`` block in one thread never changes what
-another thread records.
+Grad mode and anomaly mode (per thread) live in `grad_mode`, below this module; every public name
+there is importable from here too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import heapq
 import itertools
 import math
-import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import backend
-
-
-# ------------------------------------------------------------------------- grad mode, per thread
-class _Modes(threading.local):
-    """The only global state, one copy per thread; class attributes are each thread's defaults."""
-
-    grad_enabled = True  # whether ops record a graph
-    anomaly = False  # whether every forward and backward result is checked for NaN/Inf
-    in_rule = False  # set by the engine while a backward rule runs in anomaly mode
-
-
-_modes = _Modes()
-# How many threads are inside detect_anomaly: while none is (almost always), the hot paths skip
-# the thread-local lookup with one test of this plain global.
-_anomaly_threads = 0
-_anomaly_lock = threading.Lock()  # `+= 1` on a global is not atomic between threads
-
-
-def is_grad_enabled() -> bool:
-    return _modes.grad_enabled
-
-
-class set_grad_enabled(contextlib.ContextDecorator):  # noqa: N801  (PyTorch's name)
-    """Turn graph recording on or off for this thread; as a context manager, restore on exit.
-
-    Like PyTorch, ``ta.set_grad_enabled(False)`` called alone switches the mode at once.
-    """
-
-    def __init__(self, mode: bool) -> None:
-        self._mode = bool(mode)
-        self._previous = _modes.grad_enabled
-        _modes.grad_enabled = self._mode
-
-    def __call__(self, function: Callable) -> Callable:
-        _modes.grad_enabled = self._previous  # used as a decorator: change nothing until a call
-        return super().__call__(function)
-
-    def __enter__(self) -> None:
-        pass
-
-    def __exit__(self, *exc: object) -> None:
-        _modes.grad_enabled = self._previous
-
-    def _recreate_cm(self) -> set_grad_enabled:  # a decorated function gets a fresh one per call
-        return type(self)(self._mode)
-
-
-class no_grad(contextlib.ContextDecorator):  # noqa: N801  (named like the PyTorch context manager)
-    """``with ta.no_grad():`` (or ``@ta.no_grad()``): ops inside record no graph (this thread)."""
-
-    _mode = False
-
-    def __enter__(self) -> None:
-        self._previous, _modes.grad_enabled = _modes.grad_enabled, self._mode
-
-    def __exit__(self, *exc: object) -> None:
-        _modes.grad_enabled = self._previous
-
-    def _recreate_cm(self) -> no_grad:  # one decorated function may run in two threads at once
-        return type(self)()
-
-
-class enable_grad(no_grad):  # noqa: N801
-    """Turn recording back on inside a ``no_grad`` block."""
-
-    _mode = True
-
-
-class AnomalyError(RuntimeError):
-    """A NaN or Inf appeared in a forward or backward result while anomaly mode was on."""
-
-
-class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801
-    """``with ta.detect_anomaly():`` check every forward and backward result for NaN/Inf.
-
-    The first non-finite value raises AnomalyError naming the op (for backward: the op whose
-    rule produced it) and the line of user code that created that op in forward. In forward,
-    a NaN or Inf that an op only carries from its inputs (the -inf of a masked attention score)
-    is not reported: the op that introduced it is. Off by default and per thread; when off it
-    costs one flag test per op.
-    """
-
-    def __enter__(self) -> None:
-        global _anomaly_threads
-        self._previous, _modes.anomaly = _modes.anomaly, True
-        with _anomaly_lock:
-            _anomaly_threads += 1
-
-    def __exit__(self, *exc: object) -> None:
-        global _anomaly_threads
-        _modes.anomaly = self._previous
-        with _anomaly_lock:
-            _anomaly_threads -= 1
-
-    def _recreate_cm(self) -> detect_anomaly:
-        return type(self)()
-
-
-def is_anomaly_enabled() -> bool:
-    return _modes.anomaly
-
-
-def _user_frame() -> str:
-    """Where user code called into tinyattn: the innermost frame outside the package."""
-    package = os.path.dirname(__file__)
-    import traceback  # noqa: PLC0415  (anomaly mode only)
-
-    for frame in reversed(traceback.extract_stack()[:-1]):
-        if not frame.filename.startswith(package):
-            return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}: {frame.line}'
-    return "(inside tinyattn)"
-
-
-def _nonfinite(array: Any) -> str | None:
-    """'NaN' or 'Inf' if the array has one, else None (a device sync: anomaly mode only)."""
-    if not backend.is_floating(backend.namespace(array), array.dtype):
-        return None
-    xp = backend.namespace(array)
-    if bool(xp.any(xp.isnan(array))):
-        return "NaN"
-    if bool(xp.any(xp.isinf(array))):
-        return "Inf"
-    return None
-
-
-def _has(array: Any, test: str) -> bool:
-    xp = backend.namespace(array)
-    return backend.is_floating(xp, array.dtype) and bool(xp.any(getattr(xp, test)(array)))
-
-
-def _introduced(fn: Function, data: Any) -> str | None:
-    """'NaN' or 'Inf' if the output has one and none of the inputs had that kind, else None.
-
-    An op that only carries a value it was given did not produce it: attention fills masked
-    scores with -inf on purpose, and log_softmax of a fully masked row is -inf.
-    """
-    for kind, test in (("NaN", "isnan"), ("Inf", "isinf")):
-        if _has(data, test) and not any(_has(t.array, test) for t in fn.inputs):
-            return kind
-    return None
-
-
-def _check_forward(fn: Function, data: Any) -> None:
-    if _modes.in_rule:
-        return  # ops run by a backward rule are checked as that rule's result, by the engine
-    fn._trace = _user_frame()
-    bad = _introduced(fn, data)
-    if bad is not None:
-        raise AnomalyError(
-            f"{fn.name} forward produced {bad} (output shape {tuple(data.shape)}), "
-            f"created at {fn._trace}"
-        )
-
-
-def _check_backward(fn: Function, position: int, grad: Any) -> None:
-    bad = _nonfinite(grad.array)
-    if bad is not None:
-        where = getattr(fn, "_trace", None) or "(created before anomaly mode was on)"
-        raise AnomalyError(
-            f"{fn.name} backward produced {bad} in the gradient of input {position} "
-            f"(shape {grad.shape}); the {fn.name} op was created at {where}"
-        )
-
-
-def _run_rule(fn: Function, grad: Any) -> Any:
-    """Call the backward rule in anomaly mode: ops it runs are checked as its result."""
-    previous, _modes.in_rule = _modes.in_rule, True
-    try:
-        return fn.backward(grad)
-    finally:
-        _modes.in_rule = previous
-
+from . import backend, grad_mode, torch_protocol
+from .grad_mode import (
+    AnomalyError,
+    _check_backward,
+    _check_forward,
+    _modes,
+    _run_rule,
+    detect_anomaly,
+    enable_grad,
+    is_anomaly_enabled,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+from .hooks import RETAIN_GRAD, RemovableHandle, _check_hook_result
 
 # --------------------------------------------------------------------------------------- Function
 _READS = frozenset({"inputs", "output"})
 
 
-class Function:
+class Function(torch_protocol.ContextMethods):
     """Base class of every differentiable operation, built-in or user-defined.
 
     Subclasses implement ``forward(self, *arrays, **kwargs) -> array`` on raw arrays and
@@ -217,12 +61,25 @@ class Function:
     scale or an axis) go to ``forward``, which keeps what backward needs on ``self``. apply
     creates the instance without calling ``__init__``, so defining ``__init__`` is an error.
 
+    Several outputs: a forward that returns a tuple of arrays makes apply return a tuple of
+    Tensors, and backward is called once, after every output in the graph has its gradient,
+    as ``backward(self, grad_0, grad_1, ...)``: one gradient per output, a zero tensor for an
+    output no gradient reached. ``self.output`` is then the tuple of outputs (None for one
+    already freed). An output with an integer or bool dtype gets no gradient and no history.
+
+    PyTorch's protocol (a staticmethod ``forward(ctx, ...)`` on Tensors) is the same node seen
+    through another door; `torch_protocol` describes it.
+
     Class attributes a subclass may set:
 
     - ``backward_reads``: which values backward reads, ``("inputs", "output")`` by default.
       Their versions are recorded with the node and checked before backward runs, so a tensor
       changed in place in between is an error, not a wrong gradient. An op whose backward uses
       only shapes (Add, Sum, Reshape) declares ``()``; Exp, which reads its output, ``("output",)``.
+    - ``grad_reads``: finer than backward_reads, for each input the values its gradient reads
+      (input positions, and "output"): MatMul's ``((1,), (0,))``, as dL/da needs b and dL/db
+      needs a. Then only the values some needed gradient reads are version-checked, and an
+      input that needs no gradient and that no rule reads is not kept (`ReleasedConstant`).
     - ``shares_storage``: True for ops whose result may be a view of input 0 (reshape, permute,
       basic indexing): when it is one, the result shares that input's version counter.
 
@@ -237,7 +94,8 @@ class Function:
     # Built-in ops add their own __slots__; a user subclass without __slots__ gets a __dict__.
     # `inputs` is None once the node is released (after a backward without retain_graph).
     # `_seq` is the creation number the engine orders by (set when the node is recorded);
-    # `_versions` the (output, inputs) versions backward will check, or None.
+    # `_versions` the (position, version) pairs backward will check, or None (position >= 0:
+    # an input; -1 - k: output k). `_outputs` is None for one output, else an `_Outputs`.
     __slots__ = (
         "inputs",
         "output",
@@ -247,11 +105,13 @@ class Function:
         "_versions",
         "_trace",
         "_seq",
+        "_outputs",
     )
     backward_reads: tuple[str, ...] = ("inputs", "output")
-    input_reads: tuple[int, ...] | None = None  # positions of the inputs it reads; None: all
+    grad_reads: tuple[tuple, ...] | None = None
     shares_storage: bool = False
     _reads_inputs = _reads_output = True  # backward_reads as two flags, set per subclass
+    _ctx_protocol = False  # PyTorch's protocol: forward is a staticmethod taking ctx
 
     def reads_host(self) -> bool:
         """Whether the last forward read values back to the host (an index range check): on a
@@ -275,6 +135,9 @@ class Function:
                 f"got {reads!r}"
             )
         cls._reads_inputs, cls._reads_output = "inputs" in reads, "output" in reads
+        torch_protocol.check_grad_reads(cls)
+        if torch_protocol.is_ctx_protocol(cls):
+            torch_protocol.adopt(cls)
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -286,6 +149,8 @@ class Function:
     def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
         """Run forward on the inputs' arrays and, if grad mode is on, record the node."""
         fn = cls.__new__(cls)
+        if cls._ctx_protocol:
+            return _apply_ctx_protocol(fn, inputs, kwargs)
         fn.inputs = inputs
         if _recorder is not None:  # ta.compile is recording a step: it runs and notes forward
             data = _recorder.forward(fn, inputs, kwargs)
@@ -293,7 +158,7 @@ class Function:
             data = fn.forward(inputs[0].array, **kwargs)
         else:
             data = fn.forward(*[t.array for t in inputs], **kwargs)
-        if _anomaly_threads and _modes.anomaly:
+        if grad_mode._anomaly_threads and _modes.anomaly:
             _check_forward(fn, data)
         recorded = False
         if _modes.grad_enabled:
@@ -302,6 +167,8 @@ class Function:
                     view_refresher(t)  # its base was written in place since: history again
                 if t.requires_grad:
                     recorded = True
+        if type(data) is tuple:
+            return _record_outputs(fn, data, recorded)
         out = inputs[0]._from_op(data, fn if recorded else None)
         if cls.shares_storage and backend.is_view_of(data, inputs[0].array):
             # A view: an in-place change through either bumps both (a copy keeps its own).
@@ -310,7 +177,12 @@ class Function:
             out._view = (base, counter[0])  # a write through it reaches the base's history
         if recorded:
             fn._seq = _next_seq()
-            fn._versions = _versions_read(fn, out) if cls.backward_reads else None
+            fn._outputs = None
+            fn._versions = (
+                _versions_read(fn, (out._version_counter,))
+                if cls.backward_reads or cls.grad_reads is not None
+                else None  # a rule that reads only shapes: nothing to check (the common case)
+            )
         return out
 
     def save_for_backward(self, *values: Any) -> None:
@@ -329,12 +201,18 @@ class Function:
         for position, (value, version) in enumerate(zip(saved, versions)):
             if version is not None and value._version_counter[0] != version:
                 what = f"saved tensor {position}"
-                raise RuntimeError(_modified_message(self, what, value, version))
+                current = value._version_counter[0]
+                raise RuntimeError(_modified_message(self, what, value.shape, current, version))
         anchor = self.inputs[0]
         return tuple(v if v is None or hasattr(v, "_ctx") else anchor.constant(v) for v in saved)
 
     @property
     def needs_input_grad(self) -> tuple[bool, ...]:
+        """Whether each input needs a gradient (in PyTorch's protocol: each forward argument,
+        False for one that is not a Tensor)."""
+        places = getattr(self, "_arg_places", None)
+        if places is not None:
+            return tuple(p is not None and self.inputs[p].requires_grad for p in places)
         return tuple(t.requires_grad for t in self.inputs)
 
     @property
@@ -368,7 +246,7 @@ class ReleasedConstant:
     __slots__ = ("shape", "dtype")
     requires_grad = False
     grad = None
-    _ctx = None
+    _ctx = _rebased = None
 
     def __init__(self, shape: tuple, dtype: Any) -> None:
         self.shape, self.dtype = shape, dtype
@@ -390,45 +268,129 @@ def _skeleton_of(tensor: Any) -> Any:
     producer = tensor._ctx
     if producer is not None:
         return producer
+    if type(tensor) is ReleasedConstant:  # an input the node never kept (`grad_reads`)
+        return tensor
     array = tensor.array  # its attributes, not the Tensor's properties: this runs on every node
     if tensor.requires_grad or math.prod(array.shape) <= KEPT_CONSTANT_SIZE:
         return tensor
     return ReleasedConstant(array.shape, array.dtype)
 
 
-def _versions_read(fn: Function, output: Any) -> tuple:
-    """(output version or None, input versions or None): what backward will read, as of now
-    (an input whose values the rule never reads, by ``input_reads``, is not checked)."""
-    reads = fn.input_reads
-    return (
-        output._version_counter[0] if fn._reads_output else None,
-        tuple(
-            [
-                t._version_counter[0] if reads is None or i in reads else -1
-                for i, t in enumerate(fn.inputs)
-            ]
-        )
-        if fn._reads_inputs
-        else None,
+class _Outputs:
+    """What a node with several outputs knows of them, without keeping them alive: weak
+    references (the engine finds an output's position by identity), their version counters
+    (plain lists), and their shapes and dtypes (for the zero gradient of an unused output)."""
+
+    __slots__ = ("refs", "counters", "shapes", "dtypes")
+
+    def __init__(self, outputs: tuple) -> None:
+        self.refs = tuple([weakref.ref(t) for t in outputs])
+        self.counters = tuple([t._version_counter for t in outputs])
+        self.shapes = tuple([t.array.shape for t in outputs])
+        self.dtypes = tuple([t.array.dtype for t in outputs])
+
+    def stand_in(self, tensor: Any, handle: Any) -> None:
+        """`handle` is output k from now on: an in-place op moved `tensor`'s history on."""
+        k = self.position(tensor)
+        self.refs = self.refs[:k] + (weakref.ref(handle),) + self.refs[k + 1 :]
+
+    def position(self, tensor: Any) -> int:
+        for k, ref in enumerate(self.refs):
+            if ref() is tensor:
+                return k
+        raise RuntimeError("a tensor names a node with several outputs but is none of them")
+
+
+def _record_outputs(fn: Function, data: tuple, recorded: bool, like: tuple = ()) -> tuple:
+    """The Tensors of a forward that returned several arrays; if recorded, the node behind them.
+    Integer and bool outputs are constants: no gradient flows through an index. `like`: the
+    Tensors a forward in PyTorch's protocol returned, whose version counters the outputs share."""
+    inputs = fn.inputs
+    constant = torch_protocol.constant_outputs(fn, like) if like else set()
+    outputs = []
+    for k, array in enumerate(data):
+        if not like:
+            floating = backend.is_floating(backend.namespace(array), array.dtype)
+        differentiable = recorded and (k not in constant if like else floating)
+        out = inputs[0]._from_op(array, fn if differentiable else None)
+        if like:
+            out._version_counter = like[k]._version_counter
+        elif type(fn).shares_storage and backend.is_view_of(array, inputs[0].array):
+            out._version_counter = counter = inputs[0]._version_counter  # a view, as in `apply`
+            base = inputs[0] if inputs[0]._view is None else inputs[0]._view[0]
+            out._view = (base, counter[0])
+        outputs.append(out)
+    outputs = tuple(outputs)
+    if recorded:
+        fn._seq = _next_seq()
+        fn._outputs = _Outputs(outputs)
+        fn._versions = _versions_read(fn, fn._outputs.counters)
+    return outputs
+
+
+def _apply_ctx_protocol(fn: Function, args: tuple, kwargs: dict) -> Any:
+    """``apply`` in PyTorch's protocol (see `torch_protocol`): forward runs on Tensors, then
+    the same node as the teaching protocol's records its Tensor arguments as inputs."""
+    results, several = torch_protocol.run_forward(fn, args, kwargs)
+    if not fn.inputs:
+        return results if several else results[0]
+    recorded = _modes.grad_enabled and any(t.requires_grad for t in fn.inputs)
+    outputs = _record_outputs(fn, tuple([r.array for r in results]), recorded, like=results)
+    return outputs if several else outputs[0]
+
+
+def _values_read(fn: Function) -> tuple[list, bool]:
+    """(input positions, whether the outputs are read): what the rule reads, given which inputs
+    need a gradient when the op declares `grad_reads`, else by `backward_reads`."""
+    grad_reads = fn.grad_reads
+    if grad_reads is None:
+        return (range(len(fn.inputs)) if fn._reads_inputs else []), fn._reads_output
+    positions: set = set()
+    for position, tensor in enumerate(fn.inputs):
+        if tensor.requires_grad:
+            positions.update(grad_reads[position])
+    output = "output" in positions
+    positions.discard("output")
+    kept = tuple(
+        t if t.requires_grad or p in positions else _skeleton_of(t) for p, t in enumerate(fn.inputs)
     )
+    fn.inputs = kept  # an input nothing reads is not kept: its memory goes with its last user
+    return sorted(positions), output
+
+
+def _versions_read(fn: Function, output_counters: tuple) -> tuple | None:
+    """The (position, version) pairs backward will check, as of now (see `Function.__slots__`)."""
+    if not fn.backward_reads and fn.grad_reads is None:
+        return None
+    positions, output = _values_read(fn)
+    inputs = fn.inputs
+    versions = [(p, inputs[p]._version_counter[0]) for p in positions]
+    if output:
+        versions += [(-1 - k, counter[0]) for k, counter in enumerate(output_counters)]
+    return tuple(versions) or None
 
 
 def _check_versions(fn: Function, output: Any) -> None:
     """Refuse to run a rule whose values were changed in place after the node was recorded."""
-    output_version, input_versions = fn._versions
-    if output_version is not None and output._version_counter[0] != output_version:
-        raise RuntimeError(_modified_message(fn, "output", output, output_version))
-    for position, version in enumerate(input_versions or ()):
-        tensor = fn.inputs[position]
-        if version >= 0 and tensor._version_counter[0] != version:
-            raise RuntimeError(_modified_message(fn, f"input {position}", tensor, version))
+    for position, version in fn._versions:
+        if position >= 0:
+            tensor = fn.inputs[position]
+            current, shape, what = tensor._version_counter[0], tensor.shape, f"input {position}"
+        elif fn._outputs is None:
+            current, shape, what = output._version_counter[0], output.shape, "output"
+        else:
+            k = -1 - position
+            current, shape = fn._outputs.counters[k][0], fn._outputs.shapes[k]
+            what = f"output {k}"
+        if current != version:
+            raise RuntimeError(_modified_message(fn, what, shape, current, version))
 
 
-def _modified_message(fn: Function, what: str, tensor: Any, expected: int) -> str:
+def _modified_message(fn: Function, what: str, shape: tuple, current: int, expected: int) -> str:
     return (
         "one of the variables needed for gradient computation has been modified by an inplace "
-        f"operation: {fn.name}'s {what} of shape {tuple(tensor.shape)} is at version "
-        f"{tensor._version_counter[0]}; expected version {expected}. Make the change out of "
+        f"operation: {fn.name}'s {what} of shape {tuple(shape)} is at version "
+        f"{current}; expected version {expected}. Make the change out of "
         "place (y = y + 1 instead of y += 1), or after backward()."
     )
 
@@ -468,7 +430,9 @@ def run_backward(
     """
     pending: dict = {}  # non-leaf tensor -> the sum of the gradients it has received so far
     leaves: dict = {}  # leaf tensor -> its summed gradient, delivered at the end
-    ready: list = []  # heap of (-creation number, tensor) for the tensors in `pending`
+    # Heap of (-creation number, tensor) for the tensors in `pending`; for an output of a node
+    # with several outputs (-creation number, its position, tensor), so that they pop together.
+    ready: list = []
     for root, grad in zip(roots, root_grads):
         _send(root, grad, pending, leaves, ready)
     wanted = None if capture is None else set(capture)
@@ -476,18 +440,17 @@ def run_backward(
     with set_grad_enabled(create_graph):  # rules record a graph only for higher order
         while ready:
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
-            tensor = heapq.heappop(ready)[1]
-            grad = pending.pop(tensor)
-            if tensor._hooks:
-                grad = _run_hooks(tensor, grad)
-                if RETAIN_GRAD in tensor._hooks:  # after every hook, as in PyTorch
-                    tensor.grad = grad.clone() if tensor._grad is None else tensor._grad + grad
-            if wanted is not None and tensor in wanted:
-                captured[id(tensor)] = grad
+            entry = heapq.heappop(ready)
+            tensor = entry[-1]
+            grad = _received(tensor, pending, wanted, captured, observer)
             fn = tensor._ctx
-            if observer is not None:
-                observer.rule_runs(tensor, grad)
-            input_grads = _call_backward(fn, tensor, grad)
+            if fn._outputs is None:
+                input_grads = _call_backward(fn, tensor, grad)
+            else:  # every output of fn waiting now has its complete gradient too
+                outputs, grads = _gather(
+                    fn, entry, grad, ready, pending, wanted, captured, observer
+                )
+                input_grads = _call_backward(fn, outputs, grads)
             for position, parent in enumerate(fn.inputs):
                 if parent._rebased is not None:  # written in place after fn read it
                     parent = _as_of(parent, fn._seq)
@@ -521,8 +484,45 @@ def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> N
         pending[tensor] = pending[tensor] + grad
     else:
         pending[tensor] = grad
-        # Creation numbers are unique, so two tensors are never compared.
-        heapq.heappush(ready, (-tensor._ctx._seq, tensor))
+        fn = tensor._ctx
+        # Creation numbers are unique, and outputs of one node differ in position, so two
+        # tensors are never compared.
+        if fn._outputs is None:
+            heapq.heappush(ready, (-fn._seq, tensor))
+        else:
+            heapq.heappush(ready, (-fn._seq, fn._outputs.position(tensor), tensor))
+
+
+def _received(tensor: Any, pending: dict, wanted: set | None, captured: dict, observer: Any) -> Any:
+    """The complete gradient of `tensor`, after its hooks; kept where retain_grad or grad()
+    asked for it."""
+    grad = pending.pop(tensor)
+    if tensor._hooks:
+        grad = _run_hooks(tensor, grad)
+        if RETAIN_GRAD in tensor._hooks:  # after every hook, as in PyTorch
+            tensor.grad = grad.clone() if tensor._grad is None else tensor._grad + grad
+    if wanted is not None and tensor in wanted:
+        captured[id(tensor)] = grad
+    if observer is not None:
+        observer.rule_runs(tensor, grad)
+    return grad
+
+
+def _gather(fn: Function, entry: tuple, grad: Any, ready: list, *received: Any) -> tuple:
+    """(outputs, gradients) of a node with several outputs: the other outputs waiting pop now
+    (they share its creation number), and an output no gradient reached gets zeros."""
+    known = fn._outputs
+    grads: list = [None] * len(known.refs)
+    grads[entry[1]] = grad
+    while ready and ready[0][0] == entry[0]:
+        _, position, tensor = heapq.heappop(ready)
+        grads[position] = _received(tensor, *received)
+    xp = backend.namespace(grad.array)
+    for k, shape in enumerate(known.shapes):
+        if grads[k] is None:
+            zeros = xp.zeros(shape, dtype=known.dtypes[k], device=grad.array.device)
+            grads[k] = grad.constant(zeros)
+    return tuple([ref() for ref in known.refs]), grads
 
 
 def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
@@ -539,8 +539,11 @@ def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
 def _run_lent(fn: Function, output: Any, grad: Any) -> tuple:
     fn.output = output  # lent to the rule for this call only: no lasting cycle
     try:
-        anomaly = _anomaly_threads and _modes.anomaly
-        grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
+        anomaly = grad_mode._anomaly_threads and _modes.anomaly
+        if fn._outputs is not None:  # several outputs: one gradient each
+            grads = fn.backward(*grad) if not anomaly else _run_rule(fn, *grad)
+        else:
+            grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
     finally:
         fn.output = None
     if type(grads) is not tuple or len(grads) != len(fn.inputs):
@@ -570,7 +573,7 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
         )
     if grad.array.dtype != parent.array.dtype:
         grad = grad.to(parent.dtype)
-    if _anomaly_threads and _modes.anomaly:
+    if grad_mode._anomaly_threads and _modes.anomaly:
         _check_backward(fn, position, grad)
     return grad
 
@@ -602,21 +605,6 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
                 _recorder.set_grad(leaf, leaf.grad)
 
 
-class _RetainGrad:
-    """The mark `Tensor.retain_grad` puts among a non-leaf tensor's hooks. The engine does not
-    call it: once the hooks have run, it stores a copy of the tensor's gradient in ``.grad`` (or
-    adds to the one there), as it does for a leaf. A copy, because the same array flows on to
-    the inputs' gradients, and ``p.grad.zero_()`` must not change it."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "retain_grad"
-
-
-RETAIN_GRAD = _RetainGrad()
-
-
 def _run_hooks(tensor: Any, grad: Any) -> Any:
     """Call the tensor's hooks in order; a Tensor a hook returns replaces the gradient."""
     for hook in list(tensor._hooks or ()):  # a copy: a hook may remove itself
@@ -627,28 +615,6 @@ def _run_hooks(tensor: Any, grad: Any) -> Any:
             _check_hook_result(tensor, hook, result)
             grad = result
     return grad
-
-
-def _check_hook_result(tensor: Any, hook: Callable, result: Any) -> None:
-    """A hook's replacement must be a Tensor like the tensor (SGD would spread a wrong one)."""
-    name = getattr(hook, "__name__", type(hook).__name__)
-    if not hasattr(result, "_ctx"):
-        kind = type(result)
-        raise TypeError(
-            f"hook '{name}' returned a {kind.__module__}.{kind.__qualname__} for the gradient of "
-            f"a tensor of shape {tuple(tensor.shape)}; a hook must return a Tensor or None"
-        )
-    for what, got, expected in (
-        ("shape", tuple(result.shape), tuple(tensor.shape)),
-        ("dtype", backend.dtype_name(result.dtype), backend.dtype_name(tensor.dtype)),
-        ("device", result.device, tensor.device),
-    ):
-        if got != expected:
-            raise RuntimeError(
-                f"hook '{name}' returned a gradient with {what} {got!r} for a tensor of shape "
-                f"{tuple(tensor.shape)} ({what} {expected!r}); a hook must keep the gradient's "
-                "shape, dtype and device"
-            )
 
 
 def grad(
@@ -728,19 +694,6 @@ def default_root_grad(output: Any, given: Any, caller: str) -> Any:
 
 def _as_sequence(value: Any) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
-
-
-class RemovableHandle:
-    """Returned by ``register_hook``; ``handle.remove()`` unregisters the hook."""
-
-    __slots__ = ("_hooks", "_hook")
-
-    def __init__(self, hooks: list, hook: Callable) -> None:
-        self._hooks, self._hook = hooks, hook
-
-    def remove(self) -> None:
-        with contextlib.suppress(ValueError):
-            self._hooks.remove(self._hook)
 
 
 # ------------------------------------------------------------------------- recording a step

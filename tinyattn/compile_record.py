@@ -24,6 +24,45 @@ class CompileError(RuntimeError):
     """A step cannot be replayed faithfully; the message says which op or call and why."""
 
 
+class OutputOf:
+    """One output of an op with several outputs (a split's pieces), taped as an op of its own:
+    its forward runs the op's forward and keeps output `index`. A piece that is a view of its
+    input is then dropped from the replay like any other view. One subclass per op class, so
+    that two recordings' entries compare by the op they come from."""
+
+    __slots__ = ("fn", "index", "inputs", "_saved")
+    _classes: dict[type, type] = {}
+
+    @classmethod
+    def of(cls, fn: Any, index: int) -> OutputOf:
+        kind = cls._classes.get(type(fn))
+        if kind is None:
+            name = f"{type(fn).__name__}Output"
+            kind = cls._classes[type(fn)] = type(name, (cls,), {"__slots__": ()})
+        entry = kind()
+        entry.fn, entry.index, entry.inputs, entry._saved = fn, index, fn.inputs, None
+        return entry
+
+    @property
+    def _seq(self) -> int:  # `let_go` releases graph nodes: this one releases its op's
+        return self.fn._seq
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn.name} output {self.index}"
+
+    def forward(self, *arrays: Any, **kwargs: Any) -> Any:
+        return self.fn.forward(*arrays, **kwargs)[self.index]
+
+    def reads_host(self) -> bool:
+        return self.fn.reads_host()
+
+    def release(self) -> None:
+        self.inputs = None
+        if hasattr(self.fn, "_seq"):
+            self.fn.release()
+
+
 class Recorder:
     """Writes the tape of one call. The engine, `Function.apply` and backend call it."""
 
@@ -112,6 +151,9 @@ class Recorder:
             if not self.made[slot] and slot not in read_grads:
                 self.owners.setdefault(slot, tensor)  # a parameter, a buffer: it must keep this
         template, dynamic = self._kwargs(kwargs)
+        if type(data) is tuple:
+            self._several_outputs(fn, data, in_slots, template, dynamic)
+            return data
         out = self._new_slot(data, made=True)
         saved = getattr(fn, "_saved", None) or ()
         saved_slots = [
@@ -122,6 +164,19 @@ class Recorder:
         self.output_slot[id(fn)] = out
         self.tape.append(("op", fn, in_slots, template, dynamic, out, saved_slots))
         return data
+
+    def _several_outputs(
+        self, fn: Any, data: tuple, in_slots: list, template: dict, dynamic: bool
+    ) -> None:
+        """An op with several outputs is recorded as one entry per output (`OutputOf`)."""
+        if getattr(fn, "_saved", None):
+            raise CompileError(
+                f"{fn.name}: ta.compile cannot yet replay an op with several outputs that saves "
+                "values for its backward; run this step eagerly"
+            )
+        for index, array in enumerate(data):
+            out = self._new_slot(array, made=True)
+            self.tape.append(("op", OutputOf.of(fn, index), in_slots, template, dynamic, out, []))
 
     def rule(self, fn: Any, grad: Any, output: Any, run: Callable[[], tuple]) -> tuple:
         """Run one backward rule. Ops inside it are recorded as usual; a rule that uses arrays
@@ -141,12 +196,18 @@ class Recorder:
         )
         if not raw and all(g is None or id(_data(g)) in self.slot_of for g in grads):
             return grads
+        if isinstance(grad, list | tuple):  # several outputs: one gradient slot is not enough
+            raise CompileError(
+                f"{fn.name} backward: ta.compile cannot yet replay the rule of an op with several "
+                "outputs as one call (an output without a gradient, or a rule on raw arrays); "
+                "use every output, or run this step eagerly"
+            )
         del self.tape[mark:]  # replay the rule itself, with its inputs' arrays refreshed
         for slot in range(first_slot, len(self.arrays)):
             self.made[slot] = True  # arrays of the dropped entries: nothing reads them now
         refresh = []
-        for tensor in fn.inputs:
-            slot = self.slot_of.get(id(tensor.array))
+        for tensor in fn.inputs:  # (a `ReleasedConstant` an op did not keep has no array)
+            slot = self.slot_of.get(id(getattr(tensor, "array", None)))
             refresh.append(slot if slot is not None and self.made[slot] else None)
         out_slots = [None if g is None else self._rule_output(_data(g), first_slot) for g in grads]
         grad_slot = self._slot(grad.array)

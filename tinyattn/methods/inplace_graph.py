@@ -67,6 +67,9 @@ def history_of(tensor: Tensor) -> Tensor:
     handle = tensor._from_op(tensor.array, tensor._ctx)
     handle.requires_grad = tensor.requires_grad
     handle._version_counter = tensor._version_counter
+    fn = tensor._ctx
+    if fn is not None and fn._outputs is not None:  # output k of a node with several: the
+        fn._outputs.stand_in(tensor, handle)  # node finds its output k by identity
     return handle
 
 
@@ -96,10 +99,7 @@ def _reads(result: Tensor, stand_in: Tensor, first: int) -> bool:
         if fn is None or id(fn) in seen or fn._seq <= first:
             continue
         seen.add(id(fn))
-        reads = fn.input_reads
-        if fn._reads_inputs and any(
-            t is stand_in and (reads is None or i in reads) for i, t in enumerate(fn.inputs)
-        ):
+        if any(p >= 0 and fn.inputs[p] is stand_in for p, _ in fn._versions or ()):
             return True
         stack.extend(fn.inputs)
     return False
@@ -118,8 +118,8 @@ def adopt(tensor: Tensor, result: Tensor, before: Tensor) -> None:
 def _output_read_at(result: Tensor, version: int) -> None:
     """The version at which `result`'s node checks its output, if its rule reads it."""
     fn = result._ctx
-    if fn is not None and fn._versions is not None and fn._versions[0] is not None:
-        fn._versions = (version, fn._versions[1])
+    if fn is not None and fn._versions is not None:
+        fn._versions = tuple((p, version if p < 0 else v) for p, v in fn._versions)
 
 
 def replaced(x: Tensor, positions: Tensor, values: Tensor) -> Tensor:

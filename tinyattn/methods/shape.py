@@ -20,6 +20,7 @@ from ..ops import (
     Flip,
     Permute,
     Reshape,
+    Split,
     SumTo,
     broadcast_shapes,
     check_reshape,
@@ -219,11 +220,8 @@ class ShapeMethods(TensorBase):
                     f"split: sizes {sizes} sum to {sum(sizes)}, not to the length {length} of "
                     f"dim {dim} of shape {self.shape}"
                 )
-        pieces, start = [], 0
-        for size in sizes:
-            pieces.append(self[(slice(None),) * axis + (slice(start, start + size),)])
-            start += size
-        return tuple(pieces)
+        # One node with a piece per output: backward concatenates the pieces' gradients once.
+        return Split.apply(self, axis=axis, sizes=tuple(sizes))
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """At most `chunks` pieces of equal size ceil(n / chunks) along dim."""

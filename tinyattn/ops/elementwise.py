@@ -55,7 +55,7 @@ class Mul(Function):
     """y = a * b;  dL/da = g * b, dL/db = g * a."""
 
     __slots__ = ()
-    backward_reads = ("inputs",)
+    grad_reads = ((1,), (0,))  # dL/da reads b, dL/db reads a
 
     def forward(self, a: Any, b: Any) -> Any:
         return a * b
@@ -72,6 +72,7 @@ class Div(Function):
     """y = a / b;  dL/da = g / b, dL/db = -g * a / b**2 = -g * y / b."""
 
     __slots__ = ()
+    grad_reads = ((1,), (1, "output"))  # a itself is never read
 
     def forward(self, a: Any, b: Any) -> Any:
         return a / b
@@ -93,6 +94,7 @@ class Pow(Function):
     """
 
     __slots__ = ()
+    grad_reads = ((0, 1), (0, "output"))
 
     def forward(self, a: Any, b: Any) -> Any:
         return a**b
@@ -376,8 +378,7 @@ class Where(Function):
     """y = a where cond else b;  dL/da = g * cond, dL/db = g * (1 - cond); cond gets none."""
 
     __slots__ = ()
-    backward_reads = ("inputs",)
-    input_reads = (0,)  # only the condition: a and b may change in place after forward
+    grad_reads = ((), (0,), (0,))  # only the condition: a and b themselves are never read
 
     def forward(self, cond: Any, a: Any, b: Any) -> Any:
         return namespace(a).where(cond, a, b)

@@ -24,7 +24,7 @@ class Linear(Function):
     """
 
     __slots__ = ()
-    backward_reads = ("inputs",)
+    grad_reads = ((1,), (0,), ())  # dL/dx reads W, dL/dW reads x, dL/db neither
 
     def forward(self, x: Any, weight: Any, bias: Any = None) -> Any:
         xp = namespace(x)

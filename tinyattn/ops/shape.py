@@ -1,4 +1,4 @@
-"""Movement primitives: reshape, permute, concat, and matrix multiplication.
+"""Movement primitives: reshape, permute, concat, split, and matrix multiplication.
 
 They move or combine values without changing them, so each backward is the inverse movement:
 reshape back, permute by the inverse permutation, slice the concatenation apart. MatMul lives
@@ -70,6 +70,30 @@ class Concat(Function):
         return tuple(grads)
 
 
+class Split(Function):
+    """The pieces of x along `axis`, of the given `sizes` (views of x);  dL/dx = the pieces'
+    gradients concatenated along `axis` (zeros for a piece no gradient reached).
+
+    Shapes: x (..., n, ...) -> one (..., size, ...) per size, the sizes summing to n. One node
+    with several outputs: backward runs once, with every piece's gradient.
+    """
+
+    __slots__ = ("axis",)
+    backward_reads = ()
+    shares_storage = True
+
+    def forward(self, x: Any, axis: int = 0, sizes: tuple = ()) -> tuple:
+        self.axis = axis
+        pieces, start, lead = [], 0, (slice(None),) * axis
+        for size in sizes:
+            pieces.append(x[(*lead, slice(start, start + size), ...)])  # basic indexing: a view
+            start += size
+        return tuple(pieces)
+
+    def backward(self, *grads: Any) -> Any:
+        return Concat.apply(*grads, axis=self.axis)
+
+
 def matmul_shape(a_shape: tuple, b_shape: tuple) -> tuple:
     """The shape of ``a @ b`` (NumPy rules, 1-D operands included), or a ValueError naming both."""
     if not a_shape or not b_shape:
@@ -110,7 +134,7 @@ class MatMul(Function):
     """
 
     __slots__ = ()
-    backward_reads = ("inputs",)
+    grad_reads = ((1,), (0,))  # dL/da reads b, dL/db reads a
 
     def forward(self, a: Any, b: Any) -> Any:
         matmul_shape(a.shape, b.shape)
@@ -123,21 +147,24 @@ class MatMul(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        # Promote 1-D operands to matrices so one pair of formulas covers every case.
-        a2 = a.reshape((1, a.shape[0])) if a.ndim == 1 else a
-        b2 = b.reshape((b.shape[0], 1)) if b.ndim == 1 else b
-        grad2 = grad.reshape(matmul_shape(a2.shape, b2.shape))
+        # Promote 1-D operands to matrices so one pair of formulas covers every case. (An
+        # operand whose gradient is not needed may not be kept: only its shape is used here.)
+        a_shape = (1, a.shape[0]) if len(a.shape) == 1 else a.shape
+        b_shape = (b.shape[0], 1) if len(b.shape) == 1 else b.shape
+        grad2 = grad.reshape(matmul_shape(a_shape, b_shape))
         grad_a = grad_b = None
         if a.requires_grad:
-            grad_a = (grad2 @ b2.mT).sum_to(a2.shape).reshape(a.shape)
+            b2 = b.reshape(b_shape) if len(b.shape) == 1 else b
+            grad_a = (grad2 @ b2.mT).sum_to(a_shape).reshape(a.shape)
         if b.requires_grad:
-            if b2.ndim == 2 and a2.ndim > 2:
+            a2 = a.reshape(a_shape) if len(a.shape) == 1 else a
+            if len(b_shape) == 2 and a2.ndim > 2:
                 # a's batch dims broadcast over b: fold them into the rows, one GEMM sums them.
                 rows = a2.reshape((-1, a2.shape[-1]))  # (..., n, k) -> (N, k)
                 grad_b = rows.mT @ grad2.reshape((-1, grad2.shape[-1]))  # (k, N) @ (N, m)
                 grad_b = grad_b.reshape(b.shape)
             else:
-                grad_b = (a2.mT @ grad2).sum_to(b2.shape).reshape(b.shape)
+                grad_b = (a2.mT @ grad2).sum_to(b_shape).reshape(b.shape)
         return grad_a, grad_b
 
 

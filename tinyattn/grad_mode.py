@@ -1,0 +1,190 @@
+"""Autograd's modes: grad mode and anomaly mode, per thread, and the anomaly checks.
+
+Below `autograd` (which re-exports every public name here): imports only `backend`. The only
+global state of the graph machinery lives here, one copy per thread (``threading.local``), so a
+``no_grad`` block in one thread never changes what another thread records. The anomaly checks
+take a node duck-typed (its ``name``, ``inputs`` and ``backward``); this module knows no Function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from . import backend
+
+
+# ------------------------------------------------------------------------- grad mode, per thread
+class _Modes(threading.local):
+    """The only global state, one copy per thread; class attributes are each thread's defaults."""
+
+    grad_enabled = True  # whether ops record a graph
+    anomaly = False  # whether every forward and backward result is checked for NaN/Inf
+    in_rule = False  # set by the engine while a backward rule runs in anomaly mode
+
+
+_modes = _Modes()
+# How many threads are inside detect_anomaly: while none is (almost always), the hot paths skip
+# the thread-local lookup with one test of this plain global.
+_anomaly_threads = 0
+_anomaly_lock = threading.Lock()  # `+= 1` on a global is not atomic between threads
+
+
+def is_grad_enabled() -> bool:
+    return _modes.grad_enabled
+
+
+class set_grad_enabled(contextlib.ContextDecorator):  # noqa: N801  (PyTorch's name)
+    """Turn graph recording on or off for this thread; as a context manager, restore on exit.
+
+    Like PyTorch, ``ta.set_grad_enabled(False)`` called alone switches the mode at once.
+    """
+
+    def __init__(self, mode: bool) -> None:
+        self._mode = bool(mode)
+        self._previous = _modes.grad_enabled
+        _modes.grad_enabled = self._mode
+
+    def __call__(self, function: Callable) -> Callable:
+        _modes.grad_enabled = self._previous  # used as a decorator: change nothing until a call
+        return super().__call__(function)
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        _modes.grad_enabled = self._previous
+
+    def _recreate_cm(self) -> set_grad_enabled:  # a decorated function gets a fresh one per call
+        return type(self)(self._mode)
+
+
+class no_grad(contextlib.ContextDecorator):  # noqa: N801  (named like the PyTorch context manager)
+    """``with ta.no_grad():`` (or ``@ta.no_grad()``): ops inside record no graph (this thread)."""
+
+    _mode = False
+
+    def __enter__(self) -> None:
+        self._previous, _modes.grad_enabled = _modes.grad_enabled, self._mode
+
+    def __exit__(self, *exc: object) -> None:
+        _modes.grad_enabled = self._previous
+
+    def _recreate_cm(self) -> no_grad:  # one decorated function may run in two threads at once
+        return type(self)()
+
+
+class enable_grad(no_grad):  # noqa: N801
+    """Turn recording back on inside a ``no_grad`` block."""
+
+    _mode = True
+
+
+class AnomalyError(RuntimeError):
+    """A NaN or Inf appeared in a forward or backward result while anomaly mode was on."""
+
+
+class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801
+    """``with ta.detect_anomaly():`` check every forward and backward result for NaN/Inf.
+
+    The first non-finite value raises AnomalyError naming the op (for backward: the op whose
+    rule produced it) and the line of user code that created that op in forward. In forward,
+    a NaN or Inf that an op only carries from its inputs (the -inf of a masked attention score)
+    is not reported: the op that introduced it is. Off by default and per thread; when off it
+    costs one flag test per op.
+    """
+
+    def __enter__(self) -> None:
+        global _anomaly_threads
+        self._previous, _modes.anomaly = _modes.anomaly, True
+        with _anomaly_lock:
+            _anomaly_threads += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _anomaly_threads
+        _modes.anomaly = self._previous
+        with _anomaly_lock:
+            _anomaly_threads -= 1
+
+    def _recreate_cm(self) -> detect_anomaly:
+        return type(self)()
+
+
+def is_anomaly_enabled() -> bool:
+    return _modes.anomaly
+
+
+def _user_frame() -> str:
+    """Where user code called into tinyattn: the innermost frame outside the package."""
+    package = os.path.dirname(__file__)
+    import traceback  # noqa: PLC0415  (anomaly mode only)
+
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if not frame.filename.startswith(package):
+            return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}: {frame.line}'
+    return "(inside tinyattn)"
+
+
+def _nonfinite(array: Any) -> str | None:
+    """'NaN' or 'Inf' if the array has one, else None (a device sync: anomaly mode only)."""
+    if not backend.is_floating(backend.namespace(array), array.dtype):
+        return None
+    xp = backend.namespace(array)
+    if bool(xp.any(xp.isnan(array))):
+        return "NaN"
+    if bool(xp.any(xp.isinf(array))):
+        return "Inf"
+    return None
+
+
+def _has(array: Any, test: str) -> bool:
+    xp = backend.namespace(array)
+    return backend.is_floating(xp, array.dtype) and bool(xp.any(getattr(xp, test)(array)))
+
+
+def _introduced(fn: Any, data: Any) -> str | None:
+    """'NaN' or 'Inf' if the output has one and none of the inputs had that kind, else None.
+
+    An op that only carries a value it was given did not produce it: attention fills masked
+    scores with -inf on purpose, and log_softmax of a fully masked row is -inf.
+    """
+    for kind, test in (("NaN", "isnan"), ("Inf", "isinf")):
+        if _has(data, test) and not any(_has(t.array, test) for t in fn.inputs):
+            return kind
+    return None
+
+
+def _check_forward(fn: Any, data: Any) -> None:
+    if _modes.in_rule:
+        return  # ops run by a backward rule are checked as that rule's result, by the engine
+    fn._trace = _user_frame()
+    for k, array in enumerate(data if type(data) is tuple else (data,)):
+        bad = _introduced(fn, array)
+        if bad is not None:
+            which = f"output {k}" if type(data) is tuple else "output"
+            raise AnomalyError(
+                f"{fn.name} forward produced {bad} ({which} shape {tuple(array.shape)}), "
+                f"created at {fn._trace}"
+            )
+
+
+def _check_backward(fn: Any, position: int, grad: Any) -> None:
+    bad = _nonfinite(grad.array)
+    if bad is not None:
+        where = getattr(fn, "_trace", None) or "(created before anomaly mode was on)"
+        raise AnomalyError(
+            f"{fn.name} backward produced {bad} in the gradient of input {position} "
+            f"(shape {grad.shape}); the {fn.name} op was created at {where}"
+        )
+
+
+def _run_rule(fn: Any, *grads: Any) -> Any:
+    """Call the backward rule in anomaly mode: ops it runs are checked as its result."""
+    previous, _modes.in_rule = _modes.in_rule, True
+    try:
+        return fn.backward(*grads)
+    finally:
+        _modes.in_rule = previous
