@@ -487,3 +487,16 @@ def test_a_compiled_step_replays_inplace_ops_in_the_graph():
         return [step(x, y).item() for x, y in data]
 
     assert run(compiled=True) == run(compiled=False)
+
+
+def test_a_piece_of_split_in_the_graph_is_refused_in_place_as_pytorch(device):
+    x = _pair(device).requires_grad_()
+    first, second = (x * 1.0).split(2, 1)
+    with pytest.raises(RuntimeError, match="output 1 of Split is a view and is being modified"):
+        second.mul_(3.0)
+    with ta.no_grad():
+        second.mul_(3.0)  # outside the graph it is a plain write into the base
+    torch = pytest.importorskip("torch")
+    pieces = (torch.tensor(BASE, requires_grad=True) * 1.0).split(2, 1)
+    with pytest.raises(RuntimeError, match="Output 1 of Split is a view"):
+        pieces[1].mul_(3.0)

@@ -243,6 +243,14 @@ def _in_graph(tensor: Tensor, op: str, values: tuple) -> bool:
                 f"{op}: {what} that requires grad is being used in an in-place operation. "
                 "Update parameters inside `with ta.no_grad():`."
             )
+    fn = tensor._ctx
+    if base is not None and fn is not None and fn._outputs is not None:
+        raise RuntimeError(
+            f"{op}: output {fn._outputs.position(tensor)} of {fn.name} is a view and is being "
+            "modified inplace. This view is the output of a function that returns multiple "
+            "views, which does not allow its outputs to be modified inplace (as in PyTorch); "
+            "replace the inplace operation by an out-of-place one"
+        )
     if tensor.requires_grad or (base is not None and base.requires_grad):
         return True
     return any(isinstance(value, Tensor) and value.requires_grad for value in values)
