@@ -1,7 +1,7 @@
 """CUDA graphs for compiled steps: capture a replay's array work once, then launch it.
 
 The backend layer's helper, kept in its own file: it imports nothing (the CuPy module is handed
-in by `backend.cuda_graphs_for`, the only place that imports CuPy), so it can be read, and tested
+in by `backend.graph_runner`, the only place that imports CuPy), so it can be read, and tested
 against a stand-in for CuPy's stream and graph API, without a GPU.
 """
 
