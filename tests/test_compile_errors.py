@@ -210,8 +210,56 @@ def _hook_inside_a_compiled_model():
 
 
 # (name, mistake, exception type, what was done ... what to do instead)
+class _TwoOutputsSaved(ta.Function):
+    """y1 = 2x, y2 = 3x, with x saved: a rule with several outputs that reads a saved value."""
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return x * 2.0, x * 3.0
+
+    def backward(self, grad_1, grad_2):
+        (x,) = self.saved_tensors
+        return grad_1 * 2.0 + grad_2 * 3.0 + x * 0.0
+
+
+def _several_outputs_saving():
+    lin = _linear()
+
+    def step(x):
+        a, b = _TwoOutputsSaved.apply(lin(x))
+        loss = (a * b).sum()
+        loss.backward()
+        return loss
+
+    _calls(step, 3)
+
+
+def _split_piece_unused():
+    lin = _linear()
+
+    def step(x):
+        a, _ = lin(x).split(1, dim=1)
+        loss = (a * a).sum()
+        loss.backward()
+        return loss
+
+    _calls(step, 3)
+
+
 REFUSED = [
     ("item", _item, ta.CompileError, r"reads a tensor's value into Python.*Return the tensor"),
+    (
+        "several outputs, a saved value",
+        _several_outputs_saving,
+        ta.CompileError,
+        r"_TwoOutputsSaved has several outputs and saves values.*run this step eagerly",
+    ),
+    (
+        "a piece of split unused",
+        _split_piece_unused,
+        ta.CompileError,
+        r"Split backward is the rule of an op with several outputs.*use every output",
+    ),
     ("nonzero", _nonzero, ta.CompileError, r"calls nonzero\(\).*Use an op of fixed shape"),
     (
         "branch on Python state",

@@ -970,6 +970,7 @@ NOT_IN_THE_TABLE = {
     "FloorDivide": "no derivative, as in PyTorch: backward raises (tests/test_pytorch_names.py)",
     "BlockwiseAttention": "gradchecked against the plain path in tests/test_attention_blockwise.py",
     "OnceDifferentiable": "the first-order wrapper of BlockwiseAttention, checked with it",
+    "DiagonalEmbed": "the adjoint of Diagonal: its backward, run by the diagonal rows' gradchecks",
 }
 
 

@@ -171,8 +171,8 @@ class Recorder:
         """An op with several outputs is recorded as one entry per output (`OutputOf`)."""
         if getattr(fn, "_saved", None):
             raise CompileError(
-                f"{fn.name}: ta.compile cannot yet replay an op with several outputs that saves "
-                "values for its backward; run this step eagerly"
+                f"compile: {fn.name} has several outputs and saves values for its backward, "
+                "which ta.compile cannot yet replay; run this step eagerly"
             )
         for index, array in enumerate(data):
             out = self._new_slot(array, made=True)
@@ -198,9 +198,9 @@ class Recorder:
             return grads
         if isinstance(grad, list | tuple):  # several outputs: one gradient slot is not enough
             raise CompileError(
-                f"{fn.name} backward: ta.compile cannot yet replay the rule of an op with several "
-                "outputs as one call (an output without a gradient, or a rule on raw arrays); "
-                "use every output, or run this step eagerly"
+                f"compile: {fn.name} backward is the rule of an op with several outputs, which "
+                "ta.compile cannot yet replay as one call (an output without a gradient, or a "
+                "rule on raw arrays); use every output, or run this step eagerly"
             )
         del self.tape[mark:]  # replay the rule itself, with its inputs' arrays refreshed
         for slot in range(first_slot, len(self.arrays)):
