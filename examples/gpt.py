@@ -231,8 +231,9 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n")[0],
         epilog="After training it prints a greedy and a top-5 sample continuing 'The engine '. "
         "After the default 500 steps (loss 4.80 -> 2.41 with seed 0) the samples are word-shaped, "
-        "not yet text: 'the the the ...', 'ster tand ... and on thape the'. Pass more --steps "
-        "for text that reads like the docs.",
+        "not yet text: 'the the the ...', 'ster tand ... and on thape the'. With --steps 3000 "
+        "(loss 1.52; six times the training time) they are the docs' words in loose order: "
+        "'the same op the same and ...', 'they read it rule there step, the row'.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
