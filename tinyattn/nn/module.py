@@ -271,13 +271,8 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's gradient (set to None, PyTorch's default), or with
-        ``set_to_none=False`` replace it by zeros of its shape."""
-        for param in self.parameters():
-            if set_to_none or param.grad is None:
-                param.grad = None
-            else:
-                xp = backend.namespace(param.grad.array)
-                param.grad = Tensor._from_op(xp.zeros_like(param.grad.array), None)
+        ``set_to_none=False`` zero it in place, as PyTorch does."""
+        zero_grads(self.parameters(), set_to_none)
 
     def to(self, target: Any) -> Module:
         """Move every parameter and buffer to a device ("cpu", "cuda", "strict") or cast the
@@ -629,3 +624,19 @@ __all__ = [
     "ParameterList",
     "Sequential",
 ]
+
+
+def zero_grads(params: Any, set_to_none: bool) -> None:
+    """Each parameter's gradient set to None, or zeroed in place (``set_to_none=False``): the
+    same array holds the zeros, so a step that then writes into ``p.grad`` writes into the
+    array a compiled step replays (a read-only gradient, a broadcast, is replaced by zeros)."""
+    for param in params:
+        grad = param.grad
+        if set_to_none or grad is None:
+            param.grad = None
+        elif grad._ctx is None and backend.is_buffer(grad.array):
+            with no_grad():
+                grad.zero_()
+        else:  # a gradient with a graph (create_graph=True) or read-only: new zeros, detached
+            xp = backend.namespace(grad.array)
+            param.grad = Tensor._from_op(xp.zeros_like(grad.array), None)

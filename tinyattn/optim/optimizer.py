@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import backend
 from ..autograd import check_python_write, enable_grad, replayed_call
+from ..nn.module import zero_grads
 from ..tensor import Tensor
 from .flat import FlatGroup, into, same_kind, write_param
 
@@ -174,14 +175,8 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Set every parameter's gradient to None (PyTorch's default), or with
-        ``set_to_none=False`` to a new zero Tensor of its shape."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if set_to_none or p.grad is None:
-                    p.grad = None
-                else:
-                    xp = backend.namespace(p.grad.array)
-                    p.grad = Tensor._from_op(xp.zeros_like(p.grad.array), None)
+        ``set_to_none=False`` zero it in place, as PyTorch does."""
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     @replayed_call  # a compiled step runs it on every replay
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
