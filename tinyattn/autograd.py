@@ -111,6 +111,7 @@ class Function(torch_protocol.ContextMethods):
     grad_reads: tuple[tuple, ...] | None = None
     shares_storage: bool = False
     _reads_inputs = _reads_output = True  # backward_reads as two flags, set per subclass
+    _all_reads: tuple | None = None  # grad_reads' union, for the common case (set per subclass)
     _ctx_protocol = False  # PyTorch's protocol: forward is a staticmethod taking ctx
 
     def reads_host(self) -> bool:
@@ -136,6 +137,10 @@ class Function(torch_protocol.ContextMethods):
             )
         cls._reads_inputs, cls._reads_output = "inputs" in reads, "output" in reads
         torch_protocol.check_grad_reads(cls)
+        if cls.grad_reads is not None:  # what the rule reads when every input needs a gradient
+            union = set().union(*cls.grad_reads)
+            cls._all_reads = (sorted(p for p in union if p != "output"), "output" in union)
+            cls._reads_by_need = {}  # the same for each pattern of inputs needing a gradient
         if torch_protocol.is_ctx_protocol(cls):
             torch_protocol.adopt(cls)
 
@@ -345,17 +350,25 @@ def _values_read(fn: Function) -> tuple[list, bool]:
     grad_reads = fn.grad_reads
     if grad_reads is None:
         return (range(len(fn.inputs)) if fn._reads_inputs else []), fn._reads_output
-    positions: set = set()
-    for position, tensor in enumerate(fn.inputs):
-        if tensor.requires_grad:
-            positions.update(grad_reads[position])
-    output = "output" in positions
-    positions.discard("output")
-    kept = tuple(
-        t if t.requires_grad or p in positions else _skeleton_of(t) for p, t in enumerate(fn.inputs)
-    )
-    fn.inputs = kept  # an input nothing reads is not kept: its memory goes with its last user
-    return sorted(positions), output
+    for tensor in fn.inputs:
+        if not tensor.requires_grad:
+            break
+    else:  # every input needs a gradient (the common case): every read, every input kept
+        return fn._all_reads
+    need = tuple([t.requires_grad for t in fn.inputs])
+    reads = fn._reads_by_need.get(need)
+    if reads is None:
+        wanted: set = set().union(*(grad_reads[p] for p, needed in enumerate(need) if needed))
+        positions = sorted(p for p in wanted if p != "output")
+        dropped = tuple(p for p, needed in enumerate(need) if not needed and p not in wanted)
+        reads = fn._reads_by_need[need] = (positions, "output" in wanted, dropped)
+    positions, output, dropped = reads
+    if dropped:  # an input nothing reads is not kept: its memory goes with its last user
+        kept = list(fn.inputs)
+        for p in dropped:
+            kept[p] = _skeleton_of(kept[p])
+        fn.inputs = tuple(kept)
+    return positions, output
 
 
 def _versions_read(fn: Function, output_counters: tuple) -> tuple | None:

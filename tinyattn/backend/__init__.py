@@ -293,9 +293,12 @@ def is_view_of(result: Any, source: Any) -> bool:
     """Whether `result` is a view of `source`'s memory (both views of one allocation)."""
     if result is source:
         return True
+    if type(result) is np.ndarray:  # NumPy keeps a view's base as the array owning the memory
+        base = result.base
+        return base is not None and (base is source or base is source.base)
     base = getattr(result, "base", None)
     if base is None and not hasattr(result, "_array"):
-        return False  # owns its memory (the common case of a NumPy or CuPy copy), fast
+        return False  # owns its memory (a CuPy copy)
     return storage_root(result) == storage_root(source)
 
 
