@@ -243,16 +243,16 @@ def test_linear_bias_in_place_does_not_touch_inputs(device):
     np.testing.assert_allclose(y.numpy(), host[0] @ host[1].T + host[2], rtol=1e-12)
 
 
-def test_linear_bias_of_another_dtype_promotes(device):
-    """A float64 bias on a float32 product cannot be added in place: the result promotes, as the
-    composed x @ W^T + b does."""
+def test_linear_of_another_dtype_is_refused(device):
+    """As PyTorch's linear and matmul: no silent widening of mixed float dtypes."""
     rng = np.random.default_rng(2)
     x = ta.tensor(rng.standard_normal((3, 4)), dtype="float32", device=device)
     w = ta.tensor(rng.standard_normal((2, 4)), dtype="float32", device=device)
     b = ta.tensor(rng.standard_normal(2), dtype="float64", device=device)
-    y, composed = F.linear(x, w, b), x @ w.mT + b
-    assert y.dtype == composed.dtype
-    np.testing.assert_allclose(y.numpy(), composed.numpy(), rtol=1e-6)
+    with pytest.raises(RuntimeError, match="linear: input is float32 but bias is float64"):
+        F.linear(x, w, b)
+    with pytest.raises(RuntimeError, match="matmul: expected both operands to have the same"):
+        x @ w.mT.to("float64")
 
 
 def test_gpu_tiles_are_larger_and_bounded():

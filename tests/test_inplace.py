@@ -481,7 +481,12 @@ def test_a_compiled_step_replays_inplace_ops_in_the_graph():
             return loss
 
         rng = np.random.default_rng(0)
-        data = [(ta.tensor(rng.standard_normal((4, 4))), ta.tensor(rng.standard_normal((4, 4))))]
+        data = [
+            (
+                ta.tensor(rng.standard_normal((4, 4)), dtype="float32"),
+                ta.tensor(rng.standard_normal((4, 4)), dtype="float32"),
+            )
+        ]
         data = data * 6
         step = ta.compile(step) if compiled else step
         return [step(x, y).item() for x, y in data]

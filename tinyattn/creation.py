@@ -60,6 +60,8 @@ def full(
     if not hasattr(value, "__float__"):
         raise TypeError(f"full: the fill value must be a number, got {type(value).__name__}")
     shape = checked_shape("full", shape_arg((shape,)))
+    if dtype is None:  # PyTorch's inference: a bool fills bool, an int int64, a float float32
+        dtype = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else None
     return _filled(shape, value, dtype, device, requires_grad)
 
 

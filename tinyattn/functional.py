@@ -105,6 +105,12 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"but weight of shape {weight.shape} expects {weight.shape[1]}"
         )
     _same_device("linear", x, weight, bias)
+    for other, name in ((weight, "weight"), (bias, "bias")):
+        if other is not None and other.dtype != x.dtype:
+            raise RuntimeError(
+                f"linear: input is {backend.dtype_name(x.dtype)} but {name} is "
+                f"{backend.dtype_name(other.dtype)}; cast one with .to(dtype), as in PyTorch"
+            )
     if bias is None:
         return ops.Linear.apply(x, weight)  # one fused node: (..., in) -> (..., out)
     if bias.shape != (weight.shape[0],):
@@ -385,6 +391,9 @@ def _check_inputs(op: str, q: Any, k: Any, v: Any) -> None:
         _check_float(op, t)
         if t.ndim < 2:
             raise ValueError(f"{op}: {name} must have shape (..., T, D), got {t.shape}")
+    if not q.dtype == k.dtype == v.dtype:
+        names = ", ".join(backend.dtype_name(t.dtype) for t in (q, k, v))
+        raise RuntimeError(f"{op}: q, k and v must have the same dtype (as PyTorch), got {names}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"{op}: q of shape {q.shape} and k of shape {k.shape} differ in the feature size D "

@@ -433,8 +433,16 @@ class Tensor(
     def __matmul__(self, other: Any) -> Tensor:
         other = self._operand(other, "matmul")
         matmul_shape(self.shape, other.shape)
-        a, b = promote(self, other, "matmul") if self.dtype != other.dtype else (self, other)
-        return MatMul.apply(a, b)
+        if self.dtype != other.dtype:
+            if is_float(self.array) and is_float(other.array):  # as PyTorch: no silent widening
+                raise RuntimeError(
+                    f"matmul: expected both operands to have the same dtype, but got "
+                    f"{backend.dtype_name(self.dtype)} and {backend.dtype_name(other.dtype)}; "
+                    "cast one with .to(dtype)"
+                )
+            a, b = promote(self, other, "matmul")
+            return MatMul.apply(a, b)
+        return MatMul.apply(self, other)
 
     def __rmatmul__(self, other: Any) -> Tensor:
         return self._operand(other, "matmul").__matmul__(self)

@@ -96,8 +96,13 @@ def by_mask(a: Tensor, b: Tensor) -> bool:
 
 
 def promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
-    """Cast both operands to their common dtype (array API rules; ints meet floats as floats)."""
+    """Cast both operands to their common dtype, by PyTorch's rule: the higher kind wins (bool <
+    integer < float); within one kind a 0-d tensor does not widen a tensor with dimensions
+    (``float32 tensor * 0-d float64`` is float32), else the wider dtype wins."""
     xp = backend.namespace(a.array)
+    if _kind(xp, a.dtype) == _kind(xp, b.dtype) and (a.ndim == 0) != (b.ndim == 0):
+        dtype = b.dtype if a.ndim == 0 else a.dtype  # the operand with dimensions decides
+        return a._cast(dtype), b._cast(dtype)
     a_float, b_float = backend.is_floating(xp, a.dtype), backend.is_floating(xp, b.dtype)
     if a_float and not b_float:
         return a, b._cast(a.dtype)
@@ -114,6 +119,13 @@ def promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
             "cannot be combined"
         ) from exc
     return a._cast(common), b._cast(common)
+
+
+def _kind(xp: Any, dtype: Any) -> int:
+    """0 bool, 1 integer, 2 floating: the categories of PyTorch's promotion rule."""
+    if backend.dtype_name(dtype) == "bool":
+        return 0
+    return 2 if backend.is_floating(xp, dtype) else 1
 
 
 def checked_shape(op: str, shape: tuple) -> tuple:
