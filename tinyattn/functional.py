@@ -1,19 +1,17 @@
-"""Functional layer: the core of ``tinyattn.nn.functional`` (which re-exports these very objects
-and adds the losses and PyTorch's other activations). Softmax family, linear, embedding, layer
-norm, dropout, activations and scaled dot-product attention, each with PyTorch's signature and
-meaning (``dim=``, with NumPy's ``axis=`` accepted as an alias). Imports `backend`, `kernels`,
-`ops` and `tensor`; arrays only through their array API namespace. Each public function checks
-its arguments, then composes Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax,
-Erf, Gelu, Linear, LayerNorm, Dropout, BlockwiseAttention): no derivative math lives here, so
-every order of gradient comes from the ops layer. `_attention`, `_dropout` and
-`_blockwise_attention` check nothing: they trust their callers (nn.MultiHeadAttention calls
-`_attention` after its own checks).
+"""Functional layer: the core of ``tinyattn.nn.functional`` (which re-exports these very objects and
+adds the losses and PyTorch's other activations). Softmax family, linear, embedding, layer norm,
+dropout, activations and scaled dot-product attention, each with PyTorch's signature and meaning
+(``dim=``, with NumPy's ``axis=`` accepted as an alias). Imports `backend`, `kernels`, `ops` and
+`tensor`; arrays only through their array API namespace. Each public function checks its arguments,
+then composes Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax, Erf, Gelu, Linear,
+LayerNorm, Dropout, BlockwiseAttention): no derivative math lives here, so every order of gradient
+comes from the ops layer. `_attention`, `_dropout` and `_blockwise_attention` check nothing: they
+trust their callers (nn.MultiHeadAttention calls `_attention` after its own checks).
 Bool masks mean True = may attend; masked scores become -inf and a row with no finite score gets
 softmax weights of exactly 0, so fully masked rows are 0 in value and in gradient, never NaN.
 """
 
-# PyTorch's parameter names (input, ...) are kept so keyword callers port unchanged.
-# ruff: noqa: A002
+# ruff: noqa: A002  (PyTorch's parameter names, input ..., so keyword callers port unchanged)
 
 from __future__ import annotations
 
@@ -106,11 +104,9 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         )
     _same_device("linear", x, weight, bias)
     for other, name in ((weight, "weight"), (bias, "bias")):
-        if other is not None and other.dtype != x.dtype:
-            raise RuntimeError(
-                f"linear: input is {backend.dtype_name(x.dtype)} but {name} is "
-                f"{backend.dtype_name(other.dtype)}; cast one with .to(dtype), as in PyTorch"
-            )
+        if other is not None and other.dtype != x.dtype:  # as PyTorch: no silent widening
+            names = f"{backend.dtype_name(x.dtype)} but {name} is {backend.dtype_name(other.dtype)}"
+            raise RuntimeError(f"linear: input is {names}; cast one with .to(dtype)")
     if bias is None:
         return ops.Linear.apply(x, weight)  # one fused node: (..., in) -> (..., out)
     if bias.shape != (weight.shape[0],):
@@ -344,14 +340,12 @@ def _attention(
 
 def causal_mask(tq: int, tk: int | None = None, device: Any = None) -> Tensor:
     """Bool (Tq, Tk) mask, True = may attend: query i sees keys j <= i (aligned top-left, as
-    PyTorch's ``is_causal``). Shapes: -> (Tq, Tk).
-    """
+    PyTorch's ``is_causal``). Shapes: -> (Tq, Tk)."""
     tk = tq if tk is None else tk
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (tq, tk)):
         raise ValueError(f"causal_mask: sizes must be non-negative ints, got Tq={tq!r}, Tk={tk!r}")
-    rows = arange(tq, device=device).reshape(tq, 1)  # (Tq, 1)
-    cols = arange(tk, device=device).reshape(1, tk)  # (1, Tk)
-    return cols <= rows
+    # key column j (1, Tk) against query row i (Tq, 1): allowed where j <= i
+    return arange(tk, device=device).reshape(1, tk) <= arange(tq, device=device).reshape(tq, 1)
 
 
 def _is_bool(t: Tensor) -> bool:
