@@ -34,6 +34,7 @@ table gives the median over rounds of each process's median time per call, with 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import inspect
 import json
@@ -146,9 +147,12 @@ class _OnDevice:
 
     def __getattr__(self, name: str):
         found = getattr(self._library, name)
-        if name not in self.FACTORIES:
-            return found
-        return lambda *args, **kwargs: found(*args, **{"device": self._device, **kwargs})
+        if name in self.FACTORIES:
+            found = functools.partial(found, device=self._device)  # a call's device= still wins
+        # Made once per name: a compiled step guards on the function it reads (by identity),
+        # so a new one at each call would make it record again every time.
+        setattr(self, name, found)
+        return found
 
 
 def worker(mode: str, threads: int, repeats: int, weights: str, device: str = "cpu") -> dict:

@@ -182,8 +182,9 @@ class CountingGraphs:
     def capture(self, run):
         try:
             graph = self.inner.capture(run)
-        except BaseException:
+        except BaseException as exc:
             GRAPHS["failed_captures"] += 1
+            GRAPHS.setdefault("first_failure", f"{type(exc).__name__}: {exc}"[:300])
             raise
         GRAPHS["captures"] += 1
         return graph
@@ -208,7 +209,10 @@ def count_graphs(rehearse: bool) -> None:
 
 
 def graphs_since(before: dict) -> dict:
-    return {k: GRAPHS[k] - before[k] for k in GRAPHS}
+    counts = {k: GRAPHS[k] - before.get(k, 0) for k in GRAPHS if k != "first_failure"}
+    if "first_failure" in GRAPHS:
+        counts["first_failure"] = GRAPHS["first_failure"]
+    return counts
 
 
 # ------------------------------------------------------------------------------------ parts
@@ -255,6 +259,8 @@ def _cupy_info(ta) -> dict:
     module, reason = ta.cupy_status()
     if module is None:
         return {"cupy": f"not usable: {reason}"}
+    import cupy as module  # the array API wrapper that cupy_status returns has no version
+
     runtime = module.cuda.runtime
     name = runtime.getDeviceProperties(0)["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)

@@ -419,3 +419,36 @@ def test_a_write_into_the_zeroed_gradient_replays_as_eager():
         return [step(ta.tensor(rng.normal(size=(4, 3)), dtype="float32")).item() for _ in range(7)]
 
     assert run(compiled=True) == run(compiled=False)
+
+
+FILL = float("nan")  # read by a helper at every call: NaN != NaN must still count as unchanged
+
+
+def nan_filled(out):
+    return ta.where(ta.isnan(out), ta.tensor(FILL), out).sum() * 0 + out.sum()
+
+
+def test_a_nan_the_step_reads_is_the_same_value_at_every_call():
+    """A constant NaN (array libraries read ``xp.nan`` in their own code, a user's helper may
+    too) must not make every call record again: the guard keys NaN as one value."""
+    lin = nn.Linear(3, 2)
+    step = ta.compile(lambda x: nan_filled(lin(x)))
+    x = ta.ones(4, 3)
+    for _ in range(12):
+        assert float(step(x).numpy()) == float(nan_filled(lin(x)).numpy())
+    (tape,) = step.tapes.values()
+    assert tape.calls >= 9  # replayed, not recorded twelve times
+
+
+def test_array_library_code_is_not_followed_wherever_it_is_installed(monkeypatch):
+    """Installed packages are skipped by sysconfig's folders; an array library on PYTHONPATH
+    (as a GPU machine's added wheels are) is not under them, and is skipped all the same."""
+    from tinyattn import compile_guards
+
+    code = np.lib.stride_tricks.as_strided.__code__
+    monkeypatch.setattr(compile_guards, "_SKIPPED", ())  # as if NumPy were on PYTHONPATH
+    monkeypatch.setattr(compile_guards, "_chains", {})
+    assert compile_guards.chains_of(code) == ()
+    monkeypatch.setattr(compile_guards, "_chains", {})
+    monkeypatch.setattr(compile_guards, "_array_libraries", lambda: ())
+    assert compile_guards.chains_of(code) != ()  # the control: followed without the rule

@@ -37,6 +37,17 @@ def reference(values: np.ndarray) -> np.ndarray:
     return np.array([math.erf(v) for v in values.astype(np.float64)])
 
 
+def as_flushed(device: str, values: np.ndarray, function) -> np.ndarray:
+    """`function` of `values` as a device that flushes float32 subnormals computes it: CuPy
+    compiles its kernels with -ftz=true, so a subnormal input reads as a zero of its sign and a
+    subnormal result is written as zero. Elsewhere, `function` of `values` itself."""
+    if device != "cuda":
+        return function(values)
+    read = np.where(np.abs(values) < TINY, np.copysign(0.0, values), values)
+    result = function(read)
+    return np.where(np.abs(result) < TINY, np.copysign(0.0, result), result)
+
+
 def ulps(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """|got - expected| in units of the float32 spacing at the correctly rounded result."""
     spacing = np.spacing(np.abs(expected.astype(np.float32))).astype(np.float64)
@@ -57,7 +68,7 @@ ACCURACY = [
                          ids=[row[0] for row in ACCURACY])  # fmt: skip
 def test_float32_erf_accuracy(device, points, max_ulps, max_relative):
     values = points()
-    got, expected = erf32(values, device), reference(values)
+    got, expected = erf32(values, device), as_flushed(device, values, reference)
     assert ulps(got, expected).max() <= max_ulps
     if max_relative is not None:
         assert (np.abs(got - expected) / np.abs(expected)).max() <= max_relative
@@ -102,7 +113,10 @@ def gelu_reference(values: np.ndarray) -> np.ndarray:
 def test_float32_gelu_is_accurate_in_the_left_tail_too(device):
     """Within 3 ulp (Phi's cubic rounds three times, then the product) down to x = -9; within 4e-7
     relative wherever Phi is a normal float32 (x > -13.1). The composition
-    0.5 * x * (1 + erf(x / sqrt 2)) is about 380 ulp off at x = -3 and 20% off at x = -5."""
+    0.5 * x * (1 + erf(x / sqrt 2)) is about 380 ulp off at x = -3 and 20% off at x = -5.
+    On CuPy, which flushes float32 subnormals to zero, the cubic's smaller terms vanish first:
+    there the relative bound holds where Phi is above 2^30 times the smallest normal (a
+    flushed term is then below 1e-9 of Phi), that is for x > -11.2."""
     grid = np.linspace(-16.0, 7.0, 460_001, dtype=np.float32)
     draws = np.random.default_rng(0).standard_normal(20_000).astype(np.float32)
     values = np.concatenate([grid, draws])
@@ -111,7 +125,8 @@ def test_float32_gelu_is_accurate_in_the_left_tail_too(device):
     expected = gelu_reference(values)
     near = values >= -9.0
     assert ulps(got[near], expected[near]).max() <= 3.0
-    normal = (values != 0) & (np.abs(expected) >= TINY * np.abs(values))  # Phi a normal float32
+    lowest = TINY * (2.0**30 if device == "cuda" else 1.0)
+    normal = (values != 0) & (np.abs(expected) >= lowest * np.abs(values))  # Phi above `lowest`
     relative = np.abs(got[normal] - expected[normal]) / np.abs(expected[normal])
     assert relative.max() <= 4e-7
 

@@ -503,5 +503,19 @@ def test_a_piece_of_split_in_the_graph_is_refused_in_place_as_pytorch(device):
         second.mul_(3.0)  # outside the graph it is a plain write into the base
     torch = pytest.importorskip("torch")
     pieces = (torch.tensor(BASE, requires_grad=True) * 1.0).split(2, 1)
-    with pytest.raises(RuntimeError, match="Output 1 of Split is a view"):
+    with pytest.raises(RuntimeError, match=r"Output 1 of Split(Backward0)? is a view"):
         pieces[1].mul_(3.0)
+
+
+def test_a_layout_that_shares_elements_is_found_without_numpys_read_only_flag():
+    """CuPy has no read-only flag: the write into a broadcast view is refused by its strides."""
+    from tinyattn import backend
+
+    class Strided:  # a CuPy-like array: shape and byte strides, no flags
+        shape, strides = (2, 3), (0, 8)
+
+    assert backend.shares_elements(Strided())
+    Strided.strides = (24, 8)
+    assert not backend.shares_elements(Strided())
+    Strided.shape, Strided.strides = (1, 3), (0, 8)  # a zero stride on a length-1 axis is fine
+    assert not backend.shares_elements(Strided())

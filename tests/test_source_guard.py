@@ -4,7 +4,10 @@ An AST scan (so comments, strings and docstrings never trip it):
 - only the ``tinyattn/backend/`` package imports NumPy, CuPy, array_api_strict or array_api_compat;
 - ops, functional and nn code uses none of the calls that break on a non-NumPy device or that
   read past the array API: ``.T`` (``.mT`` is the array API spelling), ``.item()`` (a hidden
-  device sync), ``from_dlpack``, and ``._array`` (array_api_strict's private NumPy array).
+  device sync), ``from_dlpack``, and ``._array`` (array_api_strict's private NumPy array);
+- no function with a ``device`` parameter is cached by ``functools.lru_cache``/``cache``:
+  CuPy's ``Device`` is unhashable (array_api_strict's is not, so the stand-in cannot catch it),
+  and ``backend.cache_per_device`` is the cache for those.
 The scanner itself is tested on planted violations, so a broken scanner cannot pass silently.
 """
 
@@ -79,11 +82,56 @@ def non_portable_uses(source: str, filename: str = "<source>") -> list[str]:
     return found
 
 
+def device_keyed_caches(source: str, filename: str = "<source>") -> list[str]:
+    """Every function with a ``device`` parameter under a functools cache decorator."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        if "device" not in [arg.arg for arg in node.args.args + node.args.kwonlyargs]:
+            continue
+        for decorator in node.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if name in ("lru_cache", "cache"):
+                found.append(f"{filename}:{node.lineno}: {node.name} caches on a device")
+    return found
+
+
 def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
 # ----------------------------------------------------------------------------- the package
+def test_no_functools_cache_is_keyed_on_a_device():
+    found = [hit for path in _sources() for hit in device_keyed_caches(_read(path), str(path))]
+    assert not found, "use backend.cache_per_device (CuPy devices are unhashable):\n" + "\n".join(
+        found
+    )
+
+
+def test_cache_per_device_takes_an_unhashable_device():
+    from tinyattn import backend
+
+    class Device:  # as CuPy's: compared by id, not hashable
+        __hash__ = None
+
+        def __init__(self, number):
+            self.id = number
+
+    calls = []
+
+    @backend.cache_per_device(maxsize=4)
+    def made(n, device):
+        calls.append((n, getattr(device, "id", device)))
+        return (n, device)
+
+    zero, one = Device(0), Device(1)
+    assert made(3, zero) == (3, zero) and made(3, zero) == (3, zero)
+    assert made(3, one)[1] is one and made(3, "cpu") == (3, "cpu")
+    assert calls == [(3, 0), (3, 1), (3, "cpu")]  # made once per device
+
+
 def test_the_package_is_scanned():
     names = {path.relative_to(PACKAGE).as_posix() for path in _sources()}
     assert {"backend/__init__.py", "autograd.py", "tensor.py", "ops/elementwise.py"} <= names
@@ -151,3 +199,17 @@ USE_CASES = [
 @pytest.mark.parametrize("source,count", USE_CASES, ids=[c[0] for c in USE_CASES])
 def test_scanner_finds_non_portable_uses(source, count):
     assert len(non_portable_uses(source)) == count
+
+
+CACHE_CASES = [
+    ("@functools.lru_cache(maxsize=4)\ndef f(xp, n, device): pass", 1),
+    ("@lru_cache\ndef f(n, *, device): pass", 1),
+    ("@functools.cache\ndef f(device): pass", 1),
+    ("@backend.cache_per_device(maxsize=4)\ndef f(xp, n, device): pass", 0),
+    ("@functools.cache\ndef f(xp, dtype): pass", 0),
+]
+
+
+@pytest.mark.parametrize("source,count", CACHE_CASES, ids=[c[0] for c in CACHE_CASES])
+def test_scanner_finds_device_keyed_caches(source, count):
+    assert len(device_keyed_caches(source)) == count

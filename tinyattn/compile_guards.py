@@ -53,6 +53,17 @@ class Same:
         return f"<{type(self.value).__name__} object at {id(self.value):#x}>"
 
 
+class _NaN:
+    """The key part of a float NaN: NaN != NaN, so a NaN a step reads (``xp.nan`` in an array
+    library's own code) would otherwise count as changed on every call."""
+
+    def __repr__(self) -> str:
+        return "nan"
+
+
+NAN = _NaN()
+
+
 def guard(value: Any) -> Any:
     """A value's part of a cache key: plain values (and tuples of them) by value, anything
     else by identity (a tensor compared by value would be an op); a small dict or namespace
@@ -61,7 +72,7 @@ def guard(value: Any) -> Any:
     guarded where the code reads them with a constant index (``lrs[0]``)."""
     kind = type(value)  # by the type, not isinstance: no __class__ lookup on every call
     if kind in _PLAIN_TYPES or issubclass(kind, PLAIN):
-        return value
+        return NAN if value != value else value
     if kind is tuple:
         return tuple(guard(v) for v in value)
     entries = value if kind is dict else None
@@ -74,10 +85,10 @@ def guard(value: Any) -> Any:
 
 def shallow(value: Any) -> Any:
     """A plain value (or a tuple of them) by value, anything else by identity."""
-    if isinstance(value, PLAIN) or (
-        type(value) is tuple and all(isinstance(v, PLAIN) for v in value)
-    ):
-        return value
+    if isinstance(value, PLAIN):
+        return NAN if value != value else value
+    if type(value) is tuple and all(isinstance(v, PLAIN) for v in value):
+        return tuple(shallow(v) for v in value)
     return Same(value)
 
 
@@ -189,9 +200,22 @@ def chains_of(code: types.CodeType) -> tuple:
     return found[1]
 
 
+def _array_libraries() -> tuple[str, ...]:
+    """The folders of the array libraries loaded so far, wherever they are installed (a folder
+    on PYTHONPATH is not one of sysconfig's): their code reads module constants only."""
+    folders = []
+    for name in ("numpy", "cupy", "cupyx", "array_api_compat", "array_api_strict"):
+        module = sys.modules.get(name)
+        if getattr(module, "__file__", None):
+            folders.append(os.path.dirname(os.path.abspath(module.__file__)) + os.sep)
+    return tuple(folders)
+
+
 def _read_chains(code: types.CodeType) -> tuple:
     name = os.path.abspath(code.co_filename) if not code.co_filename.startswith("<") else ""
     if not name or name.startswith(_LIBRARY) or name.startswith(_SKIPPED):
+        return ()
+    if name.startswith(_array_libraries()):
         return ()
     arguments = set(code.co_varnames[: _argument_count(code)])
     instructions = list(dis.get_instructions(code))

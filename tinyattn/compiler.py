@@ -422,7 +422,8 @@ def _grad_kind(grad: Tensor | None) -> tuple | None:
 
 
 def _array_kind(array: Any) -> tuple:
-    return (type(array), backend.device_of(array), array.shape, array.dtype)
+    # The device's name: CuPy's Device is unhashable, and this kind is part of a dict key.
+    return (type(array), backend.device_name(backend.device_of(array)), array.shape, array.dtype)
 
 
 def _switched_modes(first: Recorder, second: Recorder) -> bool:

@@ -15,7 +15,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .backend import ONE_HOT_LIMIT, contiguous, is_host_array, namespace, reshape, scatter_add
+from .backend import (
+    ONE_HOT_LIMIT,
+    cache_per_device,
+    contiguous,
+    is_host_array,
+    namespace,
+    reshape,
+    scatter_add,
+)
 
 # ------------------------------------------------------------------------------ sums and maxima
 
@@ -53,7 +61,7 @@ def sum_array(x: Any, axes: tuple[int, ...], keepdims: bool = False) -> Any:
     return reshape(result, (1,) * count + kept if keepdims else kept)
 
 
-@functools.lru_cache(maxsize=64)
+@cache_per_device(maxsize=64)
 def ones_vector(xp: Any, n: int, dtype: Any, device: Any) -> Any:
     """A read-only-by-convention vector of `n` ones, made once per (n, dtype, device).
 
@@ -68,7 +76,7 @@ def ones_vector(xp: Any, n: int, dtype: Any, device: Any) -> Any:
 IDENTITY_ROWS = 1024
 
 
-@functools.lru_cache(maxsize=16)
+@cache_per_device(maxsize=16)
 def identity_rows(xp: Any, n: int, dtype: Any, device: Any) -> Any:
     """The (n, n) identity, made once per (n, dtype, device): row i is the one-hot vector of i.
 

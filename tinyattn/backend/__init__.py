@@ -19,6 +19,7 @@ import functools
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -183,6 +184,41 @@ def device_name(device: Any) -> str:
     return f"cuda:{device.id}"
 
 
+class _DeviceKey:
+    """A device as a cache key: CuPy's ``Device`` is unhashable, so the key compares names."""
+
+    __slots__ = ("device", "name")
+
+    def __init__(self, device: Any) -> None:
+        self.device, self.name = device, device_name(device)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _DeviceKey) and other.name == self.name
+
+
+def cache_per_device(maxsize: int) -> Callable[[Callable], Callable]:
+    """`functools.lru_cache` for a function whose last argument is a device, any backend's."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.lru_cache(maxsize=maxsize)
+        def cached(*args: Any) -> Any:
+            device = args[-1]
+            return fn(*args[:-1], device.device if type(device) is _DeviceKey else device)
+
+        @functools.wraps(fn)
+        def call(*args: Any) -> Any:
+            device = args[-1]  # NumPy's is the string 'cpu': hashed as it is, on the hot path
+            return cached(*args[:-1], device if type(device) is str else _DeviceKey(device))
+
+        call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        return call
+
+    return wrap
+
+
 @functools.cache
 def _namespace_of_type(array_type: type) -> Any:
     if array_type is np.ndarray:
@@ -239,6 +275,15 @@ def owns_plain_memory(array: Any) -> bool:
     if not is_buffer(array) or getattr(host, "base", None) is not None:
         return False
     return bool(getattr(getattr(host, "flags", None), "c_contiguous", False))
+
+
+def shares_elements(array: Any) -> bool:
+    """Whether two elements of `array` are one memory location (a broadcast view: a zero stride
+    on an axis longer than 1). NumPy marks such a view read-only and refuses the write itself;
+    CuPy does not, and would write each location several times."""
+    if type(array) is np.ndarray or not hasattr(array, "strides"):
+        return False
+    return any(stride == 0 and n > 1 for stride, n in zip(array.strides, array.shape))
 
 
 def copy_into(target: Any, source: Any) -> None:

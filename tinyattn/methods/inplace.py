@@ -76,6 +76,8 @@ class InPlaceMethods(TensorBase):
             self.array = array  # a NumPy scalar (a 0-d result) is immutable: nothing aliases it
         else:
             try:
+                if backend.shares_elements(self.array):
+                    raise ValueError("two of its elements share one memory location")
                 self.array[...] = array
             except ValueError as exc:  # a broadcast view (expand, broadcast_to) is read-only
                 raise RuntimeError(

@@ -8,7 +8,6 @@ replays forwards, so new targets and new masks flow through a replay like any ot
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from .. import backend, kernels
@@ -26,19 +25,25 @@ class ClassWeights(Function):
     integers, so there is no gradient. Shapes: targets (...) int -> (..., C) of `dtype`.
     """
 
+    __slots__ = ("on_host",)
     backward_reads = ()
+
+    def reads_host(self) -> bool:
+        return not self.on_host  # the range check of device targets waits for the device
 
     def forward(
         self, targets: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
     ) -> Any:
         # cross_entropy checked the targets of an eager call; a compiled step's replay gets new
-        # ones unchecked. On the host they are checked here too (CuPy's take wraps an index
-        # out of range, and a check would wait for the device: there only the eager one stands).
+        # ones unchecked, so they are checked here too. On the host the table's take refuses
+        # them; CuPy's take wraps an index out of range, so there they are compared, which
+        # waits for the device (as getitem's range check does).
         xp = backend.namespace(targets)
-        if classes > kernels.IDENTITY_ROWS:
-            out_of_range = bad_targets(xp, targets, classes, ignore_index)
-            if backend.is_host_array(targets) and bool(xp.any(out_of_range)):
+        self.on_host = backend.is_host_array(targets)
+        if classes > kernels.IDENTITY_ROWS or not self.on_host:
+            if bool(xp.any(bad_targets(xp, targets, classes, ignore_index))):
                 raise _out_of_range(classes, ignore_index)
+        if classes > kernels.IDENTITY_ROWS:
             return _compared(xp, targets, classes, ignore_index, smoothing, dtype)
         rows = gather_target_rows(xp, targets, classes, ignore_index, smoothing, dtype)
         return xp.reshape(rows, (*targets.shape, classes))
@@ -90,7 +95,7 @@ def _out_of_range(classes: int, ignore_index: Any) -> IndexError:
     )
 
 
-@functools.lru_cache(maxsize=16)
+@backend.cache_per_device(maxsize=16)
 def _target_rows(xp: Any, classes: int, smoothing: float, dtype: Any, device: Any) -> Any:
     """(C + 1, C): row c is the smoothed one-hot of class c, row C all zeros; the same
     operations on the same values as `_compared` makes. Only ever read."""
