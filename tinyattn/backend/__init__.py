@@ -544,7 +544,8 @@ def to_numpy(array: Any) -> np.ndarray:
     if _is_cupy_array(array):
         return array.get()
     strict = _strict()
-    return np.asarray(strict.asarray(array, device=strict.Device("CPU_DEVICE")))
+    # A copy, as CuPy's: moved to its CPU device, a strict array may still share its buffer.
+    return np.array(strict.asarray(array, device=strict.Device("CPU_DEVICE")), copy=True)
 
 
 def is_on(array: Any, device: Any) -> bool:
