@@ -94,8 +94,9 @@ class ReductionMethods(TensorBase):
         return Mean.apply(source, axis=axis, keepdims=keepdims)
 
     def norm(self, p: Any = "fro", dim: Any = None, keepdim: bool = False) -> Tensor:
-        """The p-norm over `dim` (every element by default): 2 (or ``'fro'``), 1, inf or -inf.
-        The 2-norm's gradient is 0 where the norm is 0, as in PyTorch."""
+        """The p-norm over `dim` (every element by default): 2 (or ``'fro'``), 1, inf, -inf or
+        any other number p, (sum |x|^p)^(1/p) (p = 0 counts nonzero elements). The 2-norm's
+        gradient is 0 where the norm is 0, as in PyTorch."""
         backend.check_floating("norm", self.array)
         axis = None if dim is None or not self.ndim else normalize_axes("norm", dim, self.ndim)
         if p in ("fro", 2):
@@ -104,7 +105,12 @@ class ReductionMethods(TensorBase):
             return self.abs().sum(axis, keepdims=keepdim)
         if p in (math.inf, -math.inf):
             return (self.abs().amax if p > 0 else self.abs().amin)(axis, keepdims=keepdim)
-        raise ValueError(f"norm: p={p!r} is not supported; use 2 (or 'fro'), 1, inf or -inf")
+        if isinstance(p, int | float) and not isinstance(p, bool):
+            if p == 0:  # the count of nonzero elements (PyTorch's 0-"norm"): zero gradient
+                count = (self != 0).to(self.dtype) + self * 0.0
+                return count.sum(axis, keepdims=keepdim)
+            return (self.abs() ** p).sum(axis, keepdims=keepdim) ** (1.0 / p)
+        raise ValueError(f"norm: p={p!r} is not supported; use a number, 'fro', inf or -inf")
 
     def amax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
