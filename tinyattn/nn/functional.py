@@ -252,6 +252,8 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
     Shapes: any -> the same."""
     if not isinstance(input, Tensor):
         raise TypeError(f"normalize: expected a Tensor, got {type(input).__name__}")
+    if p != "fro" and (not isinstance(p, int | float) or isinstance(p, bool)):
+        raise ValueError(f"normalize: p={p!r} is not supported; use a number, inf or -inf")
     return input / input.norm(p=p, dim=dim, keepdim=True).clamp_min(eps)
 
 

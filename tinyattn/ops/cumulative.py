@@ -31,12 +31,12 @@ def running_extreme_positions(xp: Any, x: Any, axis: int, largest: bool) -> Any:
     positions = xp.broadcast_to(positions, x.shape)
     values, lead, step = x, (slice(None),) * axis, 1
     while step < n:
-        earlier, later = lead + (slice(0, n - step),), lead + (slice(step, None),)
+        earlier, later = (*lead, slice(0, n - step), ...), (*lead, slice(step, None), ...)
         before, current = values[earlier], values[later]
         better = before > current if largest else before < current
         if is_float_array(x):
             better = better | (xp.isnan(before) & ~xp.isnan(current))
-        head = lead + (slice(0, step),)
+        head = (*lead, slice(0, step), ...)
         values = xp.concat([values[head], xp.where(better, before, current)], axis=axis)
         chosen = xp.where(better, positions[earlier], positions[later])
         positions = xp.concat([positions[head], chosen], axis=axis)
