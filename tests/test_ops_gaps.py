@@ -408,6 +408,11 @@ def test_norm_and_normalize_for_any_p_match_torch():
             _same(expected, got, atol=1e-12)
             _backward_both(expected, got)
             _same(theirs.grad, ours.grad, atol=1e-10)
+    for p in (0.5, 1.5, 3):  # zero elements and a zero norm: a zero gradient, not NaN
+        theirs, ours = _pair(np.array([[0.0, 0.0, 0.0], [3.0, 0.0, 4.0]]))
+        theirs.norm(p=p, dim=1).sum().backward()
+        ours.norm(p=p, dim=1).sum().backward()
+        _same(theirs.grad, ours.grad, atol=1e-12)
     zero_norm = torch.tensor(values).norm(p=0).item()
     assert ta.tensor(values).norm(p=0).item() == zero_norm
     eps = F.normalize(ta.zeros(2, 3), p=3.0, dim=1, eps=1e-3)

@@ -109,7 +109,7 @@ class ReductionMethods(TensorBase):
             if p == 0:  # the count of nonzero elements (PyTorch's 0-"norm"): zero gradient
                 count = (self != 0).to(self.dtype) + self * 0.0
                 return count.sum(axis, keepdims=keepdim)
-            return (self.abs() ** p).sum(axis, keepdims=keepdim) ** (1.0 / p)
+            return _power_norm(self, p, axis, keepdim)
         raise ValueError(f"norm: p={p!r} is not supported; use a number, 'fro', inf or -inf")
 
     def amax(
@@ -430,6 +430,18 @@ def _arg_extreme_of(xp: Any, x: Any, name: str, axis: int, keepdims: bool, flat:
 
 
 _SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _power_norm(x: Tensor, p: float, axis: Any, keepdim: bool) -> Tensor:
+    """(sum |x|^p)^(1/p). For p > 0 a zero element and a zero norm get a zero gradient, as in
+    PyTorch, where the plain formula gives 0 * inf = NaN: the powers see 1 there, masked out."""
+    magnitude = x.abs()
+    if p < 0:
+        return (magnitude**p).sum(axis, keepdims=keepdim) ** (1.0 / p)
+    nonzero = magnitude != 0
+    total = where(nonzero, where(nonzero, magnitude, 1.0) ** p, 0.0).sum(axis, keepdims=keepdim)
+    spread = total != 0
+    return where(spread, where(spread, total, 1.0) ** (1.0 / p), 0.0)
 
 
 def _positions_of(xp: Any, x: Any, name: str) -> Any:
