@@ -562,3 +562,19 @@ def test_scatter_reduce_amax_without_self_gives_the_tie_with_self_the_whole_grad
         0, torch.tensor([[1, 1]]), theirs_src, "amax", include_self=False
     ).sum().backward()
     assert theirs_src.grad.tolist() == [[0.5, 1.0]]
+
+
+def test_in_place_division_forms_match_torch():
+    torch = _torch()
+    a, b = np.array([-7.0, 7.5, 5.0]), np.array([2.0, -2.0, 1.5])
+    for name, kwargs in (("div_", {"rounding_mode": "floor"}), ("div_", {"rounding_mode": "trunc"}),
+                         ("div_", {}), ("fmod_", {}), ("copysign_", {})):  # fmt: skip
+        theirs, ours = torch.tensor(a), ta.tensor(a)
+        getattr(theirs, name)(torch.tensor(b), **kwargs)
+        assert getattr(ours, name)(ta.tensor(b), **kwargs) is ours
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    ints = ta.tensor([-7, 7])
+    ints.div_(2, rounding_mode="floor")
+    assert ints.tolist() == [-4, 3]
+    with pytest.raises(RuntimeError, match="div_"):
+        ta.tensor([-7, 7]).div_(2)  # a float result does not fit an integer tensor

@@ -1,10 +1,11 @@
 """Tensor methods, in-place family: writes into a tensor's own storage.
 
-``add_``, ``mul_``, ``+=``, ``copy_``, ``fill_``, ``zero_``, ``clamp_``, ``masked_fill_``,
-``index_fill_``, ``scatter_``, ``x[key] = v`` and the in-place forms of the unary ops
-(``exp_()``, ``relu_()`` ...). Each computes its result out of place, then stores it into the
-tensor's array (`_store`) and bumps the version counter that the tensor shares with its views,
-so a backward that saved the old values refuses to run. Part of the tensor layer: imports
+``add_``, ``mul_``, ``div_`` (with ``rounding_mode``), ``fmod_``, ``copysign_``, ``+=``,
+``copy_``, ``fill_``, ``zero_``, ``clamp_``, ``masked_fill_``, ``index_fill_``, ``scatter_``,
+``scatter_reduce_``, ``index_put_``, ``normal_``, ``uniform_``, ``x[key] = v`` and the in-place
+forms of the unary ops (``exp_()``, ``relu_()`` ...). Each computes its result out of place,
+then stores it into the tensor's array (`_store`) and bumps the version counter that the tensor
+shares with its views, so a backward that saved the old values refuses to run. Part of the tensor layer: imports
 `backend`, `autograd`, `ops` and `methods.common`.
 """
 
@@ -110,8 +111,14 @@ class InPlaceMethods(TensorBase):
     def mul_(self, other: Any) -> Tensor:
         return self._inplace("mul_", lambda x: x * other, other)
 
-    def div_(self, other: Any) -> Tensor:
-        return self._inplace("div_", lambda x: x / other, other)
+    def div_(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        return self._inplace("div_", lambda x: x.div(other, rounding_mode=rounding_mode), other)
+
+    def fmod_(self, other: Any) -> Tensor:
+        return self._inplace("fmod_", lambda x: x.fmod(other), other)
+
+    def copysign_(self, other: Any) -> Tensor:
+        return self._inplace("copysign_", lambda x: x.copysign(other), other)
 
     def copy_(self, src: Any) -> Tensor:
         """Copy `src` into this tensor (broadcast to its shape, cast to its dtype and device)."""
