@@ -5,8 +5,8 @@
 ``scatter_reduce_``, ``index_put_``, ``normal_``, ``uniform_``, ``x[key] = v`` and the in-place
 forms of the unary ops (``exp_()``, ``relu_()`` ...). Each computes its result out of place,
 then stores it into the tensor's array (`_store`) and bumps the version counter that the tensor
-shares with its views, so a backward that saved the old values refuses to run. Part of the tensor layer: imports
-`backend`, `autograd`, `ops` and `methods.common`.
+shares with its views, so a backward that saved the old values refuses to run. Part of the
+tensor layer: imports `backend`, `autograd`, `ops` and `methods.common`.
 """
 
 from __future__ import annotations
