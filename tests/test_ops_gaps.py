@@ -163,6 +163,7 @@ def test_scatter_reduce_errors():
         x.scatter_reduce(0, index, 1.0, "sum")
 
 
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
 def test_scatter_value_keyword_and_reduce_match_torch():
     torch = _torch()
     base = np.arange(6.0).reshape(2, 3)
