@@ -580,6 +580,25 @@ def largest_finite(dtype: Any) -> float:
     return float(np.finfo(dtype_name(dtype)).max)
 
 
+def type_limits(dtype: Any) -> dict:
+    """The limits of a dtype by name, from NumPy: for a float its finfo (bits, eps, max, min,
+    tiny, smallest_normal, resolution), for an integer its iinfo (bits, max, min)."""
+    name = dtype_name(dtype)
+    if np.dtype(name).kind == "f":
+        info = np.finfo(name)
+        limits = {field: float(getattr(info, field)) for field in ("eps", "max", "min", "tiny")}
+        # PyTorch's resolution is the Python float 10**-precision, not NumPy's rounded one.
+        resolution = 10.0**-info.precision
+        return {
+            "bits": info.bits,
+            **limits,
+            "smallest_normal": limits["tiny"],
+            "resolution": resolution,
+        }
+    info = np.iinfo(name)
+    return {"bits": info.bits, "max": int(info.max), "min": int(info.min)}
+
+
 def dtype_name(dtype: Any) -> str:
     """'float32' for np.float32, np.dtype('float32'), array_api_strict.float32 and CuPy alike."""
     if isinstance(dtype, str):
