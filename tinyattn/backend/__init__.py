@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import itertools
 import math
 import os
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import files
+from . import files, windows
 from .cuda_graphs import CudaGraphs  # re-exported: backend.CudaGraphs
 
 DEFAULT_FLOAT = np.float32
@@ -399,43 +398,15 @@ def diagonal_view(array: Any, offset: int, axis1: int, axis2: int) -> Any:
 
 def sliding_windows(array: Any, window: tuple, step: tuple, dilation: tuple) -> Any:
     """Every window of the trailing ``len(window)`` axes, as new trailing axes: a read-only
-    strided view on NumPy and CuPy (no copy), stacked slices elsewhere (the strict stand-in).
-
-    Window o along an axis holds elements ``o * step + k * dilation`` for k < window.
-    Shapes: (*lead, *size) -> (*lead, *counts, *window), counts = (size - span) // step + 1,
-    span = dilation * (window - 1) + 1.
-    """
-    spatial = array.shape[array.ndim - len(window) :]
-    counts = tuple(
-        (size - d * (k - 1) - 1) // s + 1
-        for size, k, s, d in zip(spatial, window, step, dilation, strict=True)
-    )
+    strided view on NumPy and CuPy, stacked slices elsewhere (windows.py). Window o of an axis
+    holds its elements o * step + k * dilation, k < window.
+    Shapes: (*lead, *size) -> (*lead, *counts, *window)."""
     if isinstance(array, np.ndarray) or _is_cupy_array(array):
-        lead = array.ndim - len(window)
-        strides = array.strides[lead:]
-        return ufuncs_of(array).lib.stride_tricks.as_strided(
-            array,
-            shape=array.shape[:lead] + counts + tuple(window),
-            strides=array.strides[:lead]
-            + tuple(t * s for t, s in zip(strides, step, strict=True))
-            + tuple(t * d for t, d in zip(strides, dilation, strict=True)),
-            writeable=False,
-        )
-    return _stacked_windows(array, window, step, dilation, counts)
+        return windows.strided(ufuncs_of(array), array, window, step, dilation)
+    return windows.stacked(namespace(array), array, window, step, dilation)
 
 
-def _stacked_windows(array: Any, window: tuple, step: tuple, dilation: tuple, counts: tuple) -> Any:
-    """`sliding_windows` by slicing: one strided slice per window offset, stacked last."""
-    xp, lead = namespace(array), array.ndim - len(window)
-    slices = []
-    for offset in itertools.product(*(range(k) for k in window)):
-        index = tuple(
-            slice(o * d, o * d + (n - 1) * s + 1, s)
-            for o, d, n, s in zip(offset, dilation, counts, step, strict=True)
-        )
-        slices.append(array[(slice(None),) * lead + index])
-    stacked = xp.stack(slices, axis=-1)  # (*lead, *counts, prod(window))
-    return xp.reshape(stacked, stacked.shape[:-1] + tuple(window))
+window_counts = windows.counts  # how many windows fit: sliding_windows' counts
 
 
 def is_contiguous(array: Any) -> bool:

@@ -19,8 +19,9 @@ import math
 from typing import Any
 
 from ..autograd import no_grad
+from ..backend import window_counts
 from ..creation import ones
-from ..ops import Fold, Unfold, window_counts
+from ..ops import Fold, Unfold
 from ..tensor import Tensor
 from ..tensor_functions import einsum
 from ..tensor_functions import pad as constant_pad
@@ -51,7 +52,7 @@ def _batched(op: str, input: Tensor, spatial: int) -> tuple[Tensor, bool]:
     )
 
 
-def _pad_pairs(pairs: list[tuple[int, int]]) -> tuple[int, ...]:
+def pad_pairs(pairs: list[tuple[int, int]]) -> tuple[int, ...]:
     """Per-axis (before, after) pairs, first axis first, in F.pad's order (last axis first)."""
     return tuple(amount for pair in reversed(pairs) for amount in pair)
 
@@ -101,7 +102,7 @@ def _source(i: int, n: int, mode: str) -> int:
 
 
 # ------------------------------------------------------------------------------- convolution
-def _conv_padding(op: str, padding: Any, kernel: tuple, stride: tuple, dilation: tuple) -> list:
+def conv_padding(op: str, padding: Any, kernel: tuple, stride: tuple, dilation: tuple) -> list:
     """(before, after) per spatial axis: ints, "valid" (none) or "same" (output size = input
     size; an odd total puts the extra element after, as PyTorch)."""
     n = len(kernel)
@@ -161,9 +162,9 @@ def _conv(
     kernel = tuple(weight.shape[2:])
     stride = _tuple(op, "stride", stride, spatial)
     dilation = _tuple(op, "dilation", dilation, spatial)
-    pairs = _conv_padding(op, padding, kernel, stride, dilation)
+    pairs = conv_padding(op, padding, kernel, stride, dilation)
     if any(amount for pair in pairs for amount in pair):
-        x = constant_pad(x, _pad_pairs(pairs))
+        x = constant_pad(x, pad_pairs(pairs))
     windows = _windows(op, x, kernel, stride, dilation)  # (N, C_in, *out, *kernel)
     n, out_size = x.shape[0], windows.shape[2 : 2 + spatial]
     out_channels, group_channels = weight.shape[:2]
@@ -251,7 +252,7 @@ def _conv_transpose(
         for m, s, d, k in zip(size, stride, dilation, kernel, strict=True)
     )
     out = Fold.apply(cols, size=full, window=kernel, step=stride, dilation=dilation)
-    out = constant_pad(out, _pad_pairs([(-p, e - p) for p, e in zip(pads, extra, strict=True)]))
+    out = constant_pad(out, pad_pairs([(-p, e - p) for p, e in zip(pads, extra, strict=True)]))
     if bias is not None:
         out = out + bias.reshape(out_channels, *(1,) * spatial)
     return out.squeeze(0) if unbatched else out
@@ -356,7 +357,7 @@ def _max_pool(
     kernel, stride, dilation, pairs = _pool_geometry(
         op, size, kernel_size, stride, padding, dilation, ceil_mode
     )
-    padded = constant_pad(x, _pad_pairs(pairs), value=-math.inf)
+    padded = constant_pad(x, pad_pairs(pairs), value=-math.inf)
     windows = _windows(op, padded, kernel, stride, dilation)  # (N, C, *out, *kernel)
     out_size = windows.shape[2 : 2 + spatial]
     windows = windows.reshape(*windows.shape[: 2 + spatial], math.prod(kernel))
@@ -438,7 +439,7 @@ def _avg_pool(
     kernel, stride, dilation, pairs = _pool_geometry(
         op, size, kernel_size, stride, padding, 1, ceil_mode
     )
-    sums = _windows(op, constant_pad(x, _pad_pairs(pairs)), kernel, stride, dilation)
+    sums = _windows(op, constant_pad(x, pad_pairs(pairs)), kernel, stride, dilation)
     sums = sums.sum(tuple(range(2 + spatial, 2 + 2 * spatial)))  # (N, C, *out)
     if divisor_override:
         out = sums / divisor_override
@@ -447,9 +448,9 @@ def _avg_pool(
         # the positions ceil_mode adds past the padding never.
         inside = ones(*size, dtype=x.dtype, device=x.device)
         counted = constant_pad(
-            inside, _pad_pairs([(p, p) for p, _ in pairs]), value=1.0 if count_include_pad else 0.0
+            inside, pad_pairs([(p, p) for p, _ in pairs]), value=1.0 if count_include_pad else 0.0
         )
-        counted = constant_pad(counted, _pad_pairs([(0, after - p) for p, after in pairs]))
+        counted = constant_pad(counted, pad_pairs([(0, after - p) for p, after in pairs]))
         counts = Unfold.apply(counted, window=kernel, step=stride, dilation=dilation)
         out = sums / counts.sum(tuple(range(spatial, 2 * spatial)))
     return out.squeeze(0) if unbatched else out
@@ -543,7 +544,7 @@ def unfold(
         _tuple(op, "dilation", dilation, 2),
     )
     stride, pads = _tuple(op, "stride", stride, 2), _tuple(op, "padding", padding, 2, minimum=0)
-    x = constant_pad(x, _pad_pairs([(p, p) for p in pads]))
+    x = constant_pad(x, pad_pairs([(p, p) for p in pads]))
     windows = _windows(op, x, kernel, stride, dilation)  # (N, C, oh, ow, kh, kw)
     n, c, oh, ow = windows.shape[:4]
     cols = windows.permute(0, 1, 4, 5, 2, 3).reshape(n, c * math.prod(kernel), oh * ow)
@@ -579,7 +580,7 @@ def fold(
     c = rows // math.prod(kernel)
     windows = cols.reshape(n, c, *kernel, *counts).permute(0, 1, 4, 5, 2, 3)
     out = Fold.apply(windows, size=padded, window=kernel, step=stride, dilation=dilation)
-    out = constant_pad(out, _pad_pairs([(-p, -p) for p in pads]))
+    out = constant_pad(out, pad_pairs([(-p, -p) for p in pads]))
     return out.squeeze(0) if unbatched else out
 
 

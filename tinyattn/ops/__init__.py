@@ -154,6 +154,6 @@ __all__ += [
     "computed",
 ]
 
-from .conv import Fold, Unfold, window_counts  # noqa: E402
+from .conv import Fold, Unfold  # noqa: E402
 
-__all__ += ["Fold", "Unfold", "window_counts"]
+__all__ += ["Fold", "Unfold"]

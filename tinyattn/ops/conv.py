@@ -16,14 +16,6 @@ from ..autograd import Function
 from ..backend import contiguous_copy, namespace, sliding_windows
 
 
-def window_counts(size: tuple, window: tuple, step: tuple, dilation: tuple) -> tuple:
-    """How many windows fit along each axis: (size - dilation * (window - 1) - 1) // step + 1."""
-    return tuple(
-        (n - d * (k - 1) - 1) // s + 1
-        for n, k, s, d in zip(size, window, step, dilation, strict=True)
-    )
-
-
 class Unfold(Function):
     """y[..., o, k] = x[..., o * step + k * dilation] (per trailing axis);
     dL/dx = Fold(g): each window's gradient added back where the window was.
