@@ -419,7 +419,8 @@ class _BatchNorm(Module):
             with no_grad():
                 self.num_batches_tracked.add_(1)
             if self.momentum is None:  # the cumulative average: the n-th batch weighs 1 / n
-                factor = 1.0 / int(self.num_batches_tracked.item())
+                # A 0-d tensor, not a Python float: reading the count would wait for a GPU.
+                factor = 1.0 / self.num_batches_tracked.to(self.running_mean.dtype)
         use_batch = self.training or self.running_mean is None
         keep = not self.training or self.track_running_stats
         return F.batch_norm(

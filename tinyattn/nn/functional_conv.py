@@ -592,7 +592,7 @@ def batch_norm(
     weight: Tensor | None = None,
     bias: Tensor | None = None,
     training: bool = False,
-    momentum: float = 0.1,
+    momentum: float | Tensor = 0.1,
     eps: float = 1e-5,
 ) -> Tensor:
     """y = (x - mean) / sqrt(var + eps) * weight + bias per channel (axis 1). Training uses the
