@@ -253,6 +253,8 @@ ERRORS = [
     (lambda: F.conv_transpose2d(ta.ones(1, 2, 3, 3), ta.ones(2, 1, 2, 2), stride=2,
                                 output_padding=2), ValueError,
      r"conv_transpose2d: output_padding \(2, 2\) must be smaller than stride or dilation"),
+    (lambda: nn.ConvTranspose2d(2, 2, 3)(ta.ones(1, 2, 3, 3), output_size=(5, 5)),
+     NotImplementedError, "ConvTranspose2d: output_size= is not supported; set output_padding"),
 ]  # fmt: skip
 
 
