@@ -25,13 +25,16 @@ def strided(module: Any, array: Any, window: tuple, step: tuple, dilation: tuple
     lead = array.ndim - len(window)
     found = counts(array.shape[lead:], window, step, dilation)
     axis_strides = array.strides[lead:]
+    # Windows overlap in memory: a write through the view would reach several windows, so
+    # NumPy's is read-only (CuPy's as_strided has no such flag).
+    read_only = {"writeable": False} if module.__name__ == "numpy" else {}
     return module.lib.stride_tricks.as_strided(
         array,
         shape=array.shape[:lead] + found + tuple(window),
         strides=array.strides[:lead]
         + tuple(t * s for t, s in zip(axis_strides, step, strict=True))
         + tuple(t * d for t, d in zip(axis_strides, dilation, strict=True)),
-        writeable=False,
+        **read_only,
     )
 
 
