@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from ..autograd import no_grad
-from ..backend import window_counts
+from ..backend import check_floating, dtype_name, window_counts
 from ..creation import ones
 from ..ops import Fold, Unfold
 from ..tensor import Tensor
@@ -119,7 +119,14 @@ def conv_padding(op: str, padding: Any, kernel: tuple, stride: tuple, dilation: 
 
 
 def _check_conv(op: str, x: Tensor, weight: Tensor, bias: Any, groups: int, spatial: int) -> None:
-    """PyTorch's shape rules: weight (C_out, C_in / groups, *kernel), groups dividing both."""
+    """PyTorch's shape rules: weight (C_out, C_in / groups, *kernel), groups dividing both;
+    floating input and weight of one dtype (PyTorch refuses a mix too)."""
+    check_floating(op, x.array)
+    if not isinstance(weight, Tensor) or weight.dtype != x.dtype:
+        raise RuntimeError(
+            f"{op}: input ({dtype_name(x.dtype)}) and weight "
+            f"({dtype_name(getattr(weight, 'dtype', type(weight)))}) must have the same dtype"
+        )
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
     if weight.ndim != spatial + 2:
