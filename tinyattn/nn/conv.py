@@ -54,14 +54,14 @@ class _ConvNd(Module):
                 f"{op}: padding_mode must be one of {F.PADDING_MODES}, got {padding_mode!r}"
             )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = F._tuple(op, "kernel_size", kernel_size, n)
-        self.stride = F._tuple(op, "stride", stride, n)
-        self.dilation = F._tuple(op, "dilation", dilation, n)
+        self.kernel_size = F.int_tuple(op, "kernel_size", kernel_size, n)
+        self.stride = F.int_tuple(op, "stride", stride, n)
+        self.dilation = F.int_tuple(op, "dilation", dilation, n)
         if isinstance(padding, str):
             F.conv_padding(op, padding, self.kernel_size, self.stride, self.dilation)  # checks
             self.padding = padding
         else:
-            self.padding = F._tuple(op, "padding", padding, n, minimum=0)
+            self.padding = F.int_tuple(op, "padding", padding, n, minimum=0)
         self.padding_mode = padding_mode
         if self.transposed:
             shape = (in_channels, out_channels // groups, *self.kernel_size)
@@ -210,7 +210,7 @@ class _ConvTransposeNd(_ConvNd):
             device,
             dtype,
         )
-        self.output_padding = F._tuple(op, "output_padding", output_padding, self.spatial, 0)
+        self.output_padding = F.int_tuple(op, "output_padding", output_padding, self.spatial, 0)
 
     def forward(self, input: Tensor, output_size: Any = None) -> Tensor:  # noqa: A002
         if output_size is not None:

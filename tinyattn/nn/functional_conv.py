@@ -30,7 +30,7 @@ PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _tuple(op: str, name: str, value: Any, n: int, minimum: int = 1) -> tuple[int, ...]:
+def int_tuple(op: str, name: str, value: Any, n: int, minimum: int = 1) -> tuple[int, ...]:
     """An int or a sequence of n ints as a tuple of n ints, each at least `minimum`."""
     values = (value,) * n if isinstance(value, int) else tuple(value)
     if len(values) != n or not all(isinstance(v, int) and v >= minimum for v in values):
@@ -115,7 +115,7 @@ def conv_padding(op: str, padding: Any, kernel: tuple, stride: tuple, dilation: 
         return [(t // 2, t - t // 2) for t in totals]
     if isinstance(padding, str):
         raise ValueError(f"{op}: padding must be 'valid', 'same', an int or ints, got {padding!r}")
-    return [(p, p) for p in _tuple(op, "padding", padding, n, minimum=0)]
+    return [(p, p) for p in int_tuple(op, "padding", padding, n, minimum=0)]
 
 
 def _check_conv(op: str, x: Tensor, weight: Tensor, bias: Any, groups: int, spatial: int) -> None:
@@ -167,8 +167,8 @@ def _conv(
     x, unbatched = _batched(op, input, spatial)
     _check_conv(op, x, weight, bias, groups, spatial)
     kernel = tuple(weight.shape[2:])
-    stride = _tuple(op, "stride", stride, spatial)
-    dilation = _tuple(op, "dilation", dilation, spatial)
+    stride = int_tuple(op, "stride", stride, spatial)
+    dilation = int_tuple(op, "dilation", dilation, spatial)
     pairs = conv_padding(op, padding, kernel, stride, dilation)
     if any(amount for pair in pairs for amount in pair):
         x = constant_pad(x, pad_pairs(pairs))
@@ -242,10 +242,10 @@ def _conv_transpose(
             f"groups={groups} for weight of shape {weight.shape}"
         )
     kernel, size = tuple(weight.shape[2:]), x.shape[2:]
-    stride = _tuple(op, "stride", stride, spatial)
-    dilation = _tuple(op, "dilation", dilation, spatial)
-    pads = _tuple(op, "padding", padding, spatial, minimum=0)
-    extra = _tuple(op, "output_padding", output_padding, spatial, minimum=0)
+    stride = int_tuple(op, "stride", stride, spatial)
+    dilation = int_tuple(op, "dilation", dilation, spatial)
+    pads = int_tuple(op, "padding", padding, spatial, minimum=0)
+    extra = int_tuple(op, "output_padding", output_padding, spatial, minimum=0)
     if any(e >= max(s, d) for e, s, d in zip(extra, stride, dilation, strict=True)):
         raise ValueError(f"{op}: output_padding {extra} must be smaller than stride or dilation")
     n, out_channels = x.shape[0], group_out * groups
@@ -325,10 +325,10 @@ def _pool_geometry(
     the last window ceil_mode adds (a window must start inside the input or its left padding).
     """
     n = len(size)
-    kernel = _tuple(op, "kernel_size", kernel, n)
-    stride = kernel if stride is None or stride == [] else _tuple(op, "stride", stride, n)
-    pads = _tuple(op, "padding", padding, n, minimum=0)
-    dilation = _tuple(op, "dilation", dilation, n)
+    kernel = int_tuple(op, "kernel_size", kernel, n)
+    stride = kernel if stride is None or stride == [] else int_tuple(op, "stride", stride, n)
+    pads = int_tuple(op, "padding", padding, n, minimum=0)
+    dilation = int_tuple(op, "dilation", dilation, n)
     if any(2 * p > k for p, k in zip(pads, kernel, strict=True)):
         raise ValueError(f"{op}: padding {pads} should be at most half of the kernel size {kernel}")
     pairs = []
@@ -547,10 +547,13 @@ def unfold(
     op = "unfold"
     x, unbatched = _batched(op, input, 2)
     kernel, dilation = (
-        _tuple(op, "kernel_size", kernel_size, 2),
-        _tuple(op, "dilation", dilation, 2),
+        int_tuple(op, "kernel_size", kernel_size, 2),
+        int_tuple(op, "dilation", dilation, 2),
     )
-    stride, pads = _tuple(op, "stride", stride, 2), _tuple(op, "padding", padding, 2, minimum=0)
+    stride, pads = (
+        int_tuple(op, "stride", stride, 2),
+        int_tuple(op, "padding", padding, 2, minimum=0),
+    )
     x = constant_pad(x, pad_pairs([(p, p) for p in pads]))
     windows = _windows(op, x, kernel, stride, dilation)  # (N, C, oh, ow, kh, kw)
     n, c, oh, ow = windows.shape[:4]
@@ -570,12 +573,15 @@ def fold(
     Shapes: (N, C * kh * kw, L) -> (N, C, *output_size)."""
     op = "fold"
     cols, unbatched = _batched(op, input, 1)
-    size = _tuple(op, "output_size", output_size, 2)
+    size = int_tuple(op, "output_size", output_size, 2)
     kernel, dilation = (
-        _tuple(op, "kernel_size", kernel_size, 2),
-        _tuple(op, "dilation", dilation, 2),
+        int_tuple(op, "kernel_size", kernel_size, 2),
+        int_tuple(op, "dilation", dilation, 2),
     )
-    stride, pads = _tuple(op, "stride", stride, 2), _tuple(op, "padding", padding, 2, minimum=0)
+    stride, pads = (
+        int_tuple(op, "stride", stride, 2),
+        int_tuple(op, "padding", padding, 2, minimum=0),
+    )
     padded = tuple(m + 2 * p for m, p in zip(size, pads, strict=True))
     counts = window_counts(padded, kernel, stride, dilation)
     n, rows, length = cols.shape
