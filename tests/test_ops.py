@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import conv_reference
 import numpy as np
 import pytest
 from hypothesis import settings
@@ -665,6 +666,49 @@ def _binary_rows(spec: table.Binary) -> list[Row]:
 TABLE_ROWS = [row for spec in table.UNARY if spec.reference for row in _unary_rows(spec)]
 TABLE_ROWS += [row for spec in table.BINARY if spec.differentiable for row in _binary_rows(spec)]
 ROWS = ROWS + TABLE_ROWS
+
+
+# --------------------------------------------------------- convolution, pooling, batch norm
+# References in tests/conv_reference.py: loops over output positions, one window at a time.
+C = conv_reference
+RUNNING = [Const(np.array([0.5, -1.0], np.float32)), Const(np.array([2.0, 0.5], np.float32))]
+# fmt: off
+CONV_ROWS = [
+    Row("conv1d stride padding", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1),
+        lambda x, w, b: C.conv(x, w, b, stride=2, padding=1), [(2, 2, 5), (3, 2, 2), (3,)]),
+    Row("conv2d groups dilation", lambda x, w: F.conv2d(x, w, padding=(1, 0), dilation=(1, 2),
+        groups=2), lambda x, w: C.conv(x, w, padding=(1, 0), dilation=(1, 2), groups=2),
+        [(1, 2, 3, 4), (2, 1, 2, 2)]),
+    Row("conv2d same stride 1", lambda x, w: F.conv2d(x, w, padding="same"),
+        lambda x, w: C.conv(x, w, padding="same"), [(1, 1, 3, 4), (2, 1, 2, 3)]),
+    Row("conv_transpose2d", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1,
+        output_padding=1, groups=2), lambda x, w, b: C.conv_transpose(x, w, b, stride=2,
+        padding=1, output_padding=1, groups=2), [(1, 2, 2, 3), (2, 1, 2, 2), (2,)]),
+    Row("conv_transpose1d dilation", lambda x, w: F.conv_transpose1d(x, w, stride=2, dilation=2),
+        lambda x, w: C.conv_transpose(x, w, stride=2, dilation=2), [(2, 1, 3), (1, 2, 2)]),
+    Row("max_pool2d ceil_mode", lambda x: F.max_pool2d(x, 2, padding=1, ceil_mode=True),
+        lambda x: C.max_pool(x, 2, padding=1, ceil_mode=True), [(1, 2, 4, 3)], make=untied),
+    Row("max_pool1d dilation", lambda x: F.max_pool1d(x, 2, stride=1, dilation=2),
+        lambda x: C.max_pool(x, 2, stride=1, dilation=2), [(2, 2, 5)], make=untied),
+    Row("avg_pool2d ceil, padding not counted", lambda x: F.avg_pool2d(x, 2, padding=1,
+        ceil_mode=True, count_include_pad=False), lambda x: C.avg_pool(x, 2, padding=1,
+        ceil_mode=True, count_include_pad=False), [(1, 2, 4, 3)]),
+    Row("avg_pool1d", lambda x: F.avg_pool1d(x, 3, stride=2, padding=1),
+        lambda x: C.avg_pool(x, 3, stride=2, padding=1), [(2, 2, 6)]),
+    Row("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (2, 3)),
+        lambda x: C.adaptive_avg_pool(x, (2, 3)), [(1, 2, 5, 4)]),
+    Row("unfold", lambda x: F.unfold(x, 2, padding=1, stride=2),
+        lambda x: C.unfold(x, 2, padding=1, stride=2), [(1, 2, 4, 3)]),
+    Row("fold", lambda c: F.fold(c, (3, 5), 2, stride=(1, 2)),
+        lambda c: C.fold(c, (3, 5), 2, stride=(1, 2)), [(1, 8, 4)]),
+    Row("batch_norm training", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        C.batch_norm, [(3, 2, 2), (2,), (2,)]),
+    Row("batch_norm eval", lambda x, w, m, v: F.batch_norm(x, m, v, w),
+        lambda x, w, m, v: (x - m[:, None]) / np.sqrt(v[:, None] + 1e-5) * w[:, None],
+        [(3, 2, 2), (2,), *RUNNING]),
+]
+# fmt: on
+ROWS = ROWS + CONV_ROWS
 
 
 def _reference(row: Row) -> Callable:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import files
+from . import files, windows
 from .cuda_graphs import CudaGraphs  # re-exported: backend.CudaGraphs
 
 DEFAULT_FLOAT = np.float32
@@ -394,6 +394,19 @@ def diagonal_view(array: Any, offset: int, axis1: int, axis2: int) -> Any:
     return (
         view if host is array else namespace(array).asarray(view, device=array.device, copy=False)
     )
+
+
+def sliding_windows(array: Any, window: tuple, step: tuple, dilation: tuple) -> Any:
+    """Every window of the trailing ``len(window)`` axes, as new trailing axes: a read-only
+    strided view on NumPy and CuPy, stacked slices elsewhere (windows.py). Window o of an axis
+    holds its elements o * step + k * dilation, k < window.
+    Shapes: (*lead, *size) -> (*lead, *counts, *window)."""
+    if isinstance(array, np.ndarray) or _is_cupy_array(array):
+        return windows.strided(ufuncs_of(array), array, window, step, dilation)
+    return windows.stacked(namespace(array), array, window, step, dilation)
+
+
+window_counts = windows.counts  # how many windows fit: sliding_windows' counts
 
 
 def is_contiguous(array: Any) -> bool:

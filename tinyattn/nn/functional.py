@@ -663,3 +663,36 @@ __all__ = sorted(
         "tanh",
     }
 )
+
+# Convolution, pooling, unfold/fold and batch_norm live in their own module, re-exported here.
+from .functional_conv import (  # noqa: E402
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    batch_norm,
+    conv1d,
+    conv2d,
+    conv_transpose1d,
+    conv_transpose2d,
+    fold,
+    max_pool1d,
+    max_pool2d,
+    unfold,
+)
+
+__all__ += [
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "batch_norm",
+    "conv1d",
+    "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "fold",
+    "max_pool1d",
+    "max_pool2d",
+    "unfold",
+]
