@@ -26,6 +26,7 @@ from ..ops import (
     check_reshape,
     normalize_axes,
 )
+from ..ops.reductions import reduction_axes
 from .common import (
     Tensor,
     TensorBase,
@@ -155,7 +156,7 @@ class ShapeMethods(TensorBase):
         """Remove size-1 axes: all of them, or those of the given ones that have size 1 (a
         given axis of another size stays, as in PyTorch). Always a view."""
         axis, _ = merged_dims("squeeze", axis, False, dim, None)
-        axes = range(self.ndim) if axis is None else normalize_axes("squeeze", axis, self.ndim)
+        axes = range(self.ndim) if axis is None else reduction_axes("squeeze", axis, self.ndim)
         axes = tuple(a for a in axes if self.shape[a] == 1)
         return Reshape.apply(
             self, shape=tuple(n for i, n in enumerate(self.shape) if i not in axes)
