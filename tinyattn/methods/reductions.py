@@ -314,7 +314,10 @@ def _variance(tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: fl
         )
     centered = tensor - tensor.mean(axis=axes, keepdims=True)
     squares = (centered * centered).sum(axis=axes, keepdims=keepdims)
-    return squares * (1.0 / freedom) if freedom > 0 else squares * math.inf
+    if freedom > 0:
+        return squares * (1.0 / freedom)
+    with backend.quiet_invalid():  # 0 * inf = NaN is the answer here, not a slip to warn of
+        return squares * math.inf
 
 
 def _any_or_all(xp: Any, x: Any, name: str, axes: Any, keepdims: bool) -> Any:

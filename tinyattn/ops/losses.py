@@ -15,9 +15,10 @@ from ..autograd import Function
 from ..backend import is_host_array, namespace, quiet_invalid
 from ..kernels import sum_array
 
-# PyTorch's clamps: each log at -100, and binary cross entropy's gradient denominator at 1e-12.
+# PyTorch's clamps: each log at -100, and binary cross entropy's gradient denominator at 1e-12
+# as a float32 (its constant's type, whatever the input's dtype): 9.999999960041972e-13.
 LOG_FLOOR = -100.0
-BCE_EPSILON = 1e-12
+BCE_EPSILON = 9.999999960041972e-13
 
 
 class NegLogLikelihood(Function):
