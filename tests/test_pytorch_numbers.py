@@ -264,14 +264,16 @@ def test_the_masked_loss_is_finite_without_warnings():
 
 
 @pytest.mark.parametrize("op", ["var", "std"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("values,correction", [([2.0], 1), ([1.0, 3.0], 2), ([[1.0], [2.0]], 1)])
-def test_no_degrees_of_freedom_warn_and_divide_by_zero(op, values, correction):
+def test_no_degrees_of_freedom_warn_and_divide_by_zero(op, values, correction, dtype):
     """One element with correction 1 (or N <= correction): PyTorch's warning, NaN or inf."""
     dim = -1 if np.ndim(values) == 2 else None
     with pytest.warns(UserWarning, match=rf"{op}\(\): degrees of freedom is <= 0") as ours:
-        got = getattr(ta.tensor(values), op)(dim=dim, correction=correction)
+        got = getattr(ta.tensor(values, dtype=dtype), op)(dim=dim, correction=correction)
     with pytest.warns(UserWarning, match=rf"{op}\(\): degrees of freedom is <= 0"):
-        expected = getattr(torch.tensor(values), op)(dim=dim, correction=correction)
+        tensor = torch.tensor(values, dtype=getattr(torch, dtype))
+        expected = getattr(tensor, op)(dim=dim, correction=correction)
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
     assert any(w.filename == __file__ for w in ours), "the warning points at the caller"
     assert not [w for w in ours if w.category is RuntimeWarning], "only PyTorch's warning"

@@ -302,7 +302,15 @@ def _variance(tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: fl
     warning (its text) and its division by 0: NaN where the squares sum to 0, else inf."""
     backend.check_floating(op, tensor.array)
     if backend.is_half(tensor.array):  # PyTorch computes a float16 variance in float32
-        return _variance(tensor._cast("float32"), op, axis, keepdims, correction)._cast("float16")
+        wide = _squares_over_freedom(tensor._cast("float32"), op, axis, keepdims, correction)
+        return wide._cast("float16")
+    return _squares_over_freedom(tensor, op, axis, keepdims, correction)
+
+
+def _squares_over_freedom(
+    tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: float
+) -> Tensor:
+    """`_variance` in the tensor's own dtype."""
     axes = reduction_axes(op, axis, tensor.ndim)
     freedom = math.prod(tensor.shape[a] for a in axes) - correction
     if freedom <= 0:
@@ -310,7 +318,7 @@ def _variance(tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: fl
             f"{op}(): degrees of freedom is <= 0. Correction should be strictly less than the "
             "reduction factor (input numel divided by output numel).",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of var or std
         )
     centered = tensor - tensor.mean(axis=axes, keepdims=True)
     squares = (centered * centered).sum(axis=axes, keepdims=keepdims)
