@@ -176,6 +176,7 @@ CASES = [
          *same(lambda F, a: (a.nonzero(), *a.nonzero(as_tuple=True)))),
     Case("argmax and max(dim=0) of 0-d", [x(3.0)],
          *same(lambda F, a: (a.argmax(), a.argmax(0), *a.max(dim=0), *a.min(-1)))),
+    Case("flip of 0-d", [x(3.0)], *same(lambda F, a: (a.flip(0) * 2, a.flip(-1)))),
     Case("softmax(0) and log_softmax(0) of 0-d", [x(3.0)],
          *same(lambda F, a: (F.softmax(a, 0) * 2, F.log_softmax(a, 0)))),
 ]
@@ -277,6 +278,14 @@ def test_no_degrees_of_freedom_warn_and_divide_by_zero(op, values, correction, d
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
     assert any(w.filename == __file__ for w in ours), "the warning points at the caller"
     assert not [w for w in ours if w.category is RuntimeWarning], "only PyTorch's warning"
+
+
+@pytest.mark.parametrize("p,t,name", [([0.5], [1.5], "target"), ([1.5], [1.0], "input")])
+def test_binary_cross_entropy_refuses_values_outside_0_1(p, t, name):
+    message = f"all elements of {name} should be between 0 and 1"
+    for lib, functional in ((ta, F), (torch, TF)):
+        with pytest.raises(RuntimeError, match=message):
+            functional.binary_cross_entropy(lib.tensor(p), lib.tensor(t))
 
 
 def test_float16_prod_keeps_float32_precision_where_pytorch_overflows():

@@ -200,7 +200,8 @@ class ShapeMethods(TensorBase):
     def flip(self, *dims: Any, **keywords: Any) -> Tensor:
         """The values in reverse order along `dims` (``flip(0, 1)``, ``flip((0, 1))``,
         ``flip(dims=[0])``)."""
-        axes = normalize_axes("flip", shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
+        # reduction_axes: a 0-d tensor takes dim 0 or -1, as in PyTorch (and is copied)
+        axes = reduction_axes("flip", shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
         if keywords:
             raise TypeError(f"flip: unexpected keyword argument(s) {sorted(keywords)}")
         return Flip.apply(self, axes=axes) if axes else self.clone()  # a copy, as PyTorch's

@@ -61,11 +61,20 @@ class BinaryCrossEntropy(Function):
     Shapes: p and t the same shape -> that shape.
     """
 
-    __slots__ = ()
+    __slots__ = ("on_host",)
     grad_reads = ((0, 1), (0,))
+
+    def reads_host(self) -> bool:
+        return not self.on_host  # the range check of device arrays waits for the device
 
     def forward(self, p: Any, target: Any) -> Any:
         xp = namespace(p)
+        self.on_host = is_host_array(p)
+        for name, values in (("input", p), ("target", target)):  # PyTorch's check and error
+            if bool(xp.any((values < 0) | (values > 1))):
+                raise RuntimeError(
+                    f"binary_cross_entropy: all elements of {name} should be between 0 and 1"
+                )
         log_p, log_q = _clamped_logs(xp, p)
         return -(target * log_p + (1.0 - target) * log_q)
 
