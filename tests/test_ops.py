@@ -460,6 +460,12 @@ ROWS = [
         x, ta.tensor([0, 3, -100], device=x.device), weight=ta.tensor(
             [1.0, 2.0, 0.5, 3.0], dtype="float64", device=x.device), label_smoothing=0.1),
         lambda x: _weighted_ce_numpy(x, [0, 3, -100], [1.0, 2.0, 0.5, 3.0], 0.1), [A]),
+    Row("NegLogLikelihood", lambda a, w: ops.NegLogLikelihood.apply(a, w),
+        lambda a, w: -(a * w).sum(-1), [B3, (3, 4)]),
+    Row("NegLogLikelihood broadcast weights", lambda a, w: ops.NegLogLikelihood.apply(a, w),
+        lambda a, w: -(a * w).sum(-1), [B3, (4,)]),
+    Row("BinaryCrossEntropy", lambda p, t: ops.BinaryCrossEntropy.apply(
+        p.sigmoid(), t.sigmoid()), lambda p, t: _bce_numpy(_sigmoid(p), _sigmoid(t)), [A, A]),
     Row("softsign", lambda a: nn_functional.softsign(a), lambda a: a / (1 + np.abs(a)), [A],
         make=distinct),
     Row("selu", lambda a: nn_functional.selu(a),
@@ -559,6 +565,14 @@ ROWS = [
         lambda a: np.where(a > 0, a, 0.7 * np.expm1(a / 0.7)), [A], make=distinct),
 ]
 # fmt: on
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _bce_numpy(p: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return -(t * np.maximum(np.log(p), -100.0) + (1 - t) * np.maximum(np.log1p(-p), -100.0))
 
 
 def _weighted_ce_numpy(x: np.ndarray, targets: list, weight: list, s: float) -> np.ndarray:

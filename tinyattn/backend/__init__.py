@@ -622,6 +622,21 @@ def dtype_name(dtype: Any) -> str:
         return str(dtype).rsplit(".", 1)[-1]
 
 
+def quiet_invalid() -> Any:
+    """A context in which NumPy does not warn of invalid values (0 * inf), for an op that forms
+    such a product on purpose and replaces it (CuPy and the strict namespace never warn)."""
+    return np.errstate(invalid="ignore")
+
+
+_HALF_TYPE = type(np.dtype("float16"))  # CuPy arrays carry NumPy dtypes; strict has no float16
+
+
+def is_half(array: Any) -> bool:
+    """Whether an array is float16: the one dtype PyTorch's CPU kernels widen to float32 for
+    sums, norms, softmax and layer norm. A type test: never compares dtypes across libraries."""
+    return type(array.dtype) is _HALF_TYPE
+
+
 _FLOATING: dict = {}
 _last_dtype: Any = None
 _last_is_float = False

@@ -103,19 +103,14 @@ class ArithmeticMethods(TensorBase):
         Shapes: x and y broadcast together."""
         return self.bool() ^ self._operand(other, "logical_xor").bool()
 
-    def minimum(self, other: Any) -> Tensor:
-        """Elementwise minimum, -maximum(-x, -y): tied elements share the gradient."""
-        return -(-self).maximum(-self._operand(other, "minimum"))
-
     def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
         """Clamp into [min, max] (numbers, or tensors that broadcast); the gradient passes where
-        min <= x <= max, and to a tensor bound where it is the value taken, as in PyTorch."""
+        min <= x <= max, and to a tensor bound where it is the value taken, as in PyTorch. With
+        min > max every element is max (PyTorch's min(max(x, min), max))."""
         if min is None and max is None:
             raise ValueError("clip: at least one of min and max must be given")
         if isinstance(min, Tensor) or isinstance(max, Tensor):
             return self._clip_by_tensors(min, max)
-        if min is not None and max is not None and min > max:
-            raise ValueError(f"clip: min ({min}) must not exceed max ({max})")
         if isinstance(min, float) or isinstance(max, float):
             if not is_float(self.array):
                 return self._cast("float32").clip(min, max)  # float bounds: a float result

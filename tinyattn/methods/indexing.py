@@ -178,6 +178,9 @@ class IndexingMethods(TensorBase):
     def nonzero(self, as_tuple: bool = False) -> Any:
         """The indices of the non-zero elements: an (n, ndim) int64 tensor, or one per dim."""
         check_host_read("nonzero() (its shape depends on the values)")
+        if not self.ndim:  # PyTorch: one index of a 1-d view as a tuple, else (n, 0) indices
+            found = self.reshape(1).nonzero(as_tuple=True)
+            return found if as_tuple else found[0].unsqueeze(1)[:, :0]
         found = tuple(self._from_op(i, None) for i in backend.nonzero(self.array))
         return found if as_tuple else stack(found, axis=1)
 
@@ -314,9 +317,12 @@ def _merged_index(xp: Any, *parts: Any, sizes: tuple, shape: tuple) -> Any:
 
 def _top_order(xp: Any, x: Any, axis: int, k: int, largest: bool) -> Any:
     """The positions of the k largest (or smallest) along `axis`, ties in index order."""
-    keys = x if backend.is_float_array(x) else xp.astype(x, xp.float64)
-    # A stable sort of -x puts the largest first and keeps ties in index order.
-    order = xp.argsort(-keys if largest else keys, axis=axis, stable=True)
+    if backend.is_float_array(x):  # a stable sort of -x puts the largest first, ties in order
+        keys = -x if largest else x
+    else:  # integers as they are (float64 rounds past 2**53); ~x reverses them, -x can overflow
+        keys = xp.astype(x, xp.uint8) if backend.dtype_name(x.dtype) == "bool" else x
+        keys = xp.bitwise_invert(keys) if largest else keys
+    order = xp.argsort(keys, axis=axis, stable=True)
     return xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
 
 

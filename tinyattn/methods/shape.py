@@ -26,6 +26,7 @@ from ..ops import (
     check_reshape,
     normalize_axes,
 )
+from ..ops.reductions import reduction_axes
 from .common import (
     Tensor,
     TensorBase,
@@ -155,7 +156,7 @@ class ShapeMethods(TensorBase):
         """Remove size-1 axes: all of them, or those of the given ones that have size 1 (a
         given axis of another size stays, as in PyTorch). Always a view."""
         axis, _ = merged_dims("squeeze", axis, False, dim, None)
-        axes = range(self.ndim) if axis is None else normalize_axes("squeeze", axis, self.ndim)
+        axes = range(self.ndim) if axis is None else reduction_axes("squeeze", axis, self.ndim)
         axes = tuple(a for a in axes if self.shape[a] == 1)
         return Reshape.apply(
             self, shape=tuple(n for i, n in enumerate(self.shape) if i not in axes)
@@ -199,7 +200,8 @@ class ShapeMethods(TensorBase):
     def flip(self, *dims: Any, **keywords: Any) -> Tensor:
         """The values in reverse order along `dims` (``flip(0, 1)``, ``flip((0, 1))``,
         ``flip(dims=[0])``)."""
-        axes = normalize_axes("flip", shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
+        # reduction_axes: a 0-d tensor takes dim 0 or -1, as in PyTorch (and is copied)
+        axes = reduction_axes("flip", shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
         if keywords:
             raise TypeError(f"flip: unexpected keyword argument(s) {sorted(keywords)}")
         return Flip.apply(self, axes=axes) if axes else self.clone()  # a copy, as PyTorch's

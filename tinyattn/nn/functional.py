@@ -41,7 +41,7 @@ from ..functional import (  # the core functions, re-exported as the same object
 )
 from ..functional import __all__ as _core_all
 from ..methods.common import concat, where
-from ..ops import ClassWeights, KeptCount, bad_targets
+from ..ops import BinaryCrossEntropy, ClassWeights, KeptCount, NegLogLikelihood, bad_targets
 from ..ops.computed import computed
 from ..tensor import Tensor
 from ..tensor_functions import cosine_similarity  # noqa: F401  (re-exported: F.cosine_similarity)
@@ -373,7 +373,7 @@ def _index_cross_entropy(
         smoothing=label_smoothing,
         dtype=log_probs.dtype,
     )
-    per_target = -(log_probs * weights).sum(axis=-1)
+    per_target = NegLogLikelihood.apply(log_probs, weights)  # 0 * -inf counts 0, as PyTorch
     if reduction == "none":
         return per_target
     total = per_target.sum()
@@ -405,23 +405,23 @@ def _weighted_nll(
 ) -> Tensor:
     """PyTorch's class-weighted loss over log-probabilities logp (..., C), classes last:
     loss_i = (1 - s) w[t_i] (-logp[i, t_i]) + (s / C) sum_c w_c (-logp[i, c]), 0 for an ignored
-    target; "mean" divides the sum by sum_i w[t_i] over the kept targets (0 when none is kept;
-    PyTorch gives NaN)."""
+    target; "mean" divides the sum by sum_i w[t_i] over the kept targets, as PyTorch, whatever
+    its sign (0 / 0 = NaN for zero weights), except that all targets ignored give 0 (PyTorch:
+    NaN)."""
     classes, dtype = logp.shape[-1], backend.dtype_name(logp.dtype)
     picks = computed(_picked, target, classes=classes, ignore=ignore_index, dtype=dtype)
     weighted = picks * weight  # w[t_i] at the target's class, zeros on ignored rows
-    loss = -(logp * weighted).sum(axis=-1)
+    loss = NegLogLikelihood.apply(logp, weighted)
     if label_smoothing:
-        kept = picks.sum(axis=-1)  # 1 for a kept target, 0 for an ignored one
-        smooth = -(logp * weight).sum(axis=-1) * kept
+        kept = picks.sum(axis=-1, keepdims=True)  # 1 for a kept target, 0 for an ignored one
+        smooth = NegLogLikelihood.apply(logp, kept * weight)
         loss = loss * (1.0 - label_smoothing) + smooth * (label_smoothing / classes)
     if reduction == "none":
         return loss
     if reduction == "sum":
         return loss.sum()
-    # A positive floor for the divisor: an all-ignored (or all-zero-weight) batch gives 0.
-    floor = 1e-4 if dtype == "float16" else 1e-30
-    return loss.sum() / weighted.sum().clip(min=floor)
+    any_kept = (target != ignore_index).any()
+    return loss.sum() / where(any_kept, weighted.sum(), 1.0)
 
 
 def _soft_cross_entropy(
@@ -474,7 +474,7 @@ def nll_loss(
         return _weighted_nll(logp, target, weight, ignore_index, reduction)
     dtype = backend.dtype_name(logp.dtype)
     picks = computed(_picked, target, classes=logp.shape[-1], ignore=ignore_index, dtype=dtype)
-    loss = -(logp * picks).sum(axis=-1)
+    loss = NegLogLikelihood.apply(logp, picks)
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -528,18 +528,16 @@ def binary_cross_entropy(
     reduce: Any = None,
     reduction: str = "mean",
 ) -> Tensor:
-    """-(y log p + (1 - y) log(1 - p)) for probabilities p; each log is clamped at -100, as in
-    PyTorch, so p = 0 or 1 gives a finite loss."""
+    """-(y log p + (1 - y) log(1 - p)) for probabilities p; each log is clamped at -100, and
+    the gradient's denominator p (1 - p) at 1e-12, as in PyTorch, so p = 0 or 1 gives a finite
+    loss and gradient (ops.BinaryCrossEntropy)."""
     op = "binary_cross_entropy"
     _no_legacy(op, size_average, reduce)
     _check_reduction(op, reduction)
     target = _as_tensor(op, target, input)
     if target.shape != input.shape:
         raise ValueError(f"{op}: target shape {target.shape} must equal input shape {input.shape}")
-    loss = -(
-        target * input.log().clip(min=-100.0)
-        + (1.0 - target) * (1.0 - input).log().clip(min=-100.0)
-    )
+    loss = BinaryCrossEntropy.apply(input, target)
     if weight is not None:
         loss = loss * weight
     return _reduce(op, loss, reduction)

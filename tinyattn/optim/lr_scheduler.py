@@ -117,14 +117,15 @@ class LambdaLR(LRScheduler):
 
 
 class StepLR(LRScheduler):
-    """Multiply the lr by gamma every step_size epochs:
-    initial_lr * gamma ** (epoch // step_size)."""
+    """Multiply the lr by gamma at every epoch that is a multiple of step_size (PyTorch's
+    recursive form): initial_lr * gamma ** (epoch // step_size) for an int step_size; a float
+    one, as in PyTorch, decays where epoch % step_size == 0 (2.5: at 5, 10, ...)."""
 
     def __init__(
-        self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1
+        self, optimizer: Optimizer, step_size: float, gamma: float = 0.1, last_epoch: int = -1
     ) -> None:
-        if not isinstance(step_size, int) or step_size <= 0:
-            raise ValueError(f"StepLR: step_size must be a positive int, got {step_size!r}")
+        if not isinstance(step_size, int | float) or isinstance(step_size, bool) or step_size <= 0:
+            raise ValueError(f"StepLR: step_size must be a positive number, got {step_size!r}")
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer, last_epoch)
 

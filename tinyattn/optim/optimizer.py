@@ -50,18 +50,22 @@ def _param_list(op: str, params: Any) -> list[dict]:
 
 # PyTorch's implementation hints: accepted (programs pass fused=True on CUDA) and ignored, since
 # they choose a kernel, not a result (`foreach`, a real option here, picks the path; see
-# Optimizer.step). Flags that change the result are refused unless off.
+# Optimizer.step). Flags that change the result are accepted where they name what the optimizer
+# does (off; decoupled_weight_decay=True for AdamW) and refused otherwise.
 _HINTS = ("fused", "capturable", "differentiable")
 _REFUSED_WHEN_ON = ("amsgrad", "maximize", "decoupled_weight_decay")
 
 
-def _check_flags(op: str, flags: dict[str, Any]) -> None:
+def _check_flags(op: str, flags: dict[str, Any], decoupled: bool = False) -> None:
+    """Refuse a flag that would change the result (`decoupled`: the optimizer's own rule)."""
     for name, value in flags.items():
         if name in _HINTS:
             continue
         if name in _REFUSED_WHEN_ON:
-            if value:
-                raise NotImplementedError(f"{op}: {name}=True is not supported")
+            own = decoupled if name == "decoupled_weight_decay" else False
+            if bool(value) != own:
+                other = " (use AdamW)" if name == "decoupled_weight_decay" and value else ""
+                raise NotImplementedError(f"{op}: {name}={value!r} is not supported{other}")
             continue
         raise TypeError(f"{op}: unexpected keyword argument {name!r}")
 
@@ -304,6 +308,7 @@ class Optimizer:
         for number, (saved, mine) in enumerate(zip(groups, self.param_groups, strict=True)):
             if not isinstance(saved, dict) or "params" not in saved:
                 raise ValueError(f"{op}: parameter group {number} has no 'params' list")
+            saved = self._without_torch_flags(op, saved)
             unknown = set(saved) - set(self.defaults) - _GROUP_KEYS
             if unknown:
                 raise ValueError(
@@ -322,6 +327,18 @@ class Optimizer:
         new_state = self._converted_state(op, state_dict["state"])
         self.param_groups, self.state = new_groups, new_state
         self._flats.clear()  # the layouts would hold the old state: rebuilt on the next step
+
+    def _without_torch_flags(self, op: str, group: dict[str, Any]) -> dict[str, Any]:
+        """A saved group less PyTorch's flags that this optimizer has no option for (a PyTorch
+        state dict carries them all): kernel hints dropped, result flags dropped when they
+        name what this optimizer does, refused otherwise."""
+        flags = {
+            k: v
+            for k, v in group.items()
+            if k in _HINTS + _REFUSED_WHEN_ON and k not in self.defaults
+        }
+        _check_flags(op, flags, decoupled=getattr(self, "decoupled", False))
+        return {k: v for k, v in group.items() if k not in flags}
 
     def _converted_state(self, op: str, saved: dict) -> dict[Tensor, dict[str, Any]]:
         params = self._all_params()
@@ -478,7 +495,7 @@ class Adam(Optimizer):
         foreach: bool | None = None,
         **flags: Any,
     ) -> None:
-        _check_flags(type(self).__name__, flags)
+        _check_flags(type(self).__name__, flags, decoupled=self.decoupled)
         defaults = dict(
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, foreach=foreach
         )
