@@ -834,41 +834,7 @@ def safetensors_bytes(arrays: dict[str, Any], metadata: dict[str, str] | None) -
     return files.safetensors_bytes({n: to_numpy(a) for n, a in arrays.items()}, metadata)
 
 
-# ------------------------------------------------------------------ data-dependent and sampling
-def nonzero(array: Any) -> tuple[Any, ...]:
-    """``xp.nonzero(array)`` (one int64 index array per dimension, on the array's device).
-
-    The result's length depends on the values, which the strict backend refuses (as some
-    accelerator libraries do): there the indices are found on the host and moved back.
-    """
-    xp = namespace(array)
-    if xp is np or _is_cupy_array(array):
-        return tuple(xp.astype(i, xp.int64) for i in xp.nonzero(array))
-    found = np.nonzero(to_numpy(array))
-    return tuple(xp.asarray(i.astype(np.int64), device=array.device) for i in found)
-
-
-def unique(array: Any, axis: int | None) -> tuple[Any, Any, Any]:
-    """NumPy's unique of the values (sorted; with an axis, the distinct slices along it), the
-    inverse (where each element, or slice, went; the input's shape without an axis) and the
-    counts, int64, on the array's device. The length depends on the values, so they are found
-    on the host (a GPU array is copied there), as `nonzero` does on the strict backend."""
-    host = to_numpy(array)
-    values, inverse, counts = np.unique(
-        host, return_inverse=True, return_counts=True, axis=axis, equal_nan=False
-    )
-    inverse = inverse.reshape(host.shape if axis is None else (-1,)).astype(np.int64)
-    xp, device = namespace(array), array.device
-    return tuple(xp.asarray(a, device=device) for a in (values, inverse, counts.astype(np.int64)))
-
-
-def bincount(array: Any, length: int) -> Any:
-    """How often each of 0 .. length - 1 occurs in the 1-D integer array (int64, on its device;
-    counted on the host, as `unique`)."""
-    counts = np.bincount(to_numpy(array), minlength=length).astype(np.int64)
-    return namespace(array).asarray(counts, device=array.device)
-
-
+# ------------------------------------------------------------------------------------ sampling
 def multinomial(probabilities: np.ndarray, num_samples: int, replacement: bool) -> np.ndarray:
     """Draw `num_samples` category indices per row of (rows, categories) host weights from the
     seeded host generator; without replacement each row's indices are distinct. int64."""
@@ -879,14 +845,6 @@ def multinomial(probabilities: np.ndarray, num_samples: int, replacement: bool) 
         p = weights.astype(np.float64) / weights.astype(np.float64).sum()
         rows.append(_host_rng.choice(len(p), size=num_samples, replace=replacement, p=p))
     return np.asarray(rows, dtype=np.int64).reshape(len(rows), num_samples)
-
-
-def evenly_spaced(start: float, end: float, steps: int, dtype: Any, device: Any) -> Any:
-    """`steps` values from `start` to `end` inclusive, computed in float64 on the host and
-    rounded once to `dtype` (so every device gets the same values), then moved to `device`."""
-    xp, native = resolve_device(device)
-    host = np.linspace(start, end, steps, dtype=np.float64).astype(dtype_name(dtype))
-    return host if xp is np else xp.asarray(host, device=native)
 
 
 def random_permutation(n: int, dtype: Any, device: Any) -> Any:
@@ -907,3 +865,7 @@ def random_integers(low: int, high: int, shape: tuple, dtype: Any, device: Any) 
     if draw_hook is not None:
         draw_hook(random_integers, (low, high, shape, dtype, device), result)
     return result
+
+
+# Results whose shape depends on the values, and host-computed ranges: in their own file.
+from .data_dependent import bincount, evenly_spaced, nonzero, unique  # noqa: E402, F401
