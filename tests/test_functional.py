@@ -373,9 +373,10 @@ def test_sdpa_matches_numpy_with_mask_causal_and_cross(device):
             np.tril(np.ones((4, 6), bool)),
         )[0],
     )
-    scaled = F.scaled_dot_product_attention(q, k, v, scale=0.3).numpy()
+    scaled = F.scaled_dot_product_attention(q, k, v, scale=0.3).detach().numpy()
     np.testing.assert_allclose(
-        scaled, attention_numpy(q.numpy(), k.numpy(), v.numpy(), scale=0.3)[0]
+        scaled,
+        attention_numpy(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), scale=0.3)[0],
     )
 
 

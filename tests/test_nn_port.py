@@ -291,7 +291,7 @@ def test_init_bounds_and_fans_match_torch(device):
         init(weight)
         assert (weight.detach().numpy() == expected).all()
     nn.init.constant_(weight, 0.25)
-    assert (weight.numpy() == 0.25).all() and weight.requires_grad and weight.grad is None
+    assert (weight.detach().numpy() == 0.25).all() and weight.requires_grad and weight.grad is None
 
 
 def test_init_is_seeded_and_refuses_bad_input(device):
