@@ -17,6 +17,7 @@ from typing import Any
 
 from . import backend
 from .creation import full
+from .errors import TinyattnError
 from .methods.common import concat, describe
 from .methods.inplace import IN_PLACE_UNARY
 from .ops import broadcast_shapes, normalize_axes
@@ -42,12 +43,12 @@ def einsum(equation: str, *operands: Any) -> Tensor:
         if not isinstance(operand, Tensor):
             raise TypeError(f"einsum: operands must be Tensors, got {type(operand).__name__}")
         if operand.ndim != len(letters):
-            raise ValueError(
+            raise TinyattnError(
                 f"einsum: operand '{letters}' of {equation!r} has shape {operand.shape}"
             )
         for letter, n in zip(letters, operand.shape, strict=True):
             if sizes.setdefault(letter, n) != n:
-                raise ValueError(
+                raise TinyattnError(
                     f"einsum: letter '{letter}' of {equation!r} has sizes {sizes[letter]} and {n}"
                 )
     keep = set(output) | (set(inputs[1]) if len(inputs) == 2 else set())
@@ -61,7 +62,7 @@ def einsum(equation: str, *operands: Any) -> Tensor:
 
 def _parse_einsum(equation: str, count: int) -> tuple[list[str], str]:
     if not isinstance(equation, str) or "..." in equation or count not in (1, 2):
-        raise ValueError(
+        raise TinyattnError(
             f"einsum: unsupported equation {equation!r} with {count} operand(s); {_EINSUM_HELP}"
         )
     equation = equation.replace(" ", "")
@@ -70,15 +71,15 @@ def _parse_einsum(equation: str, count: int) -> tuple[list[str], str]:
     if not arrow:  # implicit output: the letters seen once, in alphabetical order
         output = "".join(sorted(c for c in set(left) - {","} if left.count(c) == 1))
     if len(inputs) != count:
-        raise ValueError(f"einsum: {equation!r} names {len(inputs)} operand(s), got {count}")
+        raise TinyattnError(f"einsum: {equation!r} names {len(inputs)} operand(s), got {count}")
     for letters in (*inputs, output):
         if not letters.isalpha() and letters or len(set(letters)) != len(letters):
-            raise ValueError(
+            raise TinyattnError(
                 f"einsum: '{letters}' in {equation!r} repeats a letter or is not letters; "
                 f"{_EINSUM_HELP}"
             )
     if set(output) - set("".join(inputs)):
-        raise ValueError(f"einsum: output letters of {equation!r} appear in no operand")
+        raise TinyattnError(f"einsum: output letters of {equation!r} appear in no operand")
     return inputs, output
 
 
@@ -133,7 +134,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
         )
     pad = tuple(pad)
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
-        raise ValueError(
+        raise TinyattnError(
             f"pad: expected pairs (before, after) for at most {input.ndim} dims, got {pad}"
         )
     out = input
@@ -148,7 +149,9 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
 def _pad_axis(x: Tensor, axis: int, before: int, after: int, value: float) -> Tensor:
     length = x.shape[axis]
     if -min(before, 0) - min(after, 0) > length:
-        raise ValueError(f"pad: cropping {before}, {after} exceeds dim {axis} of shape {x.shape}")
+        raise TinyattnError(
+            f"pad: cropping {before}, {after} exceeds dim {axis} of shape {x.shape}"
+        )
     start, stop = max(-before, 0), length - max(-after, 0)
     if start or stop != length:  # negative padding crops
         x = x[(slice(None),) * axis + (slice(start, stop),)]
@@ -233,10 +236,10 @@ def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
     if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
         tensors = tuple(tensors[0])
     if indexing not in ("ij", "xy"):
-        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        raise TinyattnError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for t in tensors:
         if not isinstance(t, Tensor) or t.ndim > 1:
-            raise ValueError(f"meshgrid: expected 0-D or 1-D Tensors, got {t!r}")
+            raise TinyattnError(f"meshgrid: expected 0-D or 1-D Tensors, got {t!r}")
     sizes = [t.numel() for t in tensors]
     swap = indexing == "xy" and len(tensors) > 1
     if swap:
@@ -306,7 +309,7 @@ def _joined(op: str, parts: list[Tensor], dim: int) -> Tensor:
     try:
         return concat(parts, dim=dim)
     except ValueError as exc:
-        raise ValueError(f"{op}: {exc}") from None
+        raise TinyattnError(f"{op}: {exc}") from None
 
 
 def _free_function(name: str) -> Callable:

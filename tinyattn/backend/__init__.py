@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TinyattnError
 from . import files, windows
 from .cuda_graphs import CudaGraphs  # re-exported: backend.CudaGraphs
 
@@ -144,7 +145,7 @@ def resolve_device(spec: Any) -> tuple[Any, Any]:
     name, _, index = spec.partition(":")
     if name == "cuda":
         if index and not index.isdigit():
-            raise ValueError(f"unknown device {spec!r}: expected 'cuda' or 'cuda:N', N an int")
+            raise TinyattnError(f"unknown device {spec!r}: expected 'cuda' or 'cuda:N', N an int")
         xp, reason = cupy_status()
         if xp is None:
             raise RuntimeError(f"device {spec!r} is not available: {reason}")
@@ -159,11 +160,11 @@ def resolve_device(spec: Any) -> tuple[Any, Any]:
         try:
             return strict, strict.Device(index or "device1")
         except ValueError:
-            raise ValueError(
+            raise TinyattnError(
                 f"unknown device {spec!r}: the strict devices are 'strict' ('strict:device1') "
                 "and 'strict:device2'"
             ) from None
-    raise ValueError(f"unknown device {spec!r}: expected 'cpu', 'cuda', 'cuda:N' or 'strict'")
+    raise TinyattnError(f"unknown device {spec!r}: expected 'cpu', 'cuda', 'cuda:N' or 'strict'")
 
 
 def namespace_of_device(device: Any) -> tuple[Any, Any]:
@@ -523,7 +524,7 @@ def asarray(data: Any, dtype: Any = None, device: Any = None) -> Any:
     try:
         host = np.asarray(data)
     except ValueError as exc:
-        raise ValueError(
+        raise TinyattnError(
             f"tensor: data is ragged (nested sequences of unequal length): {exc}"
         ) from None
     if host.dtype.kind not in "biuf":
@@ -584,7 +585,7 @@ def device_of(array: Any) -> Any:
 
 def dtype_of_name(xp: Any, name: str) -> Any:
     if name not in DTYPE_NAMES:
-        raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPE_NAMES)}")
+        raise TinyattnError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPE_NAMES)}")
     return getattr(xp, name)
 
 
@@ -712,14 +713,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
             f"{type(state).__name__}"
         )
     if set(state) != set(current) or state.get("bit_generator") != current["bit_generator"]:
-        raise ValueError(
+        raise TinyattnError(
             f"set_rng_state: expected a {current['bit_generator']} state with keys "
             f"{sorted(current)} (from get_rng_state()), got keys {sorted(map(str, state))}"
         )
     try:
         _host_rng.bit_generator.state = state
     except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        raise ValueError(f"set_rng_state: not a valid generator state: {exc}") from None
+        raise TinyattnError(f"set_rng_state: not a valid generator state: {exc}") from None
     global _reseeds
     _reseeds += 1
 
@@ -754,7 +755,7 @@ def random_array(kind: str, shape: tuple, dtype: Any, device: Any) -> Any:
     elif kind == "uniform":
         host = _host_rng.random(shape)
     else:
-        raise ValueError(f"unknown random kind {kind!r}")
+        raise TinyattnError(f"unknown random kind {kind!r}")
     host = host.astype(dtype)
     result = host if xp is np else xp.asarray(host, device=native)
     if draw_hook is not None:

@@ -21,6 +21,7 @@ from ..autograd import (
     no_grad,
     note_store,
 )
+from ..errors import TinyattnError
 from ..ops import (
     normalize_axes,
 )
@@ -78,7 +79,7 @@ class InPlaceMethods(TensorBase):
         else:
             try:
                 if backend.shares_elements(self.array):
-                    raise ValueError("two of its elements share one memory location")
+                    raise TinyattnError("two of its elements share one memory location")
                 self.array[...] = array
             except ValueError as exc:  # a broadcast view (expand, broadcast_to) is read-only
                 raise RuntimeError(

@@ -16,6 +16,7 @@ import warnings
 from typing import Any
 
 from .. import backend
+from ..errors import TinyattnError
 from ..ops import (
     Cumsum,
     Max,
@@ -111,7 +112,7 @@ class ReductionMethods(TensorBase):
                 count = (self != 0).to(self.dtype) + self * 0.0
                 return count.sum(axis, keepdims=keepdim)
             return _power_norm(self, p, axis, keepdim)
-        raise ValueError(f"norm: p={p!r} is not supported; use a number, 'fro', inf or -inf")
+        raise TinyattnError(f"norm: p={p!r} is not supported; use a number, 'fro', inf or -inf")
 
     def amax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
@@ -196,7 +197,7 @@ class ReductionMethods(TensorBase):
     def _arg_extreme(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
         axis, keepdims = merged_dims(op, axis, keepdims, dim, keepdim)
         if self.numel() == 0:
-            raise ValueError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
+            raise TinyattnError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
         flat = axis is None or self.ndim == 0
         if flat:
             if axis is not None:  # a 0-d tensor takes dim 0 or -1, as in PyTorch
@@ -391,7 +392,7 @@ class ReductionMethods(TensorBase):
     def trace(self) -> Tensor:
         """The sum of the main diagonal of a matrix;  dL/dx = g * I.  Shapes: (r, c) -> ()."""
         if self.ndim != 2:
-            raise ValueError(f"trace: expected a 2-D tensor, got shape {self.shape}")
+            raise TinyattnError(f"trace: expected a 2-D tensor, got shape {self.shape}")
         return self.diag().sum()
 
     def count_nonzero(self, dim: int | tuple | None = None) -> Tensor:
@@ -406,7 +407,7 @@ def _accumulated(tensor: Tensor, dtype: Any = None, op: str = "sum") -> Tensor:
     they are."""
     if dtype is not None:
         if isinstance(dtype, str) and dtype not in backend.DTYPE_NAMES:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: unknown dtype {dtype!r}: expected one of {', '.join(backend.DTYPE_NAMES)}"
             )
         return tensor._cast(dtype)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..backend import is_half, namespace
+from ..errors import DimError, TinyattnError
 from ..kernels import sum_array
 from .scan import running_product
 
@@ -31,12 +32,10 @@ def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
         if not isinstance(a, int) or isinstance(a, bool):
             raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
         if not -ndim <= a < max(ndim, 1):
-            raise ValueError(
-                f"{op}: axis {a} is out of range for a tensor with {ndim} dimension(s)"
-            )
+            raise DimError(f"{op}: axis {a} is out of range for a tensor with {ndim} dimension(s)")
         result.append(a % ndim if ndim else 0)
     if len(set(result)) != len(result):
-        raise ValueError(f"{op}: repeated axis in {axis!r}")
+        raise TinyattnError(f"{op}: repeated axis in {axis!r}")
     return tuple(sorted(result))
 
 
@@ -51,7 +50,7 @@ def reduction_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     try:
         normalize_axes(op, axis, 1)
     except ValueError:
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: axis {axis!r} is not valid for a 0-d tensor, which takes axis 0 or -1"
         ) from None
     return ()
@@ -195,7 +194,7 @@ class Max(Function):
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = reduction_axes(self.reduce_name, axis, x.ndim)
         if x.size == 0:
-            raise ValueError(
+            raise TinyattnError(
                 f"{self.reduce_name}: cannot reduce an empty tensor of shape {x.shape}"
             )
         xp = namespace(x)
@@ -236,7 +235,7 @@ def sum_to_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
     axes it lacks, and those where it has size 1), or raise naming sum_to."""
     lead = len(shape) - len(target)
     if lead < 0 or any(n not in (1, shape[lead + i]) for i, n in enumerate(target)):
-        raise ValueError(
+        raise TinyattnError(
             f"sum_to: cannot sum a tensor of shape {shape} to shape {target}: {target} must "
             f"broadcast to {shape} (each size 1 or equal, no more axes)"
         )

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import backend
+from ..errors import TinyattnError
 from ..tensor import Tensor
 from .optimizer import Optimizer, _check_flags, _check_number, _lerp
 
@@ -54,7 +55,7 @@ class RMSprop(Optimizer):
         for name in ("lr", "alpha", "eps", "weight_decay", "momentum"):
             _check_number(self.name, name, group[name], 0.0)
         if not isinstance(group["centered"], bool):
-            raise ValueError(f"{self.name}: centered must be a bool, got {group['centered']!r}")
+            raise TinyattnError(f"{self.name}: centered must be a bool, got {group['centered']!r}")
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         xp = backend.namespace(param)

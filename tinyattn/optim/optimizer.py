@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import backend
 from ..autograd import check_python_write, enable_grad, replayed_call
+from ..errors import TinyattnError
 from ..nn.module import zero_grads
 from ..tensor import Tensor
 from .flat import FlatGroup, into, same_kind, write_param
@@ -33,7 +34,7 @@ def _check_number(op: str, name: str, value: Any, low: float, high: float | None
     ok = ok and value >= low and (high is None or value < high)
     if not ok:
         bound = f"[{low}, {high})" if high is not None else f">= {low}"
-        raise ValueError(f"{op}: invalid {name} {value!r} (must be a finite number {bound})")
+        raise TinyattnError(f"{op}: invalid {name} {value!r} (must be a finite number {bound})")
 
 
 def _param_list(op: str, params: Any) -> list[dict]:
@@ -42,7 +43,7 @@ def _param_list(op: str, params: Any) -> list[dict]:
         raise TypeError(f"{op}: params must be an iterable of Tensors, got a single Tensor")
     groups = list(params)
     if not groups:
-        raise ValueError(f"{op}: got an empty parameter list")
+        raise TinyattnError(f"{op}: got an empty parameter list")
     if not isinstance(groups[0], dict):
         groups = [{"params": groups}]
     return groups
@@ -72,7 +73,7 @@ def _check_flags(op: str, flags: dict[str, Any], decoupled: bool = False) -> Non
 
 def _check_foreach(op: str, value: Any) -> None:
     if value is not None and not isinstance(value, bool):
-        raise ValueError(f"{op}: invalid foreach {value!r} (must be None, True or False)")
+        raise TinyattnError(f"{op}: invalid foreach {value!r} (must be None, True or False)")
 
 
 # Keys a parameter group holds besides the optimizer's options (a scheduler adds initial_lr).
@@ -157,17 +158,17 @@ class Optimizer:
                     f"{self.name}: parameter {position} is a {type(p).__name__}, not a Tensor"
                 )
             if not p.is_leaf:
-                raise ValueError(
+                raise TinyattnError(
                     f"{self.name}: parameter {position} (shape {p.shape}) is not a leaf"
                 )
             if id(p) in known:
-                raise ValueError(
+                raise TinyattnError(
                     f"{self.name}: parameter {position} (shape {p.shape}) appears twice"
                 )
             known.add(id(p))
         unknown = set(group) - set(self.defaults) - _GROUP_KEYS
         if unknown:
-            raise ValueError(
+            raise TinyattnError(
                 f"{self.name}: unknown option(s) {sorted(unknown)} in a parameter group"
             )
         full = ParamGroup({**self.defaults, **group, "params": params})
@@ -256,7 +257,7 @@ class Optimizer:
     def _check_grad(self, position: int, p: Tensor) -> None:
         """A gradient set by hand must match its parameter (NumPy would broadcast it silently)."""
         if p.grad.shape != p.shape:
-            raise ValueError(
+            raise TinyattnError(
                 f"{self.name}.step: parameter {position} has shape {p.shape} but its gradient "
                 f"has shape {p.grad.shape}"
             )
@@ -295,28 +296,28 @@ class Optimizer:
         """Restore state and hyper-parameters, all or nothing: a mismatch changes nothing."""
         op = f"{self.name}.load_state_dict"
         if set(state_dict) != {"state", "param_groups"}:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: expected keys 'state' and 'param_groups', got {sorted(state_dict)}"
             )
         groups = list(state_dict["param_groups"])
         if len(groups) != len(self.param_groups):
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: the checkpoint has {len(groups)} parameter group(s), this optimizer "
                 f"has {len(self.param_groups)}"
             )
         new_groups = []
         for number, (saved, mine) in enumerate(zip(groups, self.param_groups, strict=True)):
             if not isinstance(saved, dict) or "params" not in saved:
-                raise ValueError(f"{op}: parameter group {number} has no 'params' list")
+                raise TinyattnError(f"{op}: parameter group {number} has no 'params' list")
             saved = self._without_torch_flags(op, saved)
             unknown = set(saved) - set(self.defaults) - _GROUP_KEYS
             if unknown:
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: parameter group {number} has option(s) {sorted(unknown)} that "
                     f"{self.name} does not have (a checkpoint of another optimizer?)"
                 )
             if len(saved["params"]) != len(mine["params"]):
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: parameter group {number} has {len(saved['params'])} parameter(s) in "
                     f"the checkpoint but {len(mine['params'])} here"
                 )
@@ -347,14 +348,16 @@ class Optimizer:
             try:
                 index = int(raw_index)
             except (TypeError, ValueError):
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: state key {raw_index!r} is not a parameter index"
                 ) from None
             if not 0 <= index < len(params):
-                raise ValueError(f"{op}: state for parameter {index}, but there are {len(params)}")
+                raise TinyattnError(
+                    f"{op}: state for parameter {index}, but there are {len(params)}"
+                )
             unexpected = set(entries) - set(self.state_keys)
             if unexpected:
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: unexpected state key(s) {sorted(unexpected)} for parameter {index} "
                     f"({self.name} keeps {list(self.state_keys)})"
                 )
@@ -365,7 +368,7 @@ class Optimizer:
                     continue
                 array = Tensor(value, dtype=backend.dtype_name(p.dtype), device=p.device).array
                 if tuple(array.shape) != p.shape:
-                    raise ValueError(
+                    raise TinyattnError(
                         f"{op}: state '{key}' of parameter {index} has shape {tuple(array.shape)}, "
                         f"the parameter has shape {p.shape}"
                     )
@@ -424,7 +427,7 @@ class SGD(Optimizer):
             _check_number(self.name, name, group[name], 0.0)
         _check_foreach(self.name, group["foreach"])
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
+            raise TinyattnError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         momentum = group["momentum"]
@@ -507,7 +510,7 @@ class Adam(Optimizer):
         _check_foreach(self.name, group["foreach"])
         betas = group["betas"]
         if not isinstance(betas, tuple | list) or len(betas) != 2:
-            raise ValueError(f"{self.name}: betas must be a pair (beta1, beta2), got {betas!r}")
+            raise TinyattnError(f"{self.name}: betas must be a pair (beta1, beta2), got {betas!r}")
         for index, beta in enumerate(betas):
             _check_number(self.name, f"beta at index {index}", beta, 0.0, 1.0)
         group["betas"] = tuple(betas)
