@@ -525,11 +525,10 @@ def test_floor_divide_refuses_backward_as_torch_does(device):
         (y // 0.5).sum().backward()
 
 
-def test_einsum_outside_the_supported_forms_is_a_clear_error(device):
+def test_einsum_refuses_a_repeated_output_letter(device):
     x = ta.ones(3, 3, device=device)
-    for equation, operands in (("ii->i", (x,)), ("...ij->...ji", (x,)), ("ij,jk,kl", (x,) * 3)):
-        with pytest.raises(ValueError, match="einsum"):
-            ta.einsum(equation, *operands)
+    with pytest.raises(ValueError, match="einsum"):
+        ta.einsum("ii->ii", x)
 
 
 def test_scatter_to_one_place_twice_is_refused(device):
