@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from . import backend, kernels, ops
+from .attention_heads import repeat_kv_heads
 from .creation import arange
 from .methods.common import where
 from .ops import BlockwiseAttention, Dropout, Erf, Gelu, LogSoftmax, Softmax, broadcast_shapes
@@ -295,17 +296,16 @@ def scaled_dot_product_attention(
     False); a float attn_mask is M itself, added to the scores; is_causal lets query i see keys
     j <= i (top-left aligned) and, as in PyTorch, excludes attn_mask. Dropout (p = dropout_p,
     applied whenever > 0, as in PyTorch) acts on the weights. A query with no allowed key (or
-    no key at all) gets output 0 and gradient 0, never NaN. ``return_weights=True`` is
+    no key at all) gets output 0 and gradient 0, never NaN. enable_gqa=True lets key and value
+    have fewer heads (dim -3), each shared by a group of query heads. ``return_weights=True`` is
     tinyattn's extension (keyword only): it also returns the weights that multiplied v.
     This function checks every argument, then calls `_attention`, which trusts them.
     Shapes: query (..., Tq, D), key (..., Tk, D), value (..., Tk, Dv), attn_mask broadcastable
     to (..., Tq, Tk) -> out (..., Tq, Dv), weights (..., Tq, Tk).
     """
+    if enable_gqa:  # fewer key/value heads: each serves a group of query heads
+        key, value = repeat_kv_heads(query, key, value)
     scale, mask = _check_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
-    if enable_gqa:
-        raise NotImplementedError(
-            "scaled_dot_product_attention: enable_gqa is not supported; repeat the k/v heads"
-        )
     return _attention(query, key, value, mask, dropout_p, is_causal, scale, return_weights)
 
 
@@ -369,8 +369,8 @@ def _check_attention(
     _check_inputs(op, q, k, v)
     if not isinstance(dropout_p, int | float) or not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p!r}")
-    if mask is not None and is_causal:
-        raise ValueError(f"{op}: pass either attn_mask or is_causal=True, not both (as PyTorch)")
+    if mask is not None and is_causal:  # PyTorch's documented error (its math path's too)
+        raise RuntimeError(f"{op}: explicit attn_mask should not be set when is_causal=True")
     scores_shape = (*_batch_shape(q, k, v), q.shape[-2], k.shape[-2])
     mask = _checked_mask(op, mask, scores_shape, q)
     if scale is not None:
