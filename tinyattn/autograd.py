@@ -796,6 +796,12 @@ class _ThisThread:
             recorder.python_write(what)
 
     @staticmethod
+    def module_hooks(module: str) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.module_hooks(module)
+
+    @staticmethod
     def mode(owner: Any, name: str) -> None:
         recorder = _recording.get(threading.get_ident())
         if recorder is not None:
