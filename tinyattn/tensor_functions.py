@@ -35,7 +35,8 @@ def einsum(*args: Any) -> Tensor:
     (``"ii->i"``); size-1 dims broadcast. Without ``->`` the output is ``...`` and then the
     letters seen once, in alphabetical order. Operands are contracted pairwise from left to
     right: letters no later operand or the output needs are summed out first, and each pair
-    is one batched matmul. Gradients, of any order, come from those ops.
+    is one batched matmul. Gradients, of any order, come from those ops. A bad equation is a
+    RuntimeError, as in PyTorch.
     """
     equation, operands = _einsum_arguments(args)
     inputs, output = _parse_einsum(equation, operands)
@@ -81,7 +82,7 @@ def _sublist_letters(sublist: Any) -> str:
         elif isinstance(item, int) and 0 <= item < len(_SUBLIST_LETTERS):
             letters.append(_SUBLIST_LETTERS[item])
         else:
-            raise ValueError(
+            raise RuntimeError(
                 f"einsum: sublist entries must be ints in [0, 52) or ..., got {item!r}"
             )
     return "".join(letters)
@@ -90,20 +91,22 @@ def _sublist_letters(sublist: Any) -> str:
 def _parse_einsum(equation: str, operands: list) -> tuple[list[str], str]:
     """Each operand's letters and the output's, with ``...`` written out as letters of its own."""
     if not isinstance(equation, str) or not operands:
-        raise ValueError(f"einsum: expected an equation and operands; {_EINSUM_HELP}")
+        raise RuntimeError(f"einsum: expected an equation and operands; {_EINSUM_HELP}")
     for operand in operands:
         if not isinstance(operand, Tensor):
             raise TypeError(f"einsum: operands must be Tensors, got {type(operand).__name__}")
     left, arrow, output = equation.replace(" ", "").partition("->")
     inputs = left.split(",")
     if len(inputs) != len(operands):
-        raise ValueError(
+        raise RuntimeError(
             f"einsum: {equation!r} names {len(inputs)} operand(s), got {len(operands)}"
         )
     for letters in (*inputs, output):
         plain = letters.replace("...", "", 1)
         if plain and not plain.isalpha() or "." in plain:
-            raise ValueError(f"einsum: '{letters}' in {equation!r} is not letters; {_EINSUM_HELP}")
+            raise RuntimeError(
+                f"einsum: '{letters}' in {equation!r} is not letters; {_EINSUM_HELP}"
+            )
     named = "".join(letters.replace("...", "") for letters in inputs)
     spare = iter(c for c in _SUBLIST_LETTERS[::-1] if c not in named + output)
     ellipsis = "".join(next(spare) for _ in range(_ellipsis_dims(equation, inputs, operands)))
@@ -112,10 +115,10 @@ def _parse_einsum(equation: str, operands: list) -> tuple[list[str], str]:
     inputs = [_ellipsis_written(s, ellipsis, op.ndim) for s, op in zip(inputs, operands)]
     output = output.replace("...", ellipsis)
     if len(set(output)) != len(output) or set(output) - set("".join(inputs)):
-        raise ValueError(f"einsum: output letters of {equation!r} repeat or appear in no operand")
+        raise RuntimeError(f"einsum: output letters of {equation!r} repeat or appear in no operand")
     for letters, operand in zip(inputs, operands):
         if len(letters) != operand.ndim:
-            raise ValueError(
+            raise RuntimeError(
                 f"einsum: operand '{letters}' of {equation!r} has shape {operand.shape}"
             )
     return inputs, output
@@ -129,7 +132,7 @@ def _ellipsis_dims(equation: str, inputs: list, operands: list) -> int:
         if "..." in letters:
             most = max(most, operand.ndim - named)
         if operand.ndim < named or ("..." not in letters and operand.ndim != named):
-            raise ValueError(
+            raise RuntimeError(
                 f"einsum: operand '{letters}' of {equation!r} has shape {operand.shape}"
             )
     return most
@@ -162,7 +165,7 @@ def _letter_sizes(equation: str, terms: list) -> dict[str, int]:
         for letter, n in zip(letters, operand.shape, strict=True):
             known = sizes.setdefault(letter, n)
             if known != n and 1 not in (known, n):
-                raise ValueError(
+                raise RuntimeError(
                     f"einsum: letter '{letter}' of {equation!r} has sizes {known} and {n}"
                 )
             sizes[letter] = max(known, n) if 1 in (known, n) else n

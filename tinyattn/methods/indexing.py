@@ -297,7 +297,7 @@ def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
     if index.ndim != tensor.ndim or any(
         n > m for d, (n, m) in enumerate(zip(index.shape, tensor.shape)) if d != axis
     ):
-        raise ValueError(
+        raise RuntimeError(  # PyTorch's type for this mistake
             f"{op}: index of shape {index.shape} does not fit a tensor of shape {tensor.shape} "
             f"along dim {axis} (same ndim, no larger size in the other dims)"
         )
