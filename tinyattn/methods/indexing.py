@@ -354,10 +354,6 @@ def _check_unique(op: str, positions: Any) -> None:
         )
 
 
-def _is_index_array(part: Any) -> bool:
-    return hasattr(part, "shape") and part.ndim > 0
-
-
 def _wrapped_index(xp: Any, index: Any, size: int, axis: int) -> Any:
     """An integer index array as int64 in [0, size), or an IndexError naming the axis."""
     if not backend.dtype_name(index.dtype).startswith(("int", "uint")):
