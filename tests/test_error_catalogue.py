@@ -232,7 +232,7 @@ CATALOGUE = [
     ("gather", lambda d: ones(2, 3, device=d)[[0, 5]],
      IndexError, "getitem:", ["index 5", "size 2"]),
     ("float index", lambda d: ones(3, device=d)[ones(2, device=d)],
-     IndexError, "getitem:", ["integers", "float64"]),
+     IndexError, "getitem:", ["long, int, byte or bool", "float64"]),
     ("string index", lambda d: ones(3, device=d)["a"],
      IndexError, "getitem:", ["str"]),
     # ------------------------------------------------- integer tensors asked for gradients
