@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinyattn as ta
-from tinyattn.errors import DimError, TinyattnError
 import tinyattn.nn.functional as F
 from tinyattn import nn, optim
+from tinyattn.errors import DimError, TinyattnError
 
 PACKAGE = os.path.dirname(ta.__file__)
 

@@ -24,8 +24,8 @@ def _pair(torch):
     ours = nn.Linear(3, 2).double()
     theirs = torch.nn.Linear(3, 2).double()
     with torch.no_grad():
-        theirs.weight.copy_(torch.tensor(ours.weight.numpy()))
-        theirs.bias.copy_(torch.tensor(ours.bias.numpy()))
+        theirs.weight.copy_(torch.tensor(ours.weight.detach().numpy()))
+        theirs.bias.copy_(torch.tensor(ours.bias.detach().numpy()))
     x = np.random.default_rng(0).normal(size=(4, 3))
     return ours, theirs, x
 
