@@ -57,10 +57,18 @@ from .module import (
     ParameterList,
     Sequential,
 )
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell, RNNCellBase
 from .transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerBlock
 
 __all__ = [
     "GLU",
+    "GRU",
+    "GRUCell",
+    "LSTM",
+    "LSTMCell",
+    "RNN",
+    "RNNCell",
+    "RNNCellBase",
     "SELU",
     "Hardsigmoid",
     "Hardswish",
