@@ -345,10 +345,12 @@ class RNNBase(Module):
         bias_ih, bias_hh = biases if biases else (None, None)
         step, pair = MODES[self.mode][1], MODES[self.mode][2]
         input_gates = F.linear(x, weight_ih, bias_ih)  # (T, B, in) -> (T, B, G * H), one matmul
-        times = range(x.shape[0] - 1, -1, -1) if direction else range(x.shape[0])
+        # T pieces from one split node, whose backward concatenates their gradients once
+        # (indexing input_gates[t] would scatter each step's gradient into a full (T, B, G * H)).
+        pieces = [piece.squeeze(0) for piece in input_gates.split(1, dim=0)]  # T x (B, G * H)
         outputs = []
-        for t in times:
-            state = step(input_gates[t], state, weight_hh, bias_hh)
+        for piece in reversed(pieces) if direction else pieces:
+            state = step(piece, state, weight_hh, bias_hh)
             outputs.append(state[0] if pair else state)
         if direction:
             outputs.reverse()  # the output at time t is the state after reading x[t]
