@@ -114,7 +114,7 @@ def report(
         f"unigram baseline (character frequencies alone): {baseline:.3f} nats/char",
         f"held-out loss: {held_out:.3f} nats/char ({held_out / baseline:.0%} of the baseline; "
         f"perplexity {math.exp(held_out):.2f} against {math.exp(baseline):.2f})",
-        f"the grammar's own entropy, which no model can beat: {floor:.3f} nats/char",
+        f"the grammar's own entropy, the floor no model beats on average: {floor:.3f} nats/char",
     ]
 
 
