@@ -220,6 +220,22 @@ def test_init_is_uniform_within_one_over_sqrt_hidden(module, gates):
         assert np.abs(values).max() > 0.8 * bound, name  # spread over the interval, not clustered
 
 
+def test_rnn_base_takes_torch_mode_names():
+    """PyTorch's RNNBase(mode, ...) has no forward of its own; tinyattn's runs its mode."""
+    torch = _torch()
+    torch.manual_seed(0)
+    reference = torch.nn.RNN(IN, HIDDEN, num_layers=2, nonlinearity="relu")
+    ours = nn.RNNBase("RNN_RELU", IN, HIDDEN, num_layers=2)
+    ours.load_state_dict(
+        {k: ta.tensor(v.detach().numpy()) for k, v in reference.state_dict().items()}
+    )
+    x = np.random.default_rng(9).standard_normal((T, B, IN)).astype("float32")
+    _close(ours(ta.tensor(x))[0], reference(torch.tensor(x))[0], "RNNBase output")
+    assert isinstance(nn.LSTM(3, 4), nn.RNNBase) and isinstance(nn.GRUCell(3, 4), nn.RNNCellBase)
+    with pytest.raises(ValueError, match=r"RNNBase: unknown mode 'LSTM2'; expected one of"):
+        nn.RNNBase("LSTM2", 3, 4)
+
+
 def test_bias_false_has_no_bias_parameters():
     names = [name for name, _ in nn.GRU(3, 4, num_layers=2, bias=False).named_parameters()]
     assert names == ["weight_ih_l0", "weight_hh_l0", "weight_ih_l1", "weight_hh_l1"]

@@ -57,7 +57,7 @@ from .module import (
     ParameterList,
     Sequential,
 )
-from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell, RNNCellBase
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerBlock
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "LSTM",
     "LSTMCell",
     "RNN",
+    "RNNBase",
     "RNNCell",
     "RNNCellBase",
     "SELU",

@@ -134,12 +134,12 @@ class RNNCellBase(Module):
         for weight in self.parameters():
             init.uniform_(weight, -bound, bound)
 
-    def _batched(self, sequence: Any, hx: Any, pair: bool) -> tuple[Tensor, Any, bool]:
+    def _batched(self, given: Any, hx: Any, pair: bool) -> tuple[Tensor, Any, bool]:
         """(input (B, in), state of (B, H) tensors, whether the input was unbatched)."""
         op = type(self).__name__
-        _check_input(op, sequence, self.input_size, (1, 2))
-        unbatched = sequence.ndim == 1
-        x = sequence.unsqueeze(0) if unbatched else sequence
+        _check_input(op, given, self.input_size, (1, 2))
+        unbatched = given.ndim == 1
+        x = given.unsqueeze(0) if unbatched else given
         expected = (x.shape[0], self.hidden_size)
         if hx is None:
             h = zeros(*expected, dtype=x.dtype, device=x.device)
@@ -153,8 +153,8 @@ class RNNCellBase(Module):
         states = tuple(s.unsqueeze(0) if unbatched else s for s in states)
         return x, (states if pair else states[0]), unbatched
 
-    def _step(self, step: Callable, sequence: Any, hx: Any, pair: bool) -> Any:
-        x, state, unbatched = self._batched(sequence, hx, pair)
+    def _step(self, step: Callable, given: Any, hx: Any, pair: bool) -> Any:
+        x, state, unbatched = self._batched(given, hx, pair)
         state = step(F.linear(x, self.weight_ih, self.bias_ih), state, self.weight_hh, self.bias_hh)
         if not unbatched:
             return state
@@ -249,6 +249,8 @@ class RNNBase(Module):
     ) -> None:
         super().__init__()
         op = type(self).__name__
+        if mode not in MODES:
+            raise ValueError(f"{op}: unknown mode {mode!r}; expected one of {sorted(MODES)}")
         _check_sizes(op, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
         if isinstance(dropout, bool) or not isinstance(dropout, int | float):
             raise ValueError(f"{op}: dropout must be a number in [0, 1], got {dropout!r}")
