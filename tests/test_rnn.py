@@ -115,9 +115,12 @@ def test_layers_equal_torch(module_name, kwargs, layers, bidirectional, batch_fi
 
 @pytest.mark.parametrize(("module_name", "kwargs"), MODULES, ids=lambda v: str(v))
 @pytest.mark.parametrize("initial", [False, True])
-def test_unbatched_input_equals_torch(module_name, kwargs, initial):
+@pytest.mark.parametrize("batch_first", [False, True])  # no batch axis: batch_first changes nothing
+def test_unbatched_input_equals_torch(module_name, kwargs, initial, batch_first):
     torch = _torch()
-    ours, reference = _pair(module_name, kwargs, torch, num_layers=2, bidirectional=True)
+    ours, reference = _pair(
+        module_name, kwargs, torch, num_layers=2, bidirectional=True, batch_first=batch_first
+    )
     rng = np.random.default_rng(2)
     x = rng.standard_normal((T, IN)).astype("float32")  # (T, in): no batch axis
     is_lstm = module_name == "LSTM"
@@ -299,6 +302,21 @@ ERRORS = [
         lambda: nn.RNNCell(5, 6)(_zeros(1, 3, 5)),
         ValueError,
         r"RNNCell: expected input of 1 \(unbatched\) or 2 dimensions, got shape \(1, 3, 5\)",
+    ),
+    (
+        lambda: nn.LSTM(5, 6)(_zeros(4, 3, 5).double()),
+        RuntimeError,
+        r"LSTM: input is float64 but the parameters are float32; cast one with .to\(dtype\)",
+    ),
+    (
+        lambda: nn.GRUCell(5, 6)(_zeros(3, 5), _zeros(3, 6).double()),
+        RuntimeError,
+        r"GRUCell: hx is float64 but the parameters are float32",
+    ),
+    (
+        lambda: nn.RNN(5, 6)(_zeros(4, 3, 5), _zeros(1, 3, 6).double()),
+        RuntimeError,
+        r"RNN: h_0 is float64 but the parameters are float32",
     ),
     (lambda: nn.RNN(5, 6, nonlinearity="gelu"), ValueError, "RNN: unknown nonlinearity 'gelu'"),
     (lambda: nn.LSTM(5, 6, proj_size=3), NotImplementedError, "LSTM: proj_size=3 .* not"),

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from .. import backend
 from .. import functional as F
 from ..creation import zeros
 from ..methods.common import stack
@@ -86,8 +87,9 @@ def _shape(x: Any) -> tuple:
     return tuple(getattr(x, "shape", ()))
 
 
-def _check_input(op: str, x: Any, input_size: int, dims: tuple[int, int]) -> None:
-    """The public door: a float Tensor of `dims` dimensions whose last is input_size."""
+def _check_input(op: str, x: Any, input_size: int, dims: tuple[int, int], dtype: Any) -> None:
+    """The public door: a Tensor of `dims` dimensions, the last input_size, of the weights'
+    dtype. Inside, the ops trust what passed here."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: input must be a Tensor, got {type(x).__name__}")
     if x.ndim not in dims:
@@ -100,13 +102,23 @@ def _check_input(op: str, x: Any, input_size: int, dims: tuple[int, int]) -> Non
             f"{op}: input.size(-1) must equal input_size={input_size}, got input of shape "
             f"{_shape(x)}"
         )
+    _check_dtype(op, "input", x, dtype)
 
 
-def _check_state(op: str, name: str, state: Any, expected: tuple[int, ...]) -> None:
+def _check_dtype(op: str, name: str, x: Tensor, dtype: Any) -> None:
+    if x.dtype != dtype:  # as PyTorch: no silent cast of the input or state
+        raise RuntimeError(
+            f"{op}: {name} is {backend.dtype_name(x.dtype)} but the parameters are "
+            f"{backend.dtype_name(dtype)}; cast one with .to(dtype)"
+        )
+
+
+def _check_state(op: str, name: str, state: Any, expected: tuple[int, ...], dtype: Any) -> None:
     if not isinstance(state, Tensor):
         raise TypeError(f"{op}: {name} must be a Tensor, got {type(state).__name__}")
     if tuple(state.shape) != expected:
         raise RuntimeError(f"{op}: expected {name} of shape {expected}, got {_shape(state)}")
+    _check_dtype(op, name, state, dtype)
 
 
 # ------------------------------------------------------------------------------------ the cells
@@ -137,7 +149,7 @@ class RNNCellBase(Module):
     def _batched(self, given: Any, hx: Any, pair: bool) -> tuple[Tensor, Any, bool]:
         """(input (B, in), state of (B, H) tensors, whether the input was unbatched)."""
         op = type(self).__name__
-        _check_input(op, given, self.input_size, (1, 2))
+        _check_input(op, given, self.input_size, (1, 2), self.weight_ih.dtype)
         unbatched = given.ndim == 1
         x = given.unsqueeze(0) if unbatched else given
         expected = (x.shape[0], self.hidden_size)
@@ -149,7 +161,7 @@ class RNNCellBase(Module):
             raise TypeError(f"{op}: hx must be a pair (h, c), got {type(hx).__name__}")
         for name, state in zip(("h", "c"), states):
             shape = expected[1:] if unbatched else expected
-            _check_state(op, name if pair else "hx", state, shape)
+            _check_state(op, name if pair else "hx", state, shape, x.dtype)
         states = tuple(s.unsqueeze(0) if unbatched else s for s in states)
         return x, (states if pair else states[0]), unbatched
 
@@ -361,7 +373,7 @@ class RNNBase(Module):
     def _time_major(self, sequence: Any, hx: Any) -> tuple[Tensor, Any, bool]:
         """(input as (T, B, in), the initial state as (D * L, B, H) tensors, was it unbatched)."""
         op, pair = type(self).__name__, MODES[self.mode][2]
-        _check_input(op, sequence, self.input_size, (2, 3))
+        _check_input(op, sequence, self.input_size, (2, 3), self.weight_ih_l0.dtype)
         unbatched = sequence.ndim == 2
         if unbatched:
             x = sequence.unsqueeze(1)  # (T, in) -> (T, 1, in)
@@ -378,7 +390,7 @@ class RNNBase(Module):
         states = tuple(hx) if pair else (hx,)
         shape = (expected[0], expected[2]) if unbatched else expected
         for name, state in zip(("h_0", "c_0") if pair else ("h_0",), states):
-            _check_state(op, name, state, shape)
+            _check_state(op, name, state, shape, x.dtype)
         states = tuple(s.unsqueeze(1) for s in states) if unbatched else states
         return x, (states if pair else states[0]), unbatched
 
