@@ -52,6 +52,7 @@ def parse_args(argv: list[str] | None, defaults: Any) -> tuple[Any, argparse.Nam
     add("--sample-len", type=positive_int, default=defaults.sample_len, help="characters sampled")
     add("--temperature", type=temperature, default=defaults.temperature, help="sampling")
     add("--out", type=Path, default=Path("runs/char_lstm"), help="output directory (loss.png)")
+    add("--compile", action="store_true", help="train through ta.compile (same losses, faster)")
     add("--quiet", action="store_true", help="no progress bar (the report still prints)")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and ta.cupy_status()[0] is None:
@@ -62,6 +63,7 @@ def parse_args(argv: list[str] | None, defaults: Any) -> tuple[Any, argparse.Nam
         parser.error(f"needs {' and '.join(missing)}: pip install -e '.[examples]'")
     fields = {name: getattr(args, name) for name in OPTIONS}
     fields.update(device=args.device, sample_len=args.sample_len, temperature=args.temperature)
+    fields.update(compile=args.compile)
     return replace(defaults, **fields), args
 
 
@@ -107,7 +109,8 @@ def report(
     return [
         f"char LSTM: {chars:,} characters ({vocab} distinct), embed={config.embed}, "
         f"hidden={config.hidden}, layers={config.layers}, seq_len={config.seq_len}, "
-        f"batch={config.batch}, lr={config.lr}, seed={config.seed}, device={config.device}",
+        f"batch={config.batch}, lr={config.lr}, seed={config.seed}, device={config.device}"
+        + (", compiled" if config.compile else ""),
         f"trained {len(history.losses)} steps in {history.seconds:.1f} s "
         f"({len(history.losses) / max(history.seconds, 1e-9):.1f} steps/s); "
         f"training loss {sum(last) / len(last):.3f} (mean of the last {len(last)} steps)",

@@ -13,7 +13,7 @@ import math
 import re
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +100,20 @@ def test_a_few_steps_on_every_backend(device):
     written = char_lstm.sample(model, vocab, config, prompt="The")
     assert written.startswith("The") and len(written) == 3 + 20
     assert set(written) <= set(vocab.chars)
+
+
+def test_compiled_training_equals_eager_bit_for_bit():
+    config = char_lstm.Config(sentences=40, steps=6, hidden=8)
+    ids = char_lstm.Vocabulary(char_lstm.make_text(40, 0)).encode(char_lstm.make_text(40, 0))
+    runs = []
+    for compiled in (False, True):
+        ta.manual_seed(0)
+        model = char_lstm.CharLSTM(int(ids.max()) + 1, config)
+        history = char_lstm.train(model, ids, replace(config, compile=compiled), quiet=True)
+        runs.append((history.losses, [p.numpy() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0]
+    for eager, compiled in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_array_equal(eager, compiled)
 
 
 def test_command_line_learns_far_below_the_unigram_baseline(tmp_path):
