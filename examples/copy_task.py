@@ -159,7 +159,7 @@ def train_step(model: CopyModel, config: Config, state: TrainingState) -> tuple[
     state.optimizer.zero_grad()
     loss.backward()
     state.optimizer.step()
-    accuracy = (logits.numpy().argmax(axis=-1) == targets.numpy()).mean()
+    accuracy = (logits.detach().numpy().argmax(axis=-1) == targets.numpy()).mean()
     return loss.item(), float(accuracy)
 
 

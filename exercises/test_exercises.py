@@ -27,7 +27,9 @@ def randn(*shape: int, seed: int = 0, positive: bool = False) -> ta.Tensor:
 def assert_same_gradients(mine, reference, inputs) -> None:
     """Same forward values and the same gradients (of a random weighted sum) as the reference."""
     ours, theirs = mine(*inputs), reference(*inputs)
-    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-10, atol=1e-12
+    )
     weights = ta.tensor(np.random.default_rng(1).standard_normal(theirs.shape), dtype="float64")
     wanted = [t for t in inputs if t.requires_grad]
     expected = ta.grad((theirs * weights).sum(), wanted)
@@ -204,11 +206,11 @@ def test_ex10_central_difference_matches_autograd(exercise):
         return (t.tanh() * t).sum() + (t * t).mean()
 
     (expected,) = ta.grad(f(x), [x])
-    before = x.numpy().copy()
-    got = central_difference(lambda array: f(ta.tensor(array)).item(), x.numpy())
+    before = x.detach().numpy().copy()
+    got = central_difference(lambda array: f(ta.tensor(array)).item(), x.detach().numpy())
     assert got.shape == (2, 3)
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-6, atol=1e-8)
-    np.testing.assert_array_equal(x.numpy(), before)  # the input is unchanged
+    np.testing.assert_array_equal(x.detach().numpy(), before)  # the input is unchanged
 
 
 def test_ex10_error_is_second_order(exercise):

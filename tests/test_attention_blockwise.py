@@ -41,7 +41,7 @@ def run(monkeypatch, path, arrays, blocks, dtype, device, **kwargs):
     out = attention(q, k, v, **kwargs)
     cotangent = np.random.default_rng(7).standard_normal(out.shape)
     (out * ta.tensor(cotangent, dtype=dtype, device=device)).sum().backward()
-    return out.numpy(), [t.grad.numpy() for t in (q, k, v)]
+    return out.detach().numpy(), [t.grad.detach().numpy() for t in (q, k, v)]
 
 
 def assert_paths_agree(monkeypatch, device, shapes, blocks=(2, 3), dtype="float64", **kwargs):
@@ -254,7 +254,9 @@ def test_double_backward_through_blockwise_raises_but_first_order_works(monkeypa
     use_path(monkeypatch, "plain")
     expected = ta.grad(F.scaled_dot_product_attention(q, k, v).sum(), [q, k, v])
     for got, want in zip((grad_q, grad_k, grad_v), expected, strict=True):
-        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            got.detach().numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-12
+        )
     with pytest.raises(NotImplementedError, match="double backward through block-wise"):
         (grad_q * grad_q).sum().backward()
 

@@ -110,7 +110,7 @@ def test_compiled_training_equals_eager_bit_for_bit():
         ta.manual_seed(0)
         model = char_lstm.CharLSTM(int(ids.max()) + 1, config)
         history = char_lstm.train(model, ids, replace(config, compile=compiled), quiet=True)
-        runs.append((history.losses, [p.numpy() for p in model.parameters()]))
+        runs.append((history.losses, [p.detach().numpy() for p in model.parameters()]))
     assert runs[0][0] == runs[1][0]
     for eager, compiled in zip(runs[0][1], runs[1][1]):
         np.testing.assert_array_equal(eager, compiled)

@@ -140,7 +140,7 @@ def test_report_shows_the_shrunk_input_values():
         check_grads(lambda x: SaturatingTanh.apply(x), tensors((3,)))
     error = caught.value
     (shrunk,) = error.inputs
-    values = shrunk.numpy().tolist()
+    values = shrunk.detach().numpy().tolist()
     assert f"input 0 (shape (3,), float64): {values!r}" in str(error)
     assert sum(abs(v) >= 2.5 for v in values) == 1  # one saturated element is enough
     assert f"ta.tensor({values!r}, dtype='float64', requires_grad=True)" in str(error)
@@ -164,7 +164,7 @@ from tinyattn.testing import check_grads, tensors
 def draws():
     seen = []
     def record(x):
-        seen.append(tuple(x.numpy().tolist()))
+        seen.append(tuple(x.detach().numpy().tolist()))
         return x * x
     check_grads(record, tensors((3,)), max_examples=60, dtype="float64")
     return seen
@@ -233,7 +233,7 @@ def test_kinks_are_found_where_the_ops_have_them():
 
     with pytest.raises(ta.GradcheckError, match="straddles a kink") as caught:
         check_grads(lambda x: ReluWrongAtZero.apply(x), tensors((2,)))
-    assert 0.0 in caught.value.inputs[0].numpy().tolist()
+    assert 0.0 in caught.value.inputs[0].detach().numpy().tolist()
 
 
 # ------------------------------------------------------------------------------- max/min ties
@@ -281,7 +281,7 @@ def test_tensors_respect_shape_dtype_and_elements(x):
 @given(tensors((3,), dtype="float64", elements=st.floats(0.01, 5.0), requires_grad=True))
 def test_tensors_take_a_float_strategy_and_requires_grad(x):
     assert x.requires_grad and x.is_leaf and x.shape == (3,)
-    assert dtype_name(x.dtype) == "float64" and (x.numpy() >= 0.01).all()
+    assert dtype_name(x.dtype) == "float64" and (x.detach().numpy() >= 0.01).all()
 
 
 @given(tensors(a_shape), tensors(b_shape))

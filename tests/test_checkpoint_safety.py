@@ -304,7 +304,7 @@ def test_damaged_manifests_are_clear_errors(tmp_path, name, manifest, fragment):
 
 # ------------------------------------------------------------ load_state_dict: all or nothing
 def _snapshot(module):
-    return [(name, p, p.array, p.numpy()) for name, p in module.named_parameters()]
+    return [(name, p, p.array, p.detach().numpy()) for name, p in module.named_parameters()]
 
 
 def _unchanged(module, snapshot) -> None:
@@ -312,7 +312,7 @@ def _unchanged(module, snapshot) -> None:
         snapshot, module.named_parameters(), strict=True
     ):
         assert name == name_now and p is p_now and p.array is data, name  # same objects
-        np.testing.assert_array_equal(p.numpy(), values, err_msg=name)
+        np.testing.assert_array_equal(p.detach().numpy(), values, err_msg=name)
 
 
 def _edits():

@@ -27,7 +27,7 @@ def test_fully_masked_row_gives_zero_output_and_gradient():
     q = ta.randn(4, 8, dtype="float64", requires_grad=True)
     out = F.scaled_dot_product_attention(q, q, q, attn_mask=ta.zeros(4, 4, dtype="bool"))
     out.sum().backward()
-    assert np.all(out.numpy() == 0) and np.all(q.grad.numpy() == 0)
+    assert np.all(out.detach().numpy() == 0) and np.all(q.grad.detach().numpy() == 0)
 
 
 def test_pytorch_fully_masked_rows_sdpa_zero_softmax_and_mha_nan():
@@ -77,7 +77,7 @@ def test_softmax_backward_is_the_vector_jacobian_product():
     g = rng.standard_normal(5)
     y = F.softmax(s, dim=-1)
     (y * ta.tensor(g)).sum().backward()
-    yv = y.numpy()
+    yv = y.detach().numpy().copy()
     jacobian = np.diag(yv) - np.outer(yv, yv)  # dy_i / ds_j, symmetric
     np.testing.assert_allclose(s.grad.numpy(), jacobian.T @ g, rtol=1e-12)
     np.testing.assert_allclose(s.grad.numpy(), yv * (g - np.sum(g * yv)), rtol=1e-12)
@@ -94,7 +94,7 @@ def test_unscaled_scores_saturate_and_starve_the_median_query():
         weights = F.softmax(s, dim=-1)
         (weights * upstream).sum().backward()
         medians[name] = (
-            np.median(weights.numpy().max(axis=-1)),
+            np.median(weights.detach().numpy().max(axis=-1)),
             np.median(np.linalg.norm(s.grad.numpy(), axis=-1)),
         )
     assert medians["unscaled"][0] > 0.999 and medians["scaled"][0] < 0.5
@@ -134,7 +134,7 @@ def second_derivative(op, values):
     if not first.requires_grad:  # the gradient's graph does not reach x at all
         return first.numpy(), np.zeros_like(values)
     (second,) = ta.grad(first.sum(), x)
-    return first.numpy(), second.numpy()
+    return first.detach().numpy(), second.detach().numpy()
 
 
 def test_a_saved_array_makes_the_second_derivative_zero_only_when_all_goes_through_it():
@@ -249,7 +249,7 @@ def test_pytorch_packs_attention_projections_differently():
     ta.manual_seed(0)
     attn = nn.MultiHeadAttention(C, H).double()
     assert list(attn.state_dict())[:2] == ["q_proj.weight", "q_proj.bias"]
-    assert np.abs(attn.q_proj.bias.numpy()).max() > 0  # Linear's own init, not zeros
+    assert np.abs(attn.q_proj.bias.detach().numpy()).max() > 0  # Linear's own init, not zeros
     state = {k: torch.from_numpy(v.numpy().copy()) for k, v in attn.state_dict().items()}
     packed = {
         "in_proj_weight": torch.cat([state[f"{p}_proj.weight"] for p in "qkv"]),
@@ -260,7 +260,9 @@ def test_pytorch_packs_attention_projections_differently():
     reference.load_state_dict(packed)
     x = np.random.default_rng(0).standard_normal((2, 5, C))
     expected, _ = reference(*[torch.from_numpy(x)] * 3)
-    np.testing.assert_allclose(attn(ta.tensor(x)).numpy(), expected.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(
+        attn(ta.tensor(x)).detach().numpy(), expected.detach().numpy(), atol=1e-12
+    )
 
 
 # ------------------------------------------------------------------ the walk-through seed

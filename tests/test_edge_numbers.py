@@ -51,7 +51,7 @@ def test_pow_gradients_match_pytorch_at_zero(device, kind, base, exponent):
         ours, theirs, ours_in, theirs_in = a**exponent, ta_**exponent, [a], [ta_]
     else:
         ours, theirs, ours_in, theirs_in = base**b, base**tb, [b], [tb]
-    _assert_same(ours.numpy(), theirs.detach().numpy())
+    _assert_same(ours.detach().numpy(), theirs.detach().numpy())
     got = ta.grad(ours, ours_in)
     want = torch.autograd.grad(theirs, theirs_in)
     for g, w in zip(got, want, strict=True):
@@ -67,8 +67,8 @@ def test_pow_at_zero_broadcasts_and_stays_twice_differentiable(device):
     ta_, tb = _torch(bases), _torch(exponent)
     grad_a, grad_b = ta.grad((a**b).sum(), [a, b], create_graph=True)
     want_a, want_b = torch.autograd.grad((ta_**tb).sum(), [ta_, tb], create_graph=True)
-    _assert_same(grad_a.numpy(), want_a.detach().numpy())
-    _assert_same(grad_b.numpy(), want_b.detach().numpy())
+    _assert_same(grad_a.detach().numpy(), want_a.detach().numpy())
+    _assert_same(grad_b.detach().numpy(), want_b.detach().numpy())
     (second,) = ta.grad(grad_a.sum(), [a])
     (want_second,) = torch.autograd.grad(want_a.sum(), [ta_])
     _assert_same(second.numpy(), want_second.numpy())
@@ -85,7 +85,7 @@ def test_mean_over_empty_axes_matches_pytorch(device, shape, axis):
     ours = x.mean(axis=axis)
     theirs = tx.mean() if axis is None else tx.mean(dim=axis)
     assert ours.shape == tuple(theirs.shape)
-    _assert_same(ours.numpy(), theirs.detach().numpy())
+    _assert_same(ours.detach().numpy(), theirs.detach().numpy())
     (grad,) = ta.grad(ours.sum(), [x])
     assert grad.shape == shape
 
@@ -101,7 +101,7 @@ def test_reductions_of_a_0d_tensor_over_axis_0_or_minus_1(device, reduction, axi
     ours = getattr(x, name)(axis=axis, keepdims=keepdims)
     theirs = getattr(tx, name)(dim=axis, keepdim=keepdims)
     assert ours.shape == tuple(theirs.shape) == ()
-    _assert_same(ours.numpy(), theirs.detach().numpy())
+    _assert_same(ours.detach().numpy(), theirs.detach().numpy())
     (grad,) = ta.grad(ours, [x])
     (want,) = torch.autograd.grad(theirs, [tx])
     _assert_same(grad.numpy(), want.numpy())
@@ -133,7 +133,7 @@ def test_sum_to_an_impossible_shape_names_the_op_and_shapes(device, shape, targe
     """PyTorch's sum_to_size raises too ("not expandable"); a valid target is checked too."""
     x = _t(np.ones(shape), device)
     if target == (3,):  # (2, 3) -> (3,) is possible: the sums of the columns
-        np.testing.assert_array_equal(x.sum_to(target).numpy(), [2.0, 2.0, 2.0])
+        np.testing.assert_array_equal(x.sum_to(target).detach().numpy(), [2.0, 2.0, 2.0])
         return
     with pytest.raises(ValueError, match=r"sum_to: cannot sum a tensor of shape \(2, 3\) to"):
         x.sum_to(target)
@@ -164,7 +164,7 @@ def test_softmax_of_a_0d_tensor_matches_pytorch(device, name, axis):
     x, tx = _t(3.0, device), _torch(3.0)
     ours, theirs = getattr(F, name)(x, axis=axis), getattr(torch, name)(tx, dim=axis)
     assert ours.shape == ()
-    _assert_same(ours.numpy(), theirs.detach().numpy())
+    _assert_same(ours.detach().numpy(), theirs.detach().numpy())
     (grad,) = ta.grad(ours, [x])
     (want,) = torch.autograd.grad(theirs, [tx])
     _assert_same(grad.numpy(), want.numpy())
@@ -205,7 +205,7 @@ def test_attention_with_empty_axes_matches_pytorch(device, monkeypatch, path, sc
     ours = F.scaled_dot_product_attention(*ours_in, scale=scale)
     theirs = torch.nn.functional.scaled_dot_product_attention(*theirs_in, scale=scale)
     assert ours.shape == tuple(theirs.shape)
-    _assert_same(ours.numpy(), theirs.detach().numpy())
+    _assert_same(ours.detach().numpy(), theirs.detach().numpy())
     cotangent = rng.standard_normal(ours.shape)
     got = ta.grad([ours], ours_in, [_t(cotangent, device, requires_grad=False)])
     want = torch.autograd.grad(theirs, theirs_in, torch.tensor(cotangent), allow_unused=True)

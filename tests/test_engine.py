@@ -143,9 +143,11 @@ def test_detach_cuts_the_graph_and_shares_values(device):
     x = _random((3,), device)
     detached = x.detach()
     assert detached.is_leaf and not detached.requires_grad
-    np.testing.assert_array_equal(detached.numpy(), x.numpy())
+    np.testing.assert_array_equal(detached.detach().numpy(), x.detach().numpy())
     (detached * x).sum().backward()
-    np.testing.assert_array_equal(x.grad.numpy(), x.numpy())  # only the live factor counts
+    np.testing.assert_array_equal(
+        x.grad.detach().numpy(), x.detach().numpy()
+    )  # only the live factor counts
 
 
 def test_requires_grad_marks_a_leaf(device):
@@ -283,8 +285,8 @@ def test_third_derivative_of_x_cubed(device):
     (first,) = ta.grad((x**3).sum(), x, create_graph=True)
     (second,) = ta.grad(first.sum(), x, create_graph=True)
     (third,) = ta.grad(second.sum(), x)
-    np.testing.assert_allclose(first.numpy(), 3 * values**2, rtol=1e-14)
-    np.testing.assert_allclose(second.numpy(), 6 * values, rtol=1e-14)
+    np.testing.assert_allclose(first.detach().numpy(), 3 * values**2, rtol=1e-14)
+    np.testing.assert_allclose(second.detach().numpy(), 6 * values, rtol=1e-14)
     np.testing.assert_allclose(third.numpy(), np.full(3, 6.0), rtol=1e-14)
 
 
@@ -329,8 +331,8 @@ def test_grad_returns_gradients_without_touching_dot_grad(device):
     a, b = _random((2,), device, 1), _random((2,), device, 2)
     a.grad = ta.tensor([7.0, 7.0], dtype="float64", device=device)
     grad_a, grad_b = ta.grad((a * b).sum(), [a, b])
-    np.testing.assert_array_equal(grad_a.numpy(), b.numpy())
-    np.testing.assert_array_equal(grad_b.numpy(), a.numpy())
+    np.testing.assert_array_equal(grad_a.detach().numpy(), b.detach().numpy())
+    np.testing.assert_array_equal(grad_b.detach().numpy(), a.detach().numpy())
     np.testing.assert_array_equal(a.grad.numpy(), [7.0, 7.0])
     assert b.grad is None
 
@@ -339,7 +341,7 @@ def test_grad_of_an_intermediate_tensor(device):
     x = _random((3,), device)
     hidden = x * 2.0
     (grad_hidden,) = ta.grad((hidden * hidden).sum(), hidden)
-    np.testing.assert_array_equal(grad_hidden.numpy(), 2 * hidden.numpy())
+    np.testing.assert_array_equal(grad_hidden.detach().numpy(), 2 * hidden.detach().numpy())
 
 
 def test_grad_with_several_outputs_and_grad_outputs(device):

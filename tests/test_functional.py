@@ -25,9 +25,11 @@ def leaf(device, *shape, scale=1.0, dtype="float64"):
 
 def twin_check(fused, composed, inputs, atol=1e-12):
     """Forward and backward (with a random cotangent) of two implementations agree."""
-    copies = [ta.tensor(x.numpy(), device=x.device).requires_grad_() for x in inputs]
+    copies = [ta.tensor(x.detach().numpy(), device=x.device).requires_grad_() for x in inputs]
     out_a, out_b = fused(*inputs), composed(*copies)
-    np.testing.assert_allclose(out_a.numpy(), out_b.numpy(), atol=atol, rtol=1e-10)
+    np.testing.assert_allclose(
+        out_a.detach().numpy(), out_b.detach().numpy(), atol=atol, rtol=1e-10
+    )
     cotangent = RNG.standard_normal(out_a.shape)
     (out_a * ta.tensor(cotangent, dtype="float64", device=out_a.device)).sum().backward()
     (out_b * ta.tensor(cotangent, dtype="float64", device=out_b.device)).sum().backward()
@@ -77,9 +79,11 @@ def test_softmax_family_is_finite_for_huge_logits(device, dtype):
     x.requires_grad_()
     y = F.softmax(x, dim=-1)
     log_y = F.log_softmax(x, dim=-1)
-    np.testing.assert_allclose(y.numpy(), [[1, 0, 0], [0.5, 0.5, 0]], atol=1e-7)
+    np.testing.assert_allclose(y.detach().numpy(), [[1, 0, 0], [0.5, 0.5, 0]], atol=1e-7)
     np.testing.assert_allclose(
-        log_y.numpy(), [[0, -2e4, -1e4], [-math.log(2)] * 2 + [-2e4 - math.log(2)]], rtol=1e-6
+        log_y.detach().numpy(),
+        [[0, -2e4, -1e4], [-math.log(2)] * 2 + [-2e4 - math.log(2)]],
+        rtol=1e-6,
     )
     (y.sum() + log_y.sum()).backward()
     assert np.isfinite(x.grad.numpy()).all()
@@ -89,7 +93,7 @@ def test_fully_masked_rows_give_zero_weights_and_zero_gradient(device):
     x = ta.tensor([[-math.inf] * 3, [0.0, -math.inf, 1.0]], dtype="float64", device=device)
     x.requires_grad_()
     y = F.softmax(x, dim=-1)
-    np.testing.assert_array_equal(y.numpy()[0], [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(y.detach().numpy()[0], [0.0, 0.0, 0.0])
     (y * ta.tensor([[1.0, 2.0, 3.0]] * 2, dtype="float64", device=device)).sum().backward()
     grad = x.grad.numpy()
     assert np.isfinite(grad).all()
@@ -159,7 +163,7 @@ def test_cross_entropy_target_rows_from_the_table_equal_the_compared_ones(
             label_smoothing=smoothing,
         )
         loss.backward()
-        results.append((loss.numpy(), z.grad.numpy()))
+        results.append((loss.detach().numpy(), z.grad.detach().numpy()))
     (loss_a, grad_a), (loss_b, grad_b) = results
     np.testing.assert_array_equal(loss_a, loss_b)
     np.testing.assert_array_equal(grad_a, grad_b)
@@ -221,7 +225,10 @@ def test_linear_forward_gradcheck_and_errors(device):
     x, w, b = leaf(device, 2, 3, 4), leaf(device, 5, 4), leaf(device, 5)
     y = F.linear(x, w, b)
     np.testing.assert_allclose(
-        y.numpy(), x.numpy() @ w.numpy().T + b.numpy(), rtol=1e-12, atol=1e-12
+        y.detach().numpy(),
+        x.detach().numpy() @ w.detach().numpy().T + b.detach().numpy(),
+        rtol=1e-12,
+        atol=1e-12,
     )
     assert ta.gradcheck(F.linear, [x, w, b])
     with pytest.raises(
@@ -239,7 +246,9 @@ def test_embedding_gathers_rows_and_sums_repeated_gradients(device):
     indices = ta.tensor([[1, 4, 1], [1, 0, 2]], device=device)
     out = F.embedding(indices, weight)
     assert out.shape == (2, 3, 3)
-    np.testing.assert_array_equal(out.numpy(), weight.numpy()[np.array([[1, 4, 1], [1, 0, 2]])])
+    np.testing.assert_array_equal(
+        out.detach().numpy(), weight.detach().numpy()[np.array([[1, 4, 1], [1, 0, 2]])]
+    )
     out.sum().backward()
     np.testing.assert_array_equal(weight.grad.numpy()[:, 0], [1.0, 3.0, 1.0, 0.0, 1.0])
     assert ta.gradcheck(lambda w: F.embedding(indices, w), [weight])
@@ -258,10 +267,12 @@ def test_embedding_rejects_bad_indices(device):
 # ------------------------------------------------------------------------ layer norm, dropout
 def test_layer_norm_matches_numpy_and_gradchecks(device):
     x, w, b = leaf(device, 2, 3, 4), leaf(device, 4), leaf(device, 4)
-    y = F.layer_norm(x, 4, w, b, eps=1e-5).numpy()
-    data = x.numpy()
+    y = F.layer_norm(x, 4, w, b, eps=1e-5).detach().numpy()
+    data = x.detach().numpy().copy()
     expected = (data - data.mean(-1, keepdims=True)) / np.sqrt(data.var(-1, keepdims=True) + 1e-5)
-    np.testing.assert_allclose(y, expected * w.numpy() + b.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        y, expected * w.detach().numpy() + b.detach().numpy(), rtol=1e-12, atol=1e-12
+    )
     assert ta.gradcheck(lambda *a: F.layer_norm(a[0], 4, a[1], a[2]), [x, w, b])
     assert ta.gradgradcheck(lambda t: F.layer_norm(t, (3, 4)), [x])
     with pytest.raises(ValueError, match=r"layer_norm: normalized_shape \(5,\) .*\(2, 3, 4\)"):
@@ -274,14 +285,16 @@ def test_dropout_scales_kept_elements_and_is_identity_in_eval(device):
     assert F.dropout(x, 0.0) is x
     ta.manual_seed(7)
     y = F.dropout(x, 0.3)
-    values = y.numpy()
+    values = y.detach().numpy().copy()
     assert set(np.unique(values).round(12)) <= {0.0, round(1 / 0.7, 12)}
     assert abs((values == 0).mean() - 0.3) < 0.02
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), values)  # d(x * m / (1-p))/dx = m / (1-p)
     ta.manual_seed(7)
-    np.testing.assert_array_equal(F.dropout(x, 0.3).numpy(), values)  # seeded: reproducible
-    np.testing.assert_array_equal(F.dropout(x, 1.0).numpy(), 0.0)
+    np.testing.assert_array_equal(
+        F.dropout(x, 0.3).detach().numpy(), values
+    )  # seeded: reproducible
+    np.testing.assert_array_equal(F.dropout(x, 1.0).detach().numpy(), 0.0)
     with pytest.raises(ValueError, match=r"dropout: probability p must be in \[0, 1\], got 1.5"):
         F.dropout(x, 1.5)
 
@@ -345,10 +358,12 @@ def test_sdpa_matches_numpy_with_mask_causal_and_cross(device):
     out, weights = F.scaled_dot_product_attention(
         q, k, v, attn_mask=ta.tensor(mask, device=device), return_weights=True
     )
-    expected_out, expected_weights = attention_numpy(q.numpy(), k.numpy(), v.numpy(), mask)
-    np.testing.assert_allclose(out.numpy(), expected_out, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(weights.numpy(), expected_weights, rtol=1e-12, atol=1e-13)
-    causal = F.scaled_dot_product_attention(q, k, v, is_causal=True).numpy()
+    expected_out, expected_weights = attention_numpy(
+        q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), mask
+    )
+    np.testing.assert_allclose(out.detach().numpy(), expected_out, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(weights.detach().numpy(), expected_weights, rtol=1e-12, atol=1e-13)
+    causal = F.scaled_dot_product_attention(q, k, v, is_causal=True).detach().numpy()
     np.testing.assert_allclose(
         causal, attention_numpy(q.numpy(), k.numpy(), v.numpy(), np.tril(np.ones((4, 6), bool)))[0]
     )
@@ -391,8 +406,8 @@ def test_sdpa_fully_masked_rows_are_zero_in_value_and_gradient(device):
     out, weights = F.scaled_dot_product_attention(
         q, k, v, attn_mask=ta.tensor(mask, device=device), return_weights=True
     )
-    np.testing.assert_array_equal(out.numpy()[0, 1], 0.0)
-    np.testing.assert_array_equal(weights.numpy()[0, 1], 0.0)
+    np.testing.assert_array_equal(out.detach().numpy()[0, 1], 0.0)
+    np.testing.assert_array_equal(weights.detach().numpy()[0, 1], 0.0)
     (out * out).sum().backward()
     for t in (q, k, v):
         assert np.isfinite(t.grad.numpy()).all()
@@ -406,12 +421,16 @@ def test_sdpa_fully_masked_rows_are_zero_in_value_and_gradient(device):
 def test_sdpa_weights_and_dropout(device):
     q, k, v = leaf(device, 2, 4, 3), leaf(device, 2, 5, 3), leaf(device, 2, 5, 3)
     _, weights = F.scaled_dot_product_attention(q, k, v, return_weights=True)
-    np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(weights.detach().numpy().sum(-1), 1.0, rtol=1e-14)
     ta.manual_seed(3)
     out, dropped = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5, return_weights=True)
-    np.testing.assert_allclose(out.numpy(), dropped.numpy() @ v.numpy(), rtol=1e-12)
-    kept = dropped.numpy() != 0
-    np.testing.assert_allclose(dropped.numpy()[kept], 2 * weights.numpy()[kept], rtol=1e-12)
+    np.testing.assert_allclose(
+        out.detach().numpy(), dropped.detach().numpy() @ v.detach().numpy(), rtol=1e-12
+    )
+    kept = dropped.detach().numpy() != 0
+    np.testing.assert_allclose(
+        dropped.detach().numpy()[kept], 2 * weights.detach().numpy()[kept], rtol=1e-12
+    )
 
 
 def test_sdpa_errors_name_shapes(device):

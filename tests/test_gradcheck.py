@@ -177,11 +177,11 @@ def test_gradgradcheck_passes_on_correct_ops(device, dtype):
 def test_inputs_and_params_are_restored(device):
     x = _tensor((2, 2), device, "float32")
     w = _tensor((2, 2), device, "float32", seed=9)
-    before_x, before_w = x.numpy(), w.numpy()
+    before_x, before_w = x.detach().numpy(), w.detach().numpy()
     ta.gradcheck(lambda x: x @ w, (x,), params=[w])
     assert dtype_name(x.dtype) == dtype_name(w.dtype) == "float32"
-    np.testing.assert_array_equal(x.numpy(), before_x)
-    np.testing.assert_array_equal(w.numpy(), before_w)
+    np.testing.assert_array_equal(x.detach().numpy(), before_x)
+    np.testing.assert_array_equal(w.detach().numpy(), before_w)
     assert x.grad is None and w.grad is None
 
 
@@ -201,7 +201,7 @@ def test_numerical_grad_matches_known_derivative(device):
     x = _tensor((5,), device, low=0.5)
     (numeric,) = ta.numerical_grad(lambda x: x.log(), (x,))
     cotangent = np.random.default_rng(0).standard_normal(5)
-    np.testing.assert_allclose(numeric.numpy(), cotangent / x.numpy(), rtol=1e-7)
+    np.testing.assert_allclose(numeric.detach().numpy(), cotangent / x.detach().numpy(), rtol=1e-7)
 
 
 def test_no_target_is_an_error(device):

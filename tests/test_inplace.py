@@ -210,7 +210,7 @@ def test_no_grad_update_keeps_the_same_leaf(device):
     with ta.no_grad():
         w -= 0.1 * w.grad
     assert w is before and w.array is array and w.is_leaf and w.requires_grad
-    np.testing.assert_allclose(w.numpy(), BASE - 0.2 * BASE)
+    np.testing.assert_allclose(w.detach().numpy(), BASE - 0.2 * BASE)
     assert w._version == 1
 
 
@@ -429,10 +429,10 @@ def test_each_leaf_gets_a_gradient_of_its_own(device):
         for p in (w1, w2, w3, w4):
             p -= 0.1 * p.grad
             p.grad.zero_()
-    np.testing.assert_allclose(w1.numpy(), 1.0 - 0.1 * weights)
-    np.testing.assert_allclose(w2.numpy(), 2.0 - 0.1 * weights)
-    np.testing.assert_allclose(w3.numpy(), -0.2 * weights)
-    np.testing.assert_allclose(w4.numpy(), -0.2 * weights[None, :])
+    np.testing.assert_allclose(w1.detach().numpy(), 1.0 - 0.1 * weights)
+    np.testing.assert_allclose(w2.detach().numpy(), 2.0 - 0.1 * weights)
+    np.testing.assert_allclose(w3.detach().numpy(), -0.2 * weights)
+    np.testing.assert_allclose(w4.detach().numpy(), -0.2 * weights[None, :])
     for w in (w1, w2, w3, w4):
         np.testing.assert_array_equal(w.grad.numpy(), np.zeros(w.shape))
 

@@ -176,7 +176,7 @@ def _leaf(values, device, dtype):
 
 
 def _finite(*tensors) -> bool:
-    return all(np.isfinite(t.numpy()).all() for t in tensors)
+    return all(np.isfinite(t.detach().numpy()).all() for t in tensors)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -189,7 +189,7 @@ def test_huge_logits_stay_finite(device, dtype):
     assert _finite(probabilities, log_probabilities, loss)
     # Row 0 is certain of class 0 (loss 0); row 1 puts class 1 2e4 below the best; row 2
     # splits between classes 0 and 1 and gives class 2 a log-probability of -2e4 - log 2.
-    np.testing.assert_allclose(loss.numpy(), [0.0, 2e4, 2e4 + math.log(2)], rtol=1e-6)
+    np.testing.assert_allclose(loss.detach().numpy(), [0.0, 2e4, 2e4 + math.log(2)], rtol=1e-6)
     cotangent = ta.tensor(np.arange(9.0).reshape(3, 3), dtype=dtype, device=device)
     ((probabilities + log_probabilities) * cotangent).sum().backward()
     first = logits.grad
@@ -209,10 +209,10 @@ def test_fully_masked_attention_rows_are_zero_and_finite(device):
     allowed[1] = False  # batch 1 is masked everywhere
     out, weights = attention(x, mask=ta.tensor(allowed, device=device), need_weights=True)
     assert _finite(out, weights)
-    np.testing.assert_array_equal(weights.numpy()[0, :, 1], 0.0)
-    np.testing.assert_array_equal(weights.numpy()[1], 0.0)
+    np.testing.assert_array_equal(weights.detach().numpy()[0, :, 1], 0.0)
+    np.testing.assert_array_equal(weights.detach().numpy()[1], 0.0)
     # A query with no key gets 0 from attention, so out_proj leaves just its bias.
-    bias = attention.out_proj.bias.numpy()
+    bias = attention.out_proj.bias.detach().numpy()
     np.testing.assert_allclose(out.numpy()[1], np.broadcast_to(bias, (3, 4)), atol=1e-15)
     (out * out).sum().backward()
     assert _finite(x.grad, *[p.grad for p in attention.parameters()])
@@ -226,7 +226,9 @@ def test_layer_norm_of_a_constant_row(device):
     norm = nn.LayerNorm(4).to(device).double()
     y = norm(x)
     assert _finite(y)
-    np.testing.assert_array_equal(y.numpy()[0], 0.0)  # (x - mean) = 0 exactly, then + bias 0
+    np.testing.assert_array_equal(
+        y.detach().numpy()[0], 0.0
+    )  # (x - mean) = 0 exactly, then + bias 0
     cotangent = ta.tensor([[1.0, -2.0, 0.5, 3.0]] * 2, dtype="float64", device=device)
     (y * cotangent).sum().backward()
     assert _finite(x.grad, norm.weight.grad, norm.bias.grad)

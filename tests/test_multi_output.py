@@ -71,14 +71,14 @@ def x():
 
 
 def _expected(x, g_sin, g_cos):
-    return g_sin * np.cos(x.numpy()) - g_cos * np.sin(x.numpy())
+    return g_sin * np.cos(x.detach().numpy()) - g_cos * np.sin(x.detach().numpy())
 
 
 def test_apply_returns_a_tuple_of_tensors_of_one_node(x):
     s, c = SinCos.apply(x)
     assert s._ctx is c._ctx and isinstance(s._ctx, SinCos)
-    np.testing.assert_allclose(s.numpy(), np.sin(x.numpy()))
-    np.testing.assert_allclose(c.numpy(), np.cos(x.numpy()))
+    np.testing.assert_allclose(s.detach().numpy(), np.sin(x.detach().numpy()))
+    np.testing.assert_allclose(c.detach().numpy(), np.cos(x.detach().numpy()))
 
 
 def test_both_outputs_used_run_the_rule_once(x):
@@ -86,7 +86,9 @@ def test_both_outputs_used_run_the_rule_once(x):
     s, c = SinCos.apply(x)
     (s * 2.0 + c * c).sum().backward()
     assert SinCos.calls == 1
-    np.testing.assert_allclose(x.grad.numpy(), _expected(x, 2.0, 2 * np.cos(x.numpy())))
+    np.testing.assert_allclose(
+        x.grad.detach().numpy(), _expected(x, 2.0, 2 * np.cos(x.detach().numpy()))
+    )
 
 
 def test_an_unused_output_gets_a_zero_gradient(x):
@@ -103,7 +105,7 @@ def test_fan_out_of_each_output_sums_before_the_rule(x):
     loss = (s * c).sum() + s.sum() + (c * 3.0).sum() + (s * s).sum()
     loss.backward()
     assert SinCos.calls == 1
-    sin, cos = np.sin(x.numpy()), np.cos(x.numpy())
+    sin, cos = np.sin(x.detach().numpy()), np.cos(x.detach().numpy())
     np.testing.assert_allclose(x.grad.numpy(), _expected(x, cos + 1 + 2 * sin, sin + 3.0))
 
 
@@ -111,16 +113,18 @@ def test_the_input_also_used_directly_and_the_node_fed_twice(x):
     s1, c1 = SinCos.apply(x)
     s2, _ = SinCos.apply(x * 2.0)
     (s1 + c1 + s2 + x).sum().backward()
-    sin, cos = np.sin(x.numpy()), np.cos(x.numpy())
-    np.testing.assert_allclose(x.grad.numpy(), cos - sin + 2 * np.cos(2 * x.numpy()) + 1)
+    sin, cos = np.sin(x.detach().numpy()), np.cos(x.detach().numpy())
+    np.testing.assert_allclose(
+        x.grad.detach().numpy(), cos - sin + 2 * np.cos(2 * x.detach().numpy()) + 1
+    )
 
 
 def test_second_order_through_a_node_with_several_outputs(x):
     s, c = SinCos.apply(x)
     (g,) = ta.grad((s * c).sum(), x, create_graph=True)  # d/dx sin x cos x = cos 2x
-    np.testing.assert_allclose(g.numpy(), np.cos(2 * x.numpy()))
+    np.testing.assert_allclose(g.detach().numpy(), np.cos(2 * x.detach().numpy()))
     (h,) = ta.grad(g.sum(), x)
-    np.testing.assert_allclose(h.numpy(), -2 * np.sin(2 * x.numpy()))
+    np.testing.assert_allclose(h.detach().numpy(), -2 * np.sin(2 * x.detach().numpy()))
 
 
 def test_gradcheck_and_gradgradcheck_take_tuple_outputs(x):
@@ -204,7 +208,7 @@ def test_an_output_dropped_before_backward_still_gets_zeros(x):
     del c  # freed: its weak reference is dead when the rule runs
     loss.backward()
     assert SinCos.calls == 1
-    np.testing.assert_allclose(x.grad.numpy(), np.cos(x.numpy()))
+    np.testing.assert_allclose(x.grad.detach().numpy(), np.cos(x.detach().numpy()))
 
 
 def test_a_10000_long_chain_of_nodes_with_several_outputs(no_cyclic_gc):

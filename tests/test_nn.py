@@ -131,7 +131,7 @@ def test_load_state_dict_names_bad_keys_and_changes_nothing(device):
     state["second.weight"] = ta.zeros(2, 4)
     result = tiny.load_state_dict(state, strict=False)
     assert result.missing_keys == ["first.bias"] and result.unexpected_keys == ["extra.weight"]
-    np.testing.assert_array_equal(tiny.first.weight.numpy(), 0.0)
+    np.testing.assert_array_equal(tiny.first.weight.detach().numpy(), 0.0)
 
 
 # ---------------------------------------------------------------------------------- layers
@@ -140,10 +140,12 @@ def test_linear_layout_and_init():
     linear = nn.Linear(16, 3)
     assert linear.weight.shape == (3, 16) and linear.bias.shape == (3,)
     bound = 1 / math.sqrt(16)
-    assert np.abs(linear.weight.numpy()).max() <= bound
-    assert np.abs(linear.weight.numpy()).max() > 0.8 * bound  # uses the whole range
+    assert np.abs(linear.weight.detach().numpy()).max() <= bound
+    assert np.abs(linear.weight.detach().numpy()).max() > 0.8 * bound  # uses the whole range
     ta.manual_seed(0)
-    np.testing.assert_array_equal(nn.Linear(16, 3).weight.numpy(), linear.weight.numpy())
+    np.testing.assert_array_equal(
+        nn.Linear(16, 3).weight.detach().numpy(), linear.weight.detach().numpy()
+    )
     with pytest.raises(ValueError, match="Linear: in_features must be a positive int, got 0"):
         nn.Linear(0, 3)
     assert "in_features=16, out_features=3, bias=True" in repr(linear)
@@ -155,7 +157,7 @@ def test_same_seed_gives_same_weights_on_every_backend(device):
     ta.manual_seed(5)
     host = nn.MultiHeadAttention(4, 2)
     for (name, a), (_, b) in zip(here.named_parameters(), host.named_parameters(), strict=True):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy(), err_msg=name)
 
 
 def test_linear_embedding_layernorm_gradcheck(device):
@@ -185,7 +187,7 @@ def test_dropout_module_follows_training_mode(device):
 # ----------------------------------------------------------------------- MultiHeadAttention
 def mha_reference(attn, query, key, value, allowed=None):
     """MultiHeadAttention in NumPy, head by head, from the module's weights."""
-    w = {name: p.numpy() for name, p in attn.named_parameters()}
+    w = {name: p.detach().numpy() for name, p in attn.named_parameters()}
     heads, width = attn.num_heads, attn.head_dim
     q = query @ w["q_proj.weight"].T + w["q_proj.bias"]
     k = key @ w["k_proj.weight"].T + w["k_proj.bias"]
@@ -207,9 +209,11 @@ def test_mha_forward_matches_per_head_reference(device):
     out, weights = attn(query, need_weights=True, is_causal=True)
     assert out.shape == (2, 4, 6) and weights.shape == (2, 3, 4, 4)
     causal = np.tril(np.ones((4, 4), bool))
-    expected = mha_reference(attn, query.numpy(), query.numpy(), query.numpy(), causal)
-    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-12)
-    cross = attn(query, memory).numpy()  # value defaults to key
+    expected = mha_reference(
+        attn, query.detach().numpy(), query.detach().numpy(), query.detach().numpy(), causal
+    )
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-12, atol=1e-12)
+    cross = attn(query, memory).detach().numpy()  # value defaults to key
     np.testing.assert_allclose(
         cross, mha_reference(attn, query.numpy(), memory.numpy(), memory.numpy()), atol=1e-12
     )
@@ -220,14 +224,14 @@ def test_mha_unbatched_and_mask_ranks(device):
     x = leaf(device, 3, 4)
     out, weights = attn(x, need_weights=True)
     assert out.shape == (3, 4) and weights.shape == (2, 3, 3)
-    batched = attn(x.expand_dims(0)).numpy()[0]
-    np.testing.assert_allclose(out.numpy(), batched, atol=1e-14)
+    batched = attn(x.expand_dims(0)).detach().numpy()[0]
+    np.testing.assert_allclose(out.detach().numpy(), batched, atol=1e-14)
     xb = leaf(device, 2, 3, 4)
     per_batch = np.ones((2, 3, 3), bool)
     per_batch[1, :, 2] = False  # batch element 1 may not look at key 2
     _, weights = attn(xb, mask=ta.tensor(per_batch, device=device), need_weights=True)
-    np.testing.assert_array_equal(weights.numpy()[1, :, :, 2], 0.0)
-    assert (weights.numpy()[0, :, :, 2] > 0).all()
+    np.testing.assert_array_equal(weights.detach().numpy()[1, :, :, 2], 0.0)
+    assert (weights.detach().numpy()[0, :, :, 2] > 0).all()
     causal = np.tril(np.ones((3, 3), bool))  # a plain NumPy mask is accepted too
     np.testing.assert_allclose(
         attn(xb, mask=causal).numpy(), attn(xb, is_causal=True).numpy(), atol=1e-15
@@ -256,9 +260,9 @@ def test_mha_dropout_only_in_training(device):
     x = leaf(device, 2, 3, 4)
     ta.manual_seed(0)
     _, weights = attn(x, need_weights=True)
-    assert (weights.numpy() == 0).any()
+    assert (weights.detach().numpy() == 0).any()
     attn.eval()
-    np.testing.assert_allclose(attn(x, need_weights=True)[1].numpy().sum(-1), 1.0)
+    np.testing.assert_allclose(attn(x, need_weights=True)[1].detach().numpy().sum(-1), 1.0)
 
 
 def test_mha_errors(device):
@@ -300,7 +304,9 @@ def test_sinusoidal_encoding_values_and_shapes(device):
     )
     x = leaf(device, 2, 4, 5)
     np.testing.assert_allclose(
-        encoding(x).numpy() - x.numpy(), np.broadcast_to(table[:4], (2, 4, 5)), rtol=1e-6
+        encoding(x).detach().numpy() - x.detach().numpy(),
+        np.broadcast_to(table[:4], (2, 4, 5)),
+        rtol=1e-6,
     )
     assert encoding.state_dict() == {}  # the table is recomputed, not saved
     assert ta.gradcheck(encoding, [x])
@@ -312,8 +318,8 @@ def test_learned_positional_embedding_gradcheck(device):
     positions = model(nn.LearnedPositionalEmbedding, 6, 4, device=device)
     x = leaf(device, 2, 3, 4)
     np.testing.assert_allclose(
-        positions(x).numpy() - x.numpy(),
-        np.broadcast_to(positions.weight.numpy()[:3], x.shape),
+        positions(x).detach().numpy() - x.detach().numpy(),
+        np.broadcast_to(positions.weight.detach().numpy()[:3], x.shape),
         atol=1e-15,
     )
     assert ta.gradcheck(positions, [x], params=positions)
@@ -329,15 +335,20 @@ def test_transformer_block(device, norm_first):
     out = block(x, is_causal=True)
     assert out.shape == (1, 3, 4)
     if not norm_first:  # post-LN: the output is layer-normalised
-        np.testing.assert_allclose(out.numpy().mean(-1), 0.0, atol=1e-12)
+        np.testing.assert_allclose(out.detach().numpy().mean(-1), 0.0, atol=1e-12)
     assert ta.gradcheck(lambda t: block(t, is_causal=True), [x], params=block)
 
 
 def test_transformer_block_is_causal(device):
     block = model(nn.TransformerBlock, 4, 2, 8, device=device)
     x = leaf(device, 1, 5, 4)
-    changed = ta.tensor(x.numpy() * np.array([1, 1, 1, 1, 3.0])[None, :, None], device=device)
-    before, after = block(x, is_causal=True).numpy(), block(changed, is_causal=True).numpy()
+    changed = ta.tensor(
+        x.detach().numpy() * np.array([1, 1, 1, 1, 3.0])[None, :, None], device=device
+    )
+    before, after = (
+        block(x, is_causal=True).detach().numpy(),
+        block(changed, is_causal=True).detach().numpy(),
+    )
     np.testing.assert_allclose(
         before[:, :4], after[:, :4], atol=1e-14
     )  # the past ignores the future
@@ -354,7 +365,9 @@ def test_sequential_and_module_list(device):
         "2.bias",
     ]
     x = ta.ones(4, 2, device=device)
-    np.testing.assert_allclose(stack(x).numpy(), stack[2](F.relu(stack[0](x))).numpy())
+    np.testing.assert_allclose(
+        stack(x).detach().numpy(), stack[2](F.relu(stack[0](x))).detach().numpy()
+    )
     assert len(nn.ModuleList([nn.GELU()])) == 1
 
 

@@ -23,7 +23,7 @@ RNG = np.random.default_rng(11)
 
 def close(ours, theirs, what=""):
     theirs = theirs.detach().numpy() if isinstance(theirs, torch.Tensor) else theirs
-    np.testing.assert_allclose(ours.numpy(), theirs, **TOL, err_msg=what)
+    np.testing.assert_allclose(ours.detach().numpy(), theirs, **TOL, err_msg=what)
 
 
 def pair(device, *shape, grad=True):
@@ -150,10 +150,10 @@ def test_deepcopy_parameter_and_buffers(device):
     clone = copy.deepcopy(model)
     for (name, p), (_, q) in zip(model.named_parameters(), clone.named_parameters(), strict=True):
         assert p is not q and type(q) is nn.Parameter and q.requires_grad, name
-        np.testing.assert_array_equal(p.numpy(), q.numpy())
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
     with ta.no_grad():
         nn.init.zeros_(clone.weight)
-    assert model.weight.numpy().any()  # the original kept its values
+    assert model.weight.detach().numpy().any()  # the original kept its values
     where = ta.zeros(1, device=device).device
     assert clone.steps is not model.steps and clone.steps.device == where
     wrapped = nn.Parameter(ta.ones(2, 2))
@@ -271,7 +271,7 @@ def test_init_bounds_and_fans_match_torch(device):
         identity = id(weight)
         out = init(weight)
         assert out is weight and id(weight) == identity
-        values = np.abs(weight.numpy())
+        values = np.abs(weight.detach().numpy())
         assert values.max() <= bound and values.max() > 0.99 * bound
     stds = [
         (lambda w: nn.init.normal_(w, 0.5, 0.02), 0.02, 0.5),
@@ -280,10 +280,10 @@ def test_init_bounds_and_fans_match_torch(device):
     ]
     for init, std, mean in stds:
         init(weight)
-        assert weight.numpy().std() == pytest.approx(std, rel=0.02)
-        assert weight.numpy().mean() == pytest.approx(mean, abs=4 * std / math.sqrt(60000))
+        assert weight.detach().numpy().std() == pytest.approx(std, rel=0.02)
+        assert weight.detach().numpy().mean() == pytest.approx(mean, abs=4 * std / math.sqrt(60000))
     nn.init.trunc_normal_(weight, std=0.02, a=-0.03, b=0.03)
-    values = weight.numpy()
+    values = weight.detach().numpy()
     assert values.min() >= -0.03 and values.max() <= 0.03
     torch_values = torch.nn.init.trunc_normal_(theirs, std=0.02, a=-0.03, b=0.03).numpy()
     assert values.std() == pytest.approx(torch_values.std(), rel=0.03)
@@ -325,8 +325,8 @@ def test_gpt_style_apply_init(device):
     weight = model[1].weight
     model.apply(init_weights)
     assert model[1].weight is weight
-    assert not model[1].bias.numpy().any()
-    assert model[0].weight.numpy().std() == pytest.approx(0.02, rel=0.1)
+    assert not model[1].bias.detach().numpy().any()
+    assert model[0].weight.detach().numpy().std() == pytest.approx(0.02, rel=0.1)
 
 
 # -------------------------------------------------------------------------------- clipping
@@ -452,9 +452,12 @@ def test_pytorch_multihead_attention_init_and_errors():
     ta.manual_seed(0)
     attn = nn.MultiheadAttention(64, 4)
     bound = math.sqrt(6 / (64 + 192))
-    values = np.abs(attn.in_proj_weight.numpy())
+    values = np.abs(attn.in_proj_weight.detach().numpy())
     assert values.max() <= bound and values.max() > 0.95 * bound
-    assert not attn.in_proj_bias.numpy().any() and not attn.out_proj.bias.numpy().any()
+    assert (
+        not attn.in_proj_bias.detach().numpy().any()
+        and not attn.out_proj.bias.detach().numpy().any()
+    )
     assert attn.in_proj_weight.shape == (192, 64)
     x = ta.randn(3, 2, 64)
     with pytest.raises(RuntimeError, match="is_causal"):
@@ -533,7 +536,7 @@ def test_layer_factory_keywords_and_padding_idx(device):
     table = nn.Embedding(5, 3, padding_idx=-1, dtype="float64", device=device)
     theirs = torch.nn.Embedding(5, 3, padding_idx=4, dtype=torch.float64)
     theirs.load_state_dict(to_torch_state(table))
-    assert table.padding_idx == 4 and not table.weight.numpy()[4].any()
+    assert table.padding_idx == 4 and not table.weight.detach().numpy()[4].any()
     idx = np.array([[4, 1, 2], [0, 4, 4]])
     out, torch_out = table(ta.tensor(idx, device=device)), theirs(torch.tensor(idx))
     close(out, torch_out)
@@ -544,7 +547,7 @@ def test_layer_factory_keywords_and_padding_idx(device):
     norm = nn.LayerNorm(4, bias=False)
     assert list(norm.state_dict()) == list(torch.nn.LayerNorm(4, bias=False).state_dict())
     linear = nn.Linear(2, 3, dtype="float64", device=device)
-    assert str(linear.weight.numpy().dtype) == "float64"
+    assert str(linear.weight.detach().numpy().dtype) == "float64"
     assert linear.weight.device == ta.zeros(1, device=device).device
 
 

@@ -25,7 +25,7 @@ def run(device, make, grads=GRADS, start=START):
     for g in grads:
         p.grad = ta.tensor(g, dtype="float64", device=device)
         opt.step()
-        path.append(p.numpy())
+        path.append(p.detach().numpy().copy())
     return path
 
 
@@ -84,14 +84,14 @@ def test_adam_and_adamw_match_reference(device, cls, betas):
 def test_step_writes_in_place_bumps_the_version_and_records_no_graph(device):
     p = nn.Parameter(ta.tensor(START, dtype="float64", device=device))
     old_data = p.array
-    old_values = p.numpy()
+    old_values = p.detach().numpy().copy()
     opt = optim.Adam([p], lr=0.1)
     (p * p).sum().backward()
     grad_data = p.grad.array
     opt.step()
     assert p.is_leaf and p.grad_fn is None and p.requires_grad
     assert p.array is old_data and p._version == 1  # written in place, as in PyTorch
-    assert not np.array_equal(p.numpy(), old_values)
+    assert not np.array_equal(p.detach().numpy(), old_values)
     assert p.grad.array is grad_data
     opt.zero_grad()
     assert p.grad is None
@@ -105,8 +105,8 @@ def test_param_groups_have_their_own_options(device):
     a.grad = ta.ones(2, dtype="float64", device=device)
     b.grad = ta.ones(2, dtype="float64", device=device)
     opt.step()
-    np.testing.assert_allclose(a.numpy(), 0.9)
-    np.testing.assert_allclose(b.numpy(), 0.0)
+    np.testing.assert_allclose(a.detach().numpy(), 0.9)
+    np.testing.assert_allclose(b.detach().numpy(), 0.0)
 
 
 @pytest.mark.parametrize(
@@ -126,13 +126,13 @@ def test_state_dict_resumes_exactly(device, make):
         p.grad = ta.tensor(g, dtype="float64", device=device)
         opt.step()
     state = opt.state_dict()
-    resumed_p = nn.Parameter(ta.tensor(p.numpy(), dtype="float64", device=device))
+    resumed_p = nn.Parameter(ta.tensor(p.detach().numpy(), dtype="float64", device=device))
     resumed = make([resumed_p])
     resumed.load_state_dict(state)
     for g, expected in zip(GRADS[2:], full[2:], strict=True):
         resumed_p.grad = ta.tensor(g, dtype="float64", device=device)
         resumed.step()
-        np.testing.assert_array_equal(resumed_p.numpy(), expected)
+        np.testing.assert_array_equal(resumed_p.detach().numpy(), expected)
 
 
 def test_load_state_dict_rejects_mismatches_and_changes_nothing(device):

@@ -66,7 +66,7 @@ def snapshot(opt, params):
         index: {key: host(value) for key, value in entries.items()}
         for index, entries in opt.state_dict()["state"].items()
     }
-    return [p.numpy() for p in params], state
+    return [p.detach().numpy() for p in params], state
 
 
 def host(value):
@@ -191,10 +191,12 @@ def test_module_to_after_steps_rebuilds_the_layout(device):
             if t == 3:
                 model.to("float64")
             for p in model.parameters():
-                p.grad = ta.full(p.shape, 0.1 * (t + 1), dtype=str(p.numpy().dtype), device=device)
+                p.grad = ta.full(
+                    p.shape, 0.1 * (t + 1), dtype=str(p.detach().numpy().dtype), device=device
+                )
             opt.step()
-        results.append([p.numpy() for p in model.parameters()])
-        assert all(str(p.numpy().dtype) == "float64" for p in model.parameters())
+        results.append([p.detach().numpy() for p in model.parameters()])
+        assert all(str(p.detach().numpy().dtype) == "float64" for p in model.parameters())
     for a, b in zip(*results, strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -206,13 +208,13 @@ def test_moving_parameters_to_another_device_rebuilds_the_layout(device):
         p.grad = ta.ones(p.shape)
     opt.step()  # a flat layout over the CPU arrays
     model.to(device)
-    expected = [p.numpy() - 0.5 * 2.0 for p in model.parameters()]
+    expected = [p.detach().numpy() - 0.5 * 2.0 for p in model.parameters()]
     for p in model.parameters():
         p.grad = ta.full(p.shape, 2.0, device=device)
     opt.step()
     for p, values in zip(model.parameters(), expected, strict=True):
         assert p.device == ta.tensor(0.0, device=device).device
-        np.testing.assert_array_equal(p.numpy(), values)
+        np.testing.assert_array_equal(p.detach().numpy(), values)
 
 
 def test_mixed_dtypes_in_a_group_fall_back_to_the_loop(device):
@@ -224,7 +226,7 @@ def test_mixed_dtypes_in_a_group_fall_back_to_the_loop(device):
         for _ in range(5):
             for p in params:
                 values = rng.standard_normal(p.shape)
-                p.grad = ta.tensor(values, dtype=str(p.numpy().dtype), device=device)
+                p.grad = ta.tensor(values, dtype=str(p.detach().numpy().dtype), device=device)
             opt.step()
         results.append(snapshot(opt, params))
     assert_same(*results)
@@ -280,7 +282,7 @@ def test_clip_grad_norm_reads_one_total(device):
     # mixed dtypes: one partial sum per gradient, the same total
     mixed = make_params(device, "float32")[:2] + params[2:]
     for p, g in zip(mixed, grads, strict=True):
-        p.grad = ta.tensor(g, dtype=str(p.numpy().dtype), device=device)
+        p.grad = ta.tensor(g, dtype=str(p.detach().numpy().dtype), device=device)
     assert optim.clip_grad_norm(mixed, max_norm=1.0) == pytest.approx(expected, rel=1e-6)
 
 
@@ -305,8 +307,8 @@ def test_a_compiled_step_with_the_flat_path_equals_the_eager_loop(device, name):
             return loss
 
         step = ta.compile(step) if compiled else step
-        losses = [float(step(x).numpy()) for x in batches]
-        results.append((losses, [p.numpy() for p in model.parameters()]))
+        losses = [float(step(x).detach().numpy()) for x in batches]
+        results.append((losses, [p.detach().numpy() for p in model.parameters()]))
     (eager_losses, eager_values), (compiled_losses, compiled_values) = results
     assert compiled_losses == eager_losses
     for a, b in zip(eager_values, compiled_values, strict=True):
@@ -322,7 +324,7 @@ def test_flat_path_matches_torch_foreach(name, dtype):
     torch = pytest.importorskip("torch")
     cls, options, second = OPTIMIZERS[name]
     params = make_params("cpu", dtype)
-    torch_params = [torch.nn.Parameter(torch.tensor(p.numpy())) for p in params]
+    torch_params = [torch.nn.Parameter(torch.tensor(p.detach().numpy())) for p in params]
     opt = cls(two_groups(params, **second), foreach=True, **options)
     torch_cls = getattr(torch.optim, cls.__name__)
     torch_opt = torch_cls(two_groups(torch_params, **second), foreach=True, **options)
@@ -335,7 +337,7 @@ def test_flat_path_matches_torch_foreach(name, dtype):
         torch_opt.step()
     rtol, atol = (1e-6, 1e-7) if dtype == "float32" else (1e-12, 1e-14)
     for p, tp in zip(params, torch_params, strict=True):
-        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=rtol, atol=atol)
 
 
 def test_two_parameters_holding_one_array_run_the_loop(device):
@@ -349,5 +351,5 @@ def test_two_parameters_holding_one_array_run_the_loop(device):
             a.grad = ta.ones(3, dtype="float64", device=device)
             b.grad = ta.full((3,), 2.0, dtype="float64", device=device)
             opt.step()
-        results.append(a.numpy())
+        results.append(a.detach().numpy().copy())
     np.testing.assert_array_equal(*results)

@@ -118,7 +118,9 @@ def test_param_group_lr_set_by_hand_and_zero_grad(device):
         opt.step()
         torch_opt.step()
         for p, tp in zip(params, torch_params, strict=True):
-            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(
+                p.detach().numpy(), tp.detach().numpy(), rtol=1e-6, atol=1e-7
+            )
     assert [id(p) for g in opt.param_groups for p in g["params"]] == identities
     opt.zero_grad(set_to_none=False)
     assert all(p.grad is not None and not p.grad.numpy().any() for p in params)
@@ -216,9 +218,9 @@ def test_training_losses_match_torch_in_float32(device, name):
     assert losses[-1] < losses[0]  # it trained
     for (key, p), tp in zip(model.named_parameters(), torch_model.parameters(), strict=True):
         np.testing.assert_allclose(
-            p.numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=key
+            p.detach().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=key
         )
-        assert str(p.numpy().dtype) == "float32"
+        assert str(p.detach().numpy().dtype) == "float32"
 
 
 def test_scheduler_errors():
@@ -260,7 +262,7 @@ def test_step_with_closure_matches_torch():
     torch_loss = torch_opt.step(torch_closure)
     assert float(loss) == pytest.approx(torch_loss.item())
     for p, tp in zip(params, torch_params, strict=True):
-        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-6)
 
 
 def test_pytorch_kernel_hints_accepted_and_result_flags_refused():

@@ -31,7 +31,7 @@ def same_weights(theirs, ours) -> None:
 
 
 def as_numpy(value) -> np.ndarray:
-    return value.detach().numpy() if isinstance(value, torch.Tensor) else value.numpy()
+    return value.detach().numpy() if isinstance(value, torch.Tensor) else value.detach().numpy()
 
 
 def close(a, b, rtol=2e-5, atol=2e-6) -> None:

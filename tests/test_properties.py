@@ -122,7 +122,7 @@ def test_reduction_over_random_axes(device, name, reference, gradient, case, kee
     out = getattr(x, name)(axis=axis, keepdims=keepdims, **OPTIONS.get(name, {}))
     expected = reference(x_host, axis=axis, keepdims=keepdims)
     assert out.shape == expected.shape
-    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-12, atol=1e-14)
     out.sum().backward()
     assert x.grad.shape == shape
     np.testing.assert_allclose(x.grad.numpy(), gradient(x_host, axis), rtol=1e-12, atol=1e-14)
@@ -154,7 +154,7 @@ def test_reshape_round_trip(device, case, seed):
     there = x.reshape(target)
     assert there.shape == x_host.reshape(target).shape
     back = there.reshape(shape)
-    np.testing.assert_array_equal(back.numpy(), x_host)
+    np.testing.assert_array_equal(back.detach().numpy(), x_host)
     cotangent = _values(there.shape, seed + 1)
     there.backward(ta.tensor(cotangent, dtype="float64", device=device))
     np.testing.assert_array_equal(x.grad.numpy(), cotangent.reshape(shape))
@@ -174,9 +174,9 @@ def test_permute_round_trip(device, case, seed):
     x_host = _values(shape, seed)
     x = _leaf(x_host, device)
     there = x.permute(*axes)
-    np.testing.assert_array_equal(there.numpy(), np.transpose(x_host, axes))
+    np.testing.assert_array_equal(there.detach().numpy(), np.transpose(x_host, axes))
     back = there.permute(*np.argsort([a % len(shape) for a in axes]).tolist())
-    np.testing.assert_array_equal(back.numpy(), x_host)
+    np.testing.assert_array_equal(back.detach().numpy(), x_host)
     cotangent = _values(there.shape, seed + 1)
     there.backward(ta.tensor(cotangent, dtype="float64", device=device))
     inverse = np.argsort([a % len(shape) for a in axes])
@@ -195,6 +195,6 @@ def test_broadcast_to_and_sum_to_are_adjoint(device, shapes, seed):
     g = _values(target, seed + 1)
     wide.backward(ta.tensor(g, dtype="float64", device=device))
     np.testing.assert_allclose(x.grad.numpy(), _sum_to(g, shape), rtol=1e-12, atol=1e-12)
-    lhs = float((np.broadcast_to(x.numpy(), target) * g).sum())
-    rhs = float((x.numpy() * x.grad.numpy()).sum())
+    lhs = float((np.broadcast_to(x.detach().numpy(), target) * g).sum())
+    rhs = float((x.detach().numpy() * x.grad.detach().numpy()).sum())
     assert lhs == pytest.approx(rhs, rel=1e-12, abs=1e-12)

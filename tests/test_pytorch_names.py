@@ -411,7 +411,9 @@ def _compare(ours, theirs, what: str) -> None:
         assert isinstance(ours, ta.Tensor), what
         assert dtype_name(ours.dtype) == str(theirs.dtype).removeprefix("torch."), what
         assert tuple(ours.shape) == tuple(theirs.shape), what
-        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), **TOL, err_msg=what)
+        np.testing.assert_allclose(
+            ours.detach().numpy(), theirs.detach().numpy(), **TOL, err_msg=what
+        )
     else:
         assert ours == theirs, what
 

@@ -233,7 +233,7 @@ def test_embedding_from_pretrained_matches_pytorch(freeze, padding_idx):
     assert list(ours.state_dict()) == list(theirs.state_dict())
     ids = [[1, 4, 1], [0, 2, 3]]
     out, expected = ours(ta.tensor(ids)), theirs(torch.tensor(ids))
-    np.testing.assert_array_equal(out.numpy(), expected.detach().numpy())
+    np.testing.assert_array_equal(out.detach().numpy(), expected.detach().numpy())
     if not freeze:
         out.sum().backward()
         expected.sum().backward()
@@ -298,7 +298,7 @@ def step_both(ours, theirs, opt, torch_opt, steps):
 
 def assert_same_params(ours, theirs, atol=1e-6):
     for p, tp in zip(ours, theirs, strict=True):
-        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=0, atol=atol)
+        np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=0, atol=atol)
 
 
 @pytest.mark.parametrize(("name", "options"), OPTIMIZERS)

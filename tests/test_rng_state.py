@@ -24,7 +24,7 @@ DRAWS = [
     ("rand", lambda device: ta.rand(5, device=device).numpy()),
     ("dropout mask", lambda device: F.dropout(ta.ones(4, 6, device=device), 0.5).numpy()),
     ("Dropout module", lambda device: nn.Dropout(0.3)(ta.ones(8, device=device)).numpy()),
-    ("Linear init", lambda device: nn.Linear(4, 3).to(device).weight.numpy()),
+    ("Linear init", lambda device: nn.Linear(4, 3).to(device).weight.detach().numpy()),
     ("randperm", lambda device: ta.randperm(50, device=device).numpy()),
     ("randn_like", lambda device: ta.randn_like(ta.ones(3, device=device)).numpy()),
 ]

@@ -23,10 +23,6 @@ def _torch():
     return pytest.importorskip("torch")
 
 
-def _to_torch(x, torch):
-    return torch.tensor(x.numpy(), requires_grad=True)
-
-
 def _pair(module_name, kwargs, torch, **extra):
     """(tinyattn module, torch module) of the same arguments, torch's weights loaded into ours."""
     torch.manual_seed(0)
@@ -45,7 +41,7 @@ def _states(is_lstm, rng, shape):
 
 def _close(ours, theirs, what):
     theirs = theirs.detach().numpy() if hasattr(theirs, "detach") else theirs
-    np.testing.assert_allclose(ours.numpy(), theirs, atol=1e-5, rtol=1e-5, err_msg=what)
+    np.testing.assert_allclose(ours.detach().numpy(), theirs, atol=1e-5, rtol=1e-5, err_msg=what)
 
 
 def _loss_weights(shapes, rng):
@@ -144,7 +140,7 @@ def test_dropout_between_layers_in_training_only():
     trained, _ = ours(ta.tensor(x))
     ours.eval()
     evaluated, _ = ours(ta.tensor(x))
-    assert not np.allclose(trained.numpy(), evaluated.numpy())
+    assert not np.allclose(trained.detach().numpy(), evaluated.detach().numpy())
 
 
 def test_dropout_with_one_layer_warns_as_torch():
@@ -202,7 +198,9 @@ def test_state_dict_keys_and_round_trip_to_torch(module_name):
     assert list(ours.state_dict()) == list(reference.state_dict())
     for key, value in ours.state_dict().items():
         assert tuple(value.shape) == tuple(reference.state_dict()[key].shape), key
-    reference.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    reference.load_state_dict(
+        {k: torch.tensor(v.detach().numpy()) for k, v in ours.state_dict().items()}
+    )
     x = np.random.default_rng(5).standard_normal((T, B, IN)).astype("float32")
     out, _ = ours(ta.tensor(x))
     _close(out, reference(torch.tensor(x))[0], "output after loading into torch")
@@ -216,7 +214,7 @@ def test_state_dict_keys_and_round_trip_to_torch(module_name):
 def test_init_is_uniform_within_one_over_sqrt_hidden(module, gates):
     bound = 1.0 / math.sqrt(8)
     for name, parameter in module.named_parameters():
-        values = parameter.numpy()
+        values = parameter.detach().numpy()
         assert parameter.dtype == ta.float32
         assert values.shape[0] == gates * 8, name
         assert np.abs(values).max() <= bound, name
@@ -404,10 +402,10 @@ def test_a_compiled_lstm_language_model_step_equals_eager(device):
             return loss
 
         step = ta.compile(step) if compiled else step
-        losses = [float(step(tokens).numpy()) for tokens in batches]
+        losses = [step(tokens).item() for tokens in batches]
         results.append((losses, model))
     (eager_losses, eager), (compiled_losses, compiled) = results
     assert compiled_losses == eager_losses
     assert eager_losses[-1] < eager_losses[0]
     for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
-        assert np.array_equal(p.numpy(), q.numpy()), name
+        assert np.array_equal(p.detach().numpy(), q.detach().numpy()), name

@@ -54,10 +54,14 @@ def test_projection_then_split_equals_per_head_projections(device):
         k = head_projection(attn.k_proj)(x)
         v = head_projection(attn.v_proj)(x)
         head_out, head_weights = F.scaled_dot_product_attention(q, k, v, return_weights=True)
-        np.testing.assert_allclose(head_weights.numpy(), weights.numpy()[:, h], atol=1e-14)
+        np.testing.assert_allclose(
+            head_weights.detach().numpy(), weights.detach().numpy()[:, h], atol=1e-14
+        )
         head_outputs.append(head_out)
     concatenated = ta.concat(head_outputs, axis=-1)  # H x (B, T, D) -> (B, T, C)
-    np.testing.assert_allclose(attn.out_proj(concatenated).numpy(), out.numpy(), atol=1e-14)
+    np.testing.assert_allclose(
+        attn.out_proj(concatenated).detach().numpy(), out.detach().numpy(), atol=1e-14
+    )
 
 
 # ------------------------------------------------------------------------ 2. permutations
@@ -66,8 +70,8 @@ def test_permuting_keys_and_values_together_changes_nothing(device):
     query = tensor(device, RNG.standard_normal((1, 3, 8)))
     memory = RNG.standard_normal((1, 6, 8))
     order = RNG.permutation(6)
-    out = attn(query, tensor(device, memory)).numpy()
-    shuffled = attn(query, tensor(device, memory[:, order])).numpy()
+    out = attn(query, tensor(device, memory)).detach().numpy()
+    shuffled = attn(query, tensor(device, memory[:, order])).detach().numpy()
     np.testing.assert_allclose(shuffled, out, atol=1e-14)
 
 
@@ -75,8 +79,8 @@ def test_permuting_queries_permutes_the_output(device):
     attn = attention_module(device)
     x = RNG.standard_normal((1, 6, 8))
     order = RNG.permutation(6)
-    out = attn(tensor(device, x)).numpy()
-    shuffled = attn(tensor(device, x[:, order])).numpy()
+    out = attn(tensor(device, x)).detach().numpy()
+    shuffled = attn(tensor(device, x[:, order])).detach().numpy()
     np.testing.assert_allclose(shuffled, out[:, order], atol=1e-14)  # a set, not a sequence
 
 
@@ -85,8 +89,8 @@ def test_positional_encodings_break_the_symmetry(device):
     positions = nn.SinusoidalPositionalEncoding(16, 8).to(device)
     x = RNG.standard_normal((1, 6, 8))
     order = np.array([1, 0, 2, 3, 4, 5])  # swap the first two words
-    out = attn(positions(tensor(device, x))).numpy()
-    shuffled = attn(positions(tensor(device, x[:, order]))).numpy()
+    out = attn(positions(tensor(device, x))).detach().numpy()
+    shuffled = attn(positions(tensor(device, x[:, order]))).detach().numpy()
     assert not np.allclose(shuffled, out[:, order], atol=1e-6)
 
 

@@ -34,7 +34,7 @@ def test_model_round_trip(device, tmp_path):
     fresh = nn.TransformerBlock(4, 2, 8).to(device)
     fresh.load_state_dict(loaded)
     for (name, a), (_, b) in zip(model.named_parameters(), fresh.named_parameters(), strict=True):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy(), err_msg=name)
         assert a.dtype == b.dtype and b.device == a.device
     on_device = ta.load(path, device=device)
     assert on_device["norm1.weight"].device == model.norm1.weight.device

@@ -40,14 +40,14 @@ def backward_both(ours, theirs):
 
 
 def close(ours, theirs, what=""):
-    np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), **TOL, err_msg=what)
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), **TOL, err_msg=what)
 
 
 def copy_into_torch(module, torch_module, mapping=None):
     """Copy tinyattn parameters into a torch module by (possibly renamed) state-dict keys."""
     state = {}
     for name, param in module.named_parameters():
-        state[(mapping or {}).get(name, name)] = torch.tensor(param.numpy())
+        state[(mapping or {}).get(name, name)] = torch.tensor(param.detach().numpy())
     torch_module.load_state_dict(state, strict=True)
 
 
@@ -169,7 +169,7 @@ def mha_pair(device, d_model=6, heads=3):
     attn = nn.MultiHeadAttention(d_model, heads).to("float64").to(device)
     torch_attn = torch.nn.MultiheadAttention(d_model, heads, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
-        w = {name: torch.tensor(p.numpy()) for name, p in attn.named_parameters()}
+        w = {name: torch.tensor(p.detach().numpy()) for name, p in attn.named_parameters()}
         torch_attn.in_proj_weight.copy_(
             torch.cat([w["q_proj.weight"], w["k_proj.weight"], w["v_proj.weight"]])
         )
@@ -233,7 +233,7 @@ def test_transformer_block_matches_encoder_layer(device, norm_first):
     layer = torch.nn.TransformerEncoderLayer(
         6, 2, 10, dropout=0.0, batch_first=True, norm_first=norm_first, dtype=torch.float64
     )
-    w = {name: torch.tensor(p.numpy()) for name, p in block.named_parameters()}
+    w = {name: torch.tensor(p.detach().numpy()) for name, p in block.named_parameters()}
     state = {
         "self_attn.in_proj_weight": torch.cat([w[f"attn.{n}_proj.weight"] for n in "qkv"]),
         "self_attn.in_proj_bias": torch.cat([w[f"attn.{n}_proj.bias"] for n in "qkv"]),

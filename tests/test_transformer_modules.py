@@ -32,7 +32,7 @@ def copy_weights(theirs, ours) -> None:
 
 
 def close(ours, theirs, atol=1e-5) -> None:
-    np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-5, atol=atol)
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-5, atol=atol)
 
 
 def pair(name: str, *args, **kwargs):

@@ -8,6 +8,8 @@ torch is importable, that the row's answer is PyTorch's own.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -146,3 +148,42 @@ def test_flip_copies_so_a_later_in_place_change_is_not_seen_by_backward(device):
     with ta.no_grad():
         flipped.fill_(0.0)
     assert x.tolist() == [10.0, 20.0, 30.0]
+
+
+def test_numpy_shares_the_storage_of_a_cpu_tensor_as_pytorch():
+    x = ta.zeros(3)
+    array = x.numpy()
+    array[0] = 5.0  # a write through the array shows in the tensor ...
+    x[1] = 7.0  # ... and one into the tensor shows in the array
+    assert x.tolist() == [5.0, 7.0, 0.0] and array.tolist() == [5.0, 7.0, 0.0]
+    scalar = (x * 2).sum()  # a 0-d result: its array is shared too
+    scalar.numpy()[...] = 1.0
+    assert scalar.item() == 1.0
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(3)
+    t.numpy()[0] = 5.0
+    assert t.tolist() == [5.0, 0.0, 0.0]
+
+
+def test_numpy_refuses_a_tensor_that_requires_grad_with_pytorchs_message():
+    w = ta.ones(2, requires_grad=True)
+    message = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy()"
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        w.numpy()
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        (w * 2).numpy()  # a non-leaf that requires grad too
+    copy = w.numpy(force=True)  # detached, and always a copy
+    copy[0] = 9.0
+    assert w.tolist() == [1.0, 1.0] and w.detach().numpy().tolist() == [1.0, 1.0]
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        torch.ones(2, requires_grad=True).numpy()
+
+
+def test_numpy_of_a_device_tensor_is_a_host_copy():
+    """Off the host (the strict stand-in, as CuPy) numpy() copies to the host: a write into
+    the copy does not reach the tensor."""
+    x = ta.zeros(3, device="strict")
+    array = x.numpy()
+    array[0] = 5.0
+    assert x.tolist() == [0.0, 0.0, 0.0]

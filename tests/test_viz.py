@@ -157,7 +157,7 @@ def test_traced_gradients_match_autograd_grad():
     loss = (hidden * hidden).sum()
     recorded = viz.trace(loss)
     loss.backward()
-    expected = 2.0 * hidden.numpy()  # d(sum h**2)/dh
+    expected = 2.0 * hidden.detach().numpy()  # d(sum h**2)/dh
     assert (recorded.grad_of(hidden._ctx).numpy() == expected).all()
 
 

@@ -57,7 +57,9 @@ from .tensor_functions import (
     cosine_similarity,
     einsum,
     equal,
+    finfo,
     hstack,
+    iinfo,
     is_tensor,
     meshgrid,
     pad,
@@ -150,6 +152,8 @@ __all__ = [
     "FloatTensor",
     "IntTensor",
     "LongTensor",
+    "finfo",
+    "iinfo",
     # `from tinyattn import *` must not replace Python's own max, sum, round, float, ...
     *(name for name in FUNCTIONS if not hasattr(_builtins, name)),
 ]

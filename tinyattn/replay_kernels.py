@@ -363,7 +363,10 @@ def lowered_index_add(
     parsed, template = getattr(fn, "key", None), kwargs.get("key")
     if parsed is None or parsed.index is None or not isinstance(template.index, Slot):
         return None
-    if not all(part == slice(None) for part in parsed.full[1:]) or out.ndim == 0:
+    # Rows only: the index first, whole slices after it (an index array elsewhere is no row).
+    if not all(isinstance(part, slice) and part == slice(None) for part in parsed.full[1:]):
+        return None
+    if out.ndim == 0:
         return None
     if not (backend.is_host_array(out) and backend.is_host_array(grad)):
         return None  # CuPy's take wraps an index out of range: the forward's check must run

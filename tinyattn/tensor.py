@@ -119,9 +119,11 @@ def _registered_methods() -> dict[str, Callable]:
 
 
 def _registered_ops(cls: type) -> type:
-    """Class decorator: give Tensor the methods and operators of the op tables."""
+    """Class decorator: give Tensor the methods and operators of the op tables (a family's
+    own method of the same name, such as ``div`` with ``rounding_mode``, is kept)."""
     for name, method in _registered_methods().items():
-        setattr(cls, name, method)
+        if not any(name in vars(family) for family in cls.__mro__[1:-1]):
+            setattr(cls, name, method)
     return cls
 
 

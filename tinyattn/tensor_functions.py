@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import backend
 from .creation import full
 from .methods.common import concat, describe
 from .methods.inplace import IN_PLACE_UNARY
@@ -119,11 +120,16 @@ def _contract(first: tuple, second: tuple, output: str, sizes: dict) -> Tensor:
 
 
 def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:  # noqa: A002
-    """Pad with `value` (PyTorch's F.pad): `pad` lists (before, after) counts for the last
-    dimension first, then the one before it, and so on; negative counts crop."""
+    """Pad (PyTorch's F.pad): `pad` lists (before, after) counts for the last dimension first,
+    then the one before it, and so on; negative counts crop. ``mode="constant"`` fills with
+    `value`; "reflect", "replicate" and "circular" repeat the input's own elements
+    (`pad_from_input`)."""
+    if mode in _PAD_MODES:
+        return pad_from_input(input, pad, mode)
     if mode != "constant":
         raise NotImplementedError(
-            f"pad: mode {mode!r} is not supported; only mode='constant' is (pad with a value)"
+            f"pad: unrecognised padding mode {mode!r}; use 'constant', 'reflect', 'replicate' "
+            "or 'circular'"
         )
     pad = tuple(pad)
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
@@ -152,6 +158,70 @@ def _pad_axis(x: Tensor, axis: int, before: int, after: int, value: float) -> Te
         parts.append(full(shape, value, dtype=x.dtype, device=x.device) if count > 0 else None)
     pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
     return concat(pieces, axis=axis) if len(pieces) > 1 else x
+
+
+_PAD_MODES = ("reflect", "replicate", "circular")
+
+
+def pad_from_input(input: Tensor, pad: Sequence[int], mode: str) -> Tensor:  # noqa: A002
+    """Padding by the input's own elements, PyTorch's rules: `pad` holds 2, 4 or 6 counts for
+    the last 1, 2 or 3 dims of an input with one or two more dims (channels, batch). Each
+    padded dim is one index-array read: "reflect" mirrors about the edge element (x2 x1 | x0
+    x1 x2 ...), "replicate" repeats the edge, "circular" wraps around. The gradient of a read
+    adds the copies back, so the edge elements collect their copies' gradients.
+
+    Shapes: (N, C, d1, ..., dk) or (C, d1, ..., dk) -> each d_i + before_i + after_i."""
+    pad = tuple(pad)
+    if len(pad) % 2:
+        raise RuntimeError(f"pad: padding length must be divisible by 2, got {len(pad)}")
+    padded = len(pad) // 2
+    if padded not in (1, 2, 3) or input.ndim not in (padded + 1, padded + 2):
+        raise NotImplementedError(
+            f"pad: padding size {len(pad)} is not supported for a {input.ndim}-D input in mode "
+            f"{mode!r}; non-constant padding takes 2, 4 or 6 counts for the last 1, 2 or 3 dims "
+            "of an input with 1 or 2 more dims (channels, or batch and channels)"
+        )
+    out = input
+    for pair in range(padded):
+        axis = input.ndim - 1 - pair
+        positions = _padded_positions(mode, input.shape, axis, pad[2 * pair], pad[2 * pair + 1])
+        index = Tensor(positions, dtype="int64", device=out.device)
+        out = out[(slice(None),) * axis + (index,)]
+    return out
+
+
+def _padded_positions(mode: str, shape: tuple, axis: int, before: int, after: int) -> Any:
+    """Which element of the input (along `axis`) each output element copies, checked."""
+    length = shape[axis]
+    if mode == "circular" and (before > length or after > length):
+        raise RuntimeError(
+            f"pad: padding ({before}, {after}) in mode 'circular' wraps around more than once "
+            f"at dimension {axis} of input {list(shape)}"
+        )
+    if mode != "circular" and any(n == 0 for n in shape[-(len(shape) - 1) :]):
+        raise RuntimeError(
+            f"pad: mode {mode!r} expects non-zero dimensions (a zero batch size is allowed), "
+            f"got input {list(shape)}"
+        )
+    if mode == "reflect" and (before >= length or after >= length):
+        raise RuntimeError(
+            f"pad: padding size should be less than the corresponding input dimension in mode "
+            f"'reflect', but got padding ({before}, {after}) at dimension {axis} of input "
+            f"{list(shape)}"
+        )
+    if mode == "circular":  # a negative count crops first; the rest wraps around what is left
+        start, stop = max(-before, 0), length - max(-after, 0)
+        kept = stop - start
+        if kept <= 0 and (before > 0 or after > 0):
+            raise RuntimeError(
+                f"pad: padding ({before}, {after}) in mode 'circular' crops all of dimension "
+                f"{axis} of input {list(shape)} and has nothing left to wrap"
+            )
+        return [start + i % kept for i in range(-max(before, 0), kept + max(after, 0))]
+    positions = list(range(-before, length + after))
+    if mode == "replicate":
+        return [min(max(i, 0), length - 1) for i in positions]
+    return [(length - 1) - abs((length - 1) - abs(i)) for i in positions]  # reflect
 
 
 def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
@@ -274,6 +344,43 @@ def equal(a: Tensor, b: Tensor) -> bool:
     return bool((a == b).all().item()) if a.numel() else True
 
 
+_FLOAT_NAMES = ("float16", "float32", "float64")
+
+
+class finfo:  # noqa: N801  (PyTorch's name)
+    """The limits of a float dtype, as ``torch.finfo``: ``bits``, ``eps``, ``max``, ``min``,
+    ``tiny`` (= ``smallest_normal``), ``resolution``; float32 when no dtype is given."""
+
+    def __init__(self, type: Any = "float32") -> None:  # noqa: A002  (PyTorch's name)
+        name = backend.dtype_name(type)
+        if name not in _FLOAT_NAMES:
+            raise TypeError(f"finfo: expected a floating point dtype, got {name!r}")
+        self.dtype = name
+        for field, value in backend.type_limits(name).items():
+            setattr(self, field, value)
+
+    def __repr__(self) -> str:
+        return (
+            f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, "
+            f"eps={self.eps}, dtype={self.dtype})"
+        )
+
+
+class iinfo:  # noqa: N801  (PyTorch's name)
+    """The limits of an integer dtype, as ``torch.iinfo``: ``bits``, ``max``, ``min``."""
+
+    def __init__(self, type: Any) -> None:  # noqa: A002  (PyTorch's name)
+        name = backend.dtype_name(type)
+        if name in (*_FLOAT_NAMES, "bool") or name not in backend.DTYPE_NAMES:
+            raise TypeError(f"iinfo: expected an integer dtype, got {name!r}")
+        self.dtype = name
+        for field, value in backend.type_limits(name).items():
+            setattr(self, field, value)
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+
+
 # The free functions that are a Tensor method with the tensor first: ta.exp(x) is x.exp().
 FUNCTIONS = {
     name: _free_function(name)
@@ -293,6 +400,8 @@ FUNCTIONS = {
         *("swapaxes", "broadcast_to", "detach", "trace", "count_nonzero", "logaddexp"),
         *("logaddexp2", "logical_and", "logical_or", "logical_xor", "addcmul", "addcdiv"),
         *("scatter_add", "index_add", "diagonal"),
+        *("divide", "true_divide", "subtract", "fmod", "copysign", "cummax", "cummin"),
+        *("logcumsumexp", "std_mean", "var_mean", "scatter_reduce", "index_put", "unflatten"),
         *(f"{name}_" for name in IN_PLACE_UNARY),
         *("clamp_", "clip_", "fill_", "zero_"),
     )

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import files
+from . import files, windows
 from .cuda_graphs import CudaGraphs  # re-exported: backend.CudaGraphs
 
 DEFAULT_FLOAT = np.float32
@@ -396,6 +396,19 @@ def diagonal_view(array: Any, offset: int, axis1: int, axis2: int) -> Any:
     )
 
 
+def sliding_windows(array: Any, window: tuple, step: tuple, dilation: tuple) -> Any:
+    """Every window of the trailing ``len(window)`` axes, as new trailing axes: a read-only
+    strided view on NumPy and CuPy, stacked slices elsewhere (windows.py). Window o of an axis
+    holds its elements o * step + k * dilation, k < window.
+    Shapes: (*lead, *size) -> (*lead, *counts, *window)."""
+    if isinstance(array, np.ndarray) or _is_cupy_array(array):
+        return windows.strided(ufuncs_of(array), array, window, step, dilation)
+    return windows.stacked(namespace(array), array, window, step, dilation)
+
+
+window_counts = windows.counts  # how many windows fit: sliding_windows' counts
+
+
 def is_contiguous(array: Any) -> bool:
     """Whether `array` is laid out row-major without gaps (PyTorch's ``is_contiguous()``)."""
     flags = getattr(_host_view(array), "flags", None)
@@ -544,7 +557,8 @@ def to_numpy(array: Any) -> np.ndarray:
     if _is_cupy_array(array):
         return array.get()
     strict = _strict()
-    return np.asarray(strict.asarray(array, device=strict.Device("CPU_DEVICE")))
+    # A copy, as CuPy's: moved to its CPU device, a strict array may still share its buffer.
+    return np.array(strict.asarray(array, device=strict.Device("CPU_DEVICE")), copy=True)
 
 
 def is_on(array: Any, device: Any) -> bool:
@@ -577,6 +591,25 @@ def dtype_of_name(xp: Any, name: str) -> Any:
 def largest_finite(dtype: Any) -> float:
     """The largest finite value of a floating dtype (``finfo(dtype).max``), on any backend."""
     return float(np.finfo(dtype_name(dtype)).max)
+
+
+def type_limits(dtype: Any) -> dict:
+    """The limits of a dtype by name, from NumPy: for a float its finfo (bits, eps, max, min,
+    tiny, smallest_normal, resolution), for an integer its iinfo (bits, max, min)."""
+    name = dtype_name(dtype)
+    if np.dtype(name).kind == "f":
+        info = np.finfo(name)
+        limits = {field: float(getattr(info, field)) for field in ("eps", "max", "min", "tiny")}
+        # PyTorch's resolution is the Python float 10**-precision, not NumPy's rounded one.
+        resolution = 10.0**-info.precision
+        return {
+            "bits": info.bits,
+            **limits,
+            "smallest_normal": limits["tiny"],
+            "resolution": resolution,
+        }
+    info = np.iinfo(name)
+    return {"bits": info.bits, "max": int(info.max), "min": int(info.min)}
 
 
 def dtype_name(dtype: Any) -> str:

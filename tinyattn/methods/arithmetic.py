@@ -3,7 +3,9 @@
 Clamping (``clip``/``clamp`` and friends), ``minimum``, ``masked_fill``, ``softmax`` and
 ``log_softmax``, the logical and floating-point tests (``isnan``, ``isclose``), matrix products by
 PyTorch's names (``mm``, ``bmm``, ``mv``, ``dot``, ``outer``, ``addmm``), ``lerp``, ``addcmul``,
-``logaddexp``, ``diff``. Part of the tensor layer: imports `backend`, `ops` and `methods.common`.
+``logaddexp``, ``diff``, and the keyword forms of the table's ``add``/``sub``/``div``
+(``alpha``, ``rounding_mode``) with ``fmod`` and ``copysign``. Part of the tensor layer:
+imports `backend`, `ops` and `methods.common`.
 Each method checks its arguments, then calls one op's ``apply`` or composes other methods; no
 derivative math lives here.
 """
@@ -22,6 +24,7 @@ from ..ops import (
     broadcast_shapes,
 )
 from ..ops.computed import array_call, computed
+from ..ops.division import Copysign, Fmod, RoundedDivide
 from .common import SCALARS, Tensor, TensorBase, concat, describe, is_float, promote, where
 
 _LN2 = math.log(2.0)
@@ -31,6 +34,56 @@ class ArithmeticMethods(TensorBase):
     """Arithmetic beyond the operator table: clamping, softmax, matrix products, tests."""
 
     __slots__ = ()  # every tensor's slots are declared once, in Tensor
+
+    # The operator table gives ``x + y``, ``x - y`` and ``x / y``; these are the named methods
+    # with PyTorch's keywords, each the operator when the keyword is left at its default.
+    def add(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        """x + alpha * other (``alpha`` scales the other operand, as in PyTorch)."""
+        return self + (other if alpha == 1 else _scaled("add", other, alpha))
+
+    def sub(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        """x - alpha * other."""
+        return self - (other if alpha == 1 else _scaled("sub", other, alpha))
+
+    subtract = sub
+
+    def div(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        """x / other; with ``rounding_mode="trunc"`` rounded toward zero, with ``"floor"`` down.
+        A rounded quotient keeps an integer dtype and has zero gradient (`RoundedDivide`), as in
+        PyTorch. Shapes: x and other broadcast together."""
+        if rounding_mode is None:
+            return self / other
+        if rounding_mode not in ("trunc", "floor"):
+            raise RuntimeError(
+                "div: expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                f"{rounding_mode!r}"
+            )
+        a, b = _integer_safe_operands(self, other, "div")
+        return RoundedDivide.apply(a, b, rounding_mode=rounding_mode)
+
+    divide = div
+
+    def true_divide(self, other: Any) -> Tensor:
+        return self / other
+
+    def fmod(self, other: Any) -> Tensor:
+        """a - b * trunc(a / b): the remainder with the sign of the dividend (C's fmod; ``%``
+        and ``remainder`` take the divisor's sign).  dL/da = g, dL/db = -g * trunc(a / b).
+        Shapes: a and b broadcast together."""
+        return Fmod.apply(*_integer_safe_operands(self, other, "fmod"))
+
+    def copysign(self, other: Any) -> Tensor:
+        """|x| with the sign of other (a float result; -0.0 is negative).
+        dL/dx = g * sign(x) * sign(other) (0 where x = 0), dL/dother = 0.
+        Shapes: x and other broadcast together."""
+        a, b = _broadcast_operands(self, other, "copysign")
+        if not is_float(a.array):
+            a, b = a._cast("float32"), b._cast("float32")
+        return Copysign.apply(a, b)
+
+    def is_floating_point(self) -> bool:
+        """Whether the dtype is a floating-point one (float16, float32, float64)."""
+        return is_float(self.array)
 
     def logical_not(self) -> Tensor:
         return self.bool().__invert__()
@@ -334,3 +387,28 @@ def _along_rows(x: Tensor, function: type, op: str, dim: Any, dtype: Any) -> Ten
     if x.ndim == 0:  # one element along a virtual axis of size 1, as in PyTorch
         return function.apply(x.reshape(1), axis=0).reshape(())
     return function.apply(x, axis=dim % x.ndim)
+
+
+def _scaled(op: str, other: Any, alpha: Any) -> Any:
+    """alpha * other, refusing a float alpha with integer operands as PyTorch does."""
+    if isinstance(other, Tensor) and not is_float(other.array) and isinstance(alpha, float):
+        raise RuntimeError(
+            f"{op}: for integral input tensors, argument alpha must not be a floating point "
+            f"number (got {alpha!r})"
+        )
+    return other * alpha
+
+
+def _broadcast_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
+    """Both operands as Tensors of one promoted dtype, checked to broadcast."""
+    other = x._operand(other, op)
+    broadcast_shapes(op, x.shape, other.shape)
+    return (x, other) if x.dtype == other.dtype else promote(x, other, op)
+
+
+def _integer_safe_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
+    """`_broadcast_operands`, refusing an integer division by zero (PyTorch raises too)."""
+    a, b = _broadcast_operands(x, other, op)
+    if not is_float(b.array) and b.numel() and not bool(backend.namespace(b.array).all(b.array)):
+        raise RuntimeError(f"{op}: ZeroDivisionError (an integer divisor is zero)")
+    return a, b

@@ -28,10 +28,23 @@ class ConversionMethods(TensorBase):
 
     __slots__ = ()  # every tensor's slots are declared once, in Tensor
 
-    def numpy(self) -> Any:
-        """A host NumPy copy of the values (an explicit device-to-host transfer on GPU)."""
+    def numpy(self, *, force: bool = False) -> Any:
+        """The values as a NumPy array, as PyTorch gives them: on the CPU the tensor's own
+        storage (a write through either shows in the other; the version counter does not see
+        it), from any other device a host copy. Refused for a tensor that requires grad, whose
+        values the graph may have saved; ``force=True`` detaches and always copies."""
         check_host_read("numpy()")
-        return backend.to_numpy(self.array).copy()
+        if force:
+            return backend.to_numpy(self.array).copy()
+        if self.requires_grad:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. "
+                "Use tensor.detach().numpy() instead."
+            )
+        host = backend.to_numpy(self.array)
+        if backend.is_host_array(self.array) and host is not self.array:
+            self.array = host  # a NumPy scalar (0-d) becomes a 0-d array both can write
+        return host
 
     def item(self) -> float | int | bool:
         """The single value of a one-element tensor as a Python number."""

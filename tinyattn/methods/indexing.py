@@ -87,12 +87,21 @@ class IndexingMethods(TensorBase):
         positions = computed(_flat_positions, index, shape=self.shape, axis=axis)
         return self.reshape(-1)[positions].reshape(index.shape)
 
-    def scatter(self, dim: int, index: Tensor, src: Any) -> Tensor:
-        """Out of place: a copy with ``out[index[i][j]][j] = src[i][j]`` (dim 0; and so on).
+    def scatter(
+        self, dim: int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None
+    ) -> Tensor:
+        """Out of place: a copy with ``out[index[i][j]][j] = src[i][j]`` (dim 0; and so on);
+        `src` a tensor or a number (also as ``value=``).
 
         The gradient of this tensor is zero at the written places; `src` gets the gradient
         gathered from them. Repeated target places are refused (PyTorch leaves them undefined).
+        ``reduce="add"`` or ``"multiply"`` combines with the values there (`scatter_reduce`).
         """
+        if (src is None) == (value is None):
+            raise TypeError("scatter: give exactly one of src and value")
+        src = src if value is None else value
+        if reduce is not None:
+            return self._scatter_with_reduce("scatter", dim, index, src, reduce)
         positions, key, values = self._scatter_places("scatter", dim, index, src)
         _check_unique("scatter", positions)
         placed = IndexAdd.apply(values, shape=(self.numel(),), key=key)

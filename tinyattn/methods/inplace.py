@@ -1,11 +1,12 @@
 """Tensor methods, in-place family: writes into a tensor's own storage.
 
-``add_``, ``mul_``, ``+=``, ``copy_``, ``fill_``, ``zero_``, ``clamp_``, ``masked_fill_``,
-``index_fill_``, ``scatter_``, ``x[key] = v`` and the in-place forms of the unary ops
-(``exp_()``, ``relu_()`` ...). Each computes its result out of place, then stores it into the
-tensor's array (`_store`) and bumps the version counter that the tensor shares with its views,
-so a backward that saved the old values refuses to run. Part of the tensor layer: imports
-`backend`, `autograd`, `ops` and `methods.common`.
+``add_``, ``mul_``, ``div_`` (with ``rounding_mode``), ``fmod_``, ``copysign_``, ``+=``,
+``copy_``, ``fill_``, ``zero_``, ``clamp_``, ``masked_fill_``, ``index_fill_``, ``scatter_``,
+``scatter_reduce_``, ``index_put_``, ``normal_``, ``uniform_``, ``x[key] = v`` and the in-place
+forms of the unary ops (``exp_()``, ``relu_()`` ...). Each computes its result out of place,
+then stores it into the tensor's array (`_store`) and bumps the version counter that the tensor
+shares with its views, so a backward that saved the old values refuses to run. Part of the
+tensor layer: imports `backend`, `autograd`, `ops` and `methods.common`.
 """
 
 from __future__ import annotations
@@ -110,8 +111,14 @@ class InPlaceMethods(TensorBase):
     def mul_(self, other: Any) -> Tensor:
         return self._inplace("mul_", lambda x: x * other, other)
 
-    def div_(self, other: Any) -> Tensor:
-        return self._inplace("div_", lambda x: x / other, other)
+    def div_(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        return self._inplace("div_", lambda x: x.div(other, rounding_mode=rounding_mode), other)
+
+    def fmod_(self, other: Any) -> Tensor:
+        return self._inplace("fmod_", lambda x: x.fmod(other), other)
+
+    def copysign_(self, other: Any) -> Tensor:
+        return self._inplace("copysign_", lambda x: x.copysign(other), other)
 
     def copy_(self, src: Any) -> Tensor:
         """Copy `src` into this tensor (broadcast to its shape, cast to its dtype and device)."""
@@ -172,13 +179,49 @@ class InPlaceMethods(TensorBase):
         hit = _positions_hit("index_fill_", self, axis, index)
         return self._inplace("index_fill_", lambda x: where(hit, value, x), value, cast=True)
 
-    def scatter_(self, dim: int, index: Tensor, src: Any) -> Tensor:
+    def scatter_(
+        self, dim: int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None
+    ) -> Tensor:
         """``self[..., index[i, j], ...] = src[i, j]`` along `dim` (PyTorch's scatter_).
 
-        `src` is a tensor at least as large as `index` or a number. Where an index repeats, the
-        written value is unspecified in PyTorch; here it is the mean of the values sent there.
+        `src` is a tensor at least as large as `index` or a number (also as ``value=``). Where an
+        index repeats, the written value is unspecified in PyTorch; here it is the mean of the
+        values sent there. ``reduce="add"`` or ``"multiply"`` combines instead of writing.
         """
+        src = _source_or_value("scatter_", src, value)
+        if reduce is not None:
+            return self._inplace(
+                "scatter_",
+                lambda x: x._scatter_with_reduce("scatter_", dim, index, src, reduce),
+                src,
+            )
         return self._inplace("scatter_", lambda x: _scattered(x, dim, index, src), src, cast=True)
+
+    def scatter_reduce_(
+        self, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True
+    ) -> Tensor:
+        return self._inplace(
+            "scatter_reduce_",
+            lambda x: x.scatter_reduce(dim, index, src, reduce, include_self=include_self),
+            src,
+        )
+
+    def index_put_(self, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
+        return self._inplace(
+            "index_put_", lambda x: x.index_put(indices, values, accumulate), values, cast=True
+        )
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
+        """Fill with samples of N(mean, std^2) from the generator ``ta.manual_seed`` seeds (a
+        leaf that requires grad only under ``ta.no_grad()``, as in PyTorch)."""
+        return self._inplace("normal_", lambda x: _drawn(x, "normal") * std + mean)
+
+    def uniform_(self, from_: float = 0.0, to: float = 1.0, **kwargs: Any) -> Tensor:
+        """Fill with samples uniform in [from, to) (PyTorch's keyword is ``from``)."""
+        low = kwargs.pop("from", from_)
+        if kwargs:
+            raise TypeError(f"uniform_: unexpected arguments {sorted(kwargs)}")
+        return self._inplace("uniform_", lambda x: _drawn(x, "uniform") * (to - low) + low)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """``x[key] = value``: basic slices, steps, integer lists or arrays, a bool mask."""
@@ -393,3 +436,17 @@ def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
 
 for _name in IN_PLACE_UNARY:
     setattr(InPlaceMethods, f"{_name}_", _in_place_method(_name))
+
+
+def _source_or_value(op: str, src: Any, value: Any) -> Any:
+    """scatter's `src`, given positionally or as PyTorch's keyword ``value`` (a number)."""
+    if (src is None) == (value is None):
+        raise TypeError(f"{op}: give exactly one of src and value")
+    return src if value is None else value
+
+
+def _drawn(tensor: Tensor, kind: str) -> Tensor:
+    """Standard samples of `kind` ("normal" or "uniform") in the tensor's shape, dtype, device."""
+    backend.check_floating(f"{kind}_", tensor.array)
+    draw = backend.random_array(kind, tensor.shape, tensor.dtype, str(tensor.device))
+    return tensor._from_op(draw, None)

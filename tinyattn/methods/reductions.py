@@ -2,7 +2,9 @@
 
 ``sum``, ``mean``, ``prod``, ``var``/``std``, ``norm``, ``max``/``min`` (with indices when a
 dimension is given), ``amax``/``amin``, ``argmax``/``argmin``, ``all``/``any``, ``logsumexp``,
-``cumsum``/``cumprod``, ``count_nonzero`` and ``trace``. NumPy's ``axis``/``keepdims`` and
+``cumsum``/``cumprod``, ``cummax``/``cummin``/``logcumsumexp``, ``std_mean``/``var_mean``,
+``count_nonzero``, ``trace``, and the scatter reductions (``scatter_reduce``, ``index_put`` with
+``accumulate``). NumPy's ``axis``/``keepdims`` and
 PyTorch's ``dim``/``keepdim`` are both accepted (`merged_dims`). Part of the tensor layer: imports
 `backend`, `autograd`, `ops` and `methods.common`.
 """
@@ -24,9 +26,19 @@ from ..ops import (
     normalize_axes,
 )
 from ..ops.computed import computed
+from ..ops.cumulative import running_extreme_positions, running_logsumexp
 from ..ops.reductions import reduction_axes
 from ..ops.scan import running_product
-from .common import Tensor, TensorBase, ValuesIndices, is_float, merged_dims, where
+from .common import (
+    Tensor,
+    TensorBase,
+    ValuesIndices,
+    concat,
+    describe,
+    is_float,
+    merged_dims,
+    where,
+)
 
 
 class ReductionMethods(TensorBase):
@@ -82,8 +94,9 @@ class ReductionMethods(TensorBase):
         return Mean.apply(source, axis=axis, keepdims=keepdims)
 
     def norm(self, p: Any = "fro", dim: Any = None, keepdim: bool = False) -> Tensor:
-        """The p-norm over `dim` (every element by default): 2 (or ``'fro'``), 1, inf or -inf.
-        The 2-norm's gradient is 0 where the norm is 0, as in PyTorch."""
+        """The p-norm over `dim` (every element by default): 2 (or ``'fro'``), 1, inf, -inf or
+        any other number p, (sum |x|^p)^(1/p) (p = 0 counts nonzero elements). The 2-norm's
+        gradient is 0 where the norm is 0, as in PyTorch."""
         backend.check_floating("norm", self.array)
         axis = None if dim is None or not self.ndim else normalize_axes("norm", dim, self.ndim)
         if p in ("fro", 2):
@@ -92,7 +105,12 @@ class ReductionMethods(TensorBase):
             return self.abs().sum(axis, keepdims=keepdim)
         if p in (math.inf, -math.inf):
             return (self.abs().amax if p > 0 else self.abs().amin)(axis, keepdims=keepdim)
-        raise ValueError(f"norm: p={p!r} is not supported; use 2 (or 'fro'), 1, inf or -inf")
+        if isinstance(p, int | float) and not isinstance(p, bool):
+            if p == 0:  # the count of nonzero elements (PyTorch's 0-"norm"): zero gradient
+                count = (self != 0).to(self.dtype) + self * 0.0
+                return count.sum(axis, keepdims=keepdim)
+            return _power_norm(self, p, axis, keepdim)
+        raise ValueError(f"norm: p={p!r} is not supported; use a number, 'fro', inf or -inf")
 
     def amax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
@@ -274,6 +292,106 @@ class ReductionMethods(TensorBase):
             return running_product(source.reshape(1), 0).reshape(())
         return running_product(source, axis)
 
+    def cummax(self, dim: int) -> ValuesIndices:
+        """Running maximum along dim: ``(values, indices)``, the index of the latest of equal
+        maxima (a NaN, once met, wins), as PyTorch's. The values are gathered at the indices,
+        so the gradient goes back to the element each copies. Shapes: x (...) -> two of (...)."""
+        return self._running_extreme("cummax", dim, largest=True)
+
+    def cummin(self, dim: int) -> ValuesIndices:
+        """Running minimum along dim: ``(values, indices)``, as `cummax`."""
+        return self._running_extreme("cummin", dim, largest=False)
+
+    def _running_extreme(self, op: str, dim: int, largest: bool) -> ValuesIndices:
+        axis = normalize_axes(op, dim, max(self.ndim, 1))[0]
+        source = self.reshape(1) if not self.ndim else self  # 0-d: dim 0 or -1, itself
+        indices = computed(running_extreme_positions, source, axis=axis, largest=largest)
+        values = source.gather(axis, indices)
+        if not self.ndim:
+            values, indices = values.reshape(()), indices.reshape(())
+        return ValuesIndices(values, indices)
+
+    def logcumsumexp(self, dim: int) -> Tensor:
+        """log(sum_{j <= i} exp(x_j)) along dim, never forming a large exponential (doubling
+        with logaddexp, `ops.cumulative.running_logsumexp`). Shapes: x (...) -> (...)."""
+        backend.check_floating("logcumsumexp", self.array)
+        axis = normalize_axes("logcumsumexp", dim, max(self.ndim, 1))[0]
+        if not self.ndim:
+            return running_logsumexp(self.reshape(1), 0).reshape(())
+        return running_logsumexp(self, axis)
+
+    def var_mean(
+        self, dim: Any = None, correction: float = 1, keepdim: bool = False, **kwargs: Any
+    ) -> tuple[Tensor, Tensor]:
+        """``(var, mean)`` over dim with PyTorch's arguments (`var`'s ``correction``,
+        ``unbiased``, ``keepdim``): two tensors."""
+        variance = self.var(dim, correction, keepdim, **kwargs)
+        dim, keepdim = merged_dims("var_mean", dim, keepdim, kwargs.get("axis"), None)
+        return variance, self.mean(dim=dim, keepdim=kwargs.get("keepdims") or keepdim)
+
+    def std_mean(
+        self, dim: Any = None, correction: float = 1, keepdim: bool = False, **kwargs: Any
+    ) -> tuple[Tensor, Tensor]:
+        """``(std, mean)`` over dim, with `std`'s arguments: two tensors."""
+        deviation = self.std(dim, correction, keepdim, **kwargs)
+        dim, keepdim = merged_dims("std_mean", dim, keepdim, kwargs.get("axis"), None)
+        return deviation, self.mean(dim=dim, keepdim=kwargs.get("keepdims") or keepdim)
+
+    def scatter_reduce(
+        self, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True
+    ) -> Tensor:
+        """Out of place: each place ``out[index[i][j]][j]`` (dim 0; and so on) reduced with the
+        ``src[i][j]`` sent there, by "sum", "prod", "mean", "amax" or "amin"; with
+        ``include_self`` the tensor's own value takes part. Places nothing is sent to keep it.
+
+        Composed of where and the reductions over a one-hot layout (index's elements times the
+        size of `dim`), so the gradients are theirs: tied extremes share it, as in PyTorch.
+        Shapes: x (...); index and src of x's ndim, index no larger than src -> x's shape."""
+        if reduce not in _SCATTER_REDUCTIONS:
+            raise RuntimeError(
+                f"scatter_reduce: reduce argument must be one of {', '.join(_SCATTER_REDUCTIONS)}"
+                f", got {reduce!r}"
+            )
+        axis, index, values = _scatter_operands("scatter_reduce", self, dim, index, src)
+        region = tuple(slice(0, n) if d != axis else slice(None) for d, n in enumerate(index.shape))
+        reduced = _scatter_region(values, index, axis, reduce, self[region], include_self)
+        return _embedded(self, reduced.to(self.dtype), index.shape, axis)
+
+    def _scatter_with_reduce(
+        self, op: str, dim: int, index: Tensor, src: Any, reduce: str
+    ) -> Tensor:
+        """``scatter(..., reduce="add" | "multiply")``: scatter_reduce with the tensor's own
+        values included; a number `src` is sent to every place index names."""
+        if reduce not in ("add", "multiply"):
+            raise RuntimeError(
+                f"{op}: reduce argument must be either add or multiply, got {reduce!r}"
+            )
+        if not isinstance(src, Tensor):
+            index = self._operand(index, op)
+            src = self._operand(src, op).to(self.dtype).broadcast_to(index.shape)
+        return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
+
+    def index_put(self, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
+        """Out of place: ``out[indices] = values`` (``indices`` a tuple of index tensors, as in
+        PyTorch), or ``+=`` with `accumulate`, where repeated places add up.
+
+        Shapes: x (...), values broadcastable to x[indices]'s shape -> x's shape."""
+        if not isinstance(indices, tuple | list):
+            raise TypeError(
+                f"index_put: indices must be a tuple of Tensors, got {describe(indices)}"
+            )
+        key = tuple(indices)
+        target = self[key]  # the checks (IndexError) and the shape values broadcast to
+        values = self._operand(values, "index_put").to(self.dtype).broadcast_to(target.shape)
+        if not accumulate:
+            out = self.clone()
+            out[key] = values
+            return out
+        # The place each selected element came from, found by indexing a tensor of positions.
+        positions = computed(_positions_of, self, name="index_put")[key].reshape(-1)
+        flat = self.reshape(-1)
+        return flat.index_add(0, positions, values.reshape(-1)).reshape(self.shape)
+
     def trace(self) -> Tensor:
         """The sum of the main diagonal of a matrix;  dL/dx = g * I.  Shapes: (r, c) -> ()."""
         if self.ndim != 2:
@@ -309,3 +427,120 @@ def _any_or_all(xp: Any, x: Any, name: str, axes: Any, keepdims: bool) -> Any:
 def _arg_extreme_of(xp: Any, x: Any, name: str, axis: int, keepdims: bool, flat: bool) -> Any:
     found = getattr(xp, name)(xp.reshape(x, (-1,)) if flat else x, axis=axis, keepdims=keepdims)
     return xp.astype(xp.asarray(found), xp.int64)
+
+
+_SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _power_norm(x: Tensor, p: float, axis: Any, keepdim: bool) -> Tensor:
+    """(sum |x|^p)^(1/p). For p > 0 a zero element and a zero norm get a zero gradient, as in
+    PyTorch, where the plain formula gives 0 * inf = NaN: the powers see 1 there, masked out."""
+    magnitude = x.abs()
+    if p < 0:
+        return (magnitude**p).sum(axis, keepdims=keepdim) ** (1.0 / p)
+    nonzero = magnitude != 0
+    total = where(nonzero, where(nonzero, magnitude, 1.0) ** p, 0.0).sum(axis, keepdims=keepdim)
+    spread = total != 0
+    return where(spread, where(spread, total, 1.0) ** (1.0 / p), 0.0)
+
+
+def _positions_of(xp: Any, x: Any, name: str) -> Any:
+    """The row-major position of every element of x, in x's shape (int64)."""
+    count = 1
+    for n in x.shape:
+        count *= n
+    return xp.reshape(xp.arange(count, dtype=xp.int64, device=x.device), x.shape)
+
+
+def _scatter_operands(op: str, x: Tensor, dim: int, index: Any, src: Any) -> tuple:
+    """The axis, the checked integer index and src cut to index's shape in x's dtype."""
+    axis = normalize_axes(op, dim, max(x.ndim, 1))[0]
+    index = x._operand(index, op)
+    if not isinstance(src, Tensor):
+        raise TypeError(f"{op}: src must be a Tensor, got {describe(src)}")
+    src = x._operand(src, op)
+    if not backend.dtype_name(index.dtype).startswith(("int", "uint")):
+        raise RuntimeError(f"{op}: index must be an int64 tensor, got {describe(index)}")
+    fits = index.ndim == x.ndim == src.ndim and all(
+        i <= s and (d == axis or i <= n)
+        for d, (i, s, n) in enumerate(zip(index.shape, src.shape, x.shape))
+    )
+    if not fits:
+        raise RuntimeError(
+            f"{op}: index of shape {index.shape} must have the ndim of self {x.shape} and src "
+            f"{src.shape}, and be no larger than src, nor than self outside dim {axis}"
+        )
+    if index.numel():
+        xp = backend.namespace(index.array)
+        low, high = int(xp.min(index.array)), int(xp.max(index.array))
+        if low < 0 or high >= x.shape[axis]:
+            raise IndexError(
+                f"{op}: index {low if low < 0 else high} is out of bounds for dimension {axis} "
+                f"with size {x.shape[axis]}"
+            )
+    return axis, index, src[tuple(slice(0, n) for n in index.shape)].to(x.dtype)
+
+
+def _one_hot_along(xp: Any, index: Any, size: int) -> Any:
+    """match[..., j] = (index[...] == j) for j < size: a bool array of index's shape + (size,)."""
+    return xp.astype(index, xp.int64)[..., None] == xp.arange(size, device=index.device)
+
+
+def _scatter_region(
+    values: Tensor, index: Tensor, axis: int, reduce: str, own: Tensor, include_self: bool
+) -> Tensor:
+    """The region index covers (index's sizes, all of `axis`) after the reduction; `own` is
+    x's values there, kept where nothing is sent."""
+    match = computed(_one_hot_along, index, size=own.shape[axis])  # (..., k at axis, ..., n)
+    candidates, count = values.unsqueeze(-1), match.sum(axis)
+    hit = (count > 0).movedim(-1, axis)
+    if include_self:  # x's own value is one more candidate: (..., 1 at axis, ..., n)
+        mine = own.movedim(axis, -1).unsqueeze(axis)
+        candidates = concat([candidates.broadcast_to(match.shape), mine], axis)
+        match = concat([match, computed(_all_true, mine)], axis)
+        count = count + 1
+    if reduce in ("sum", "mean"):
+        out = where(match, candidates, 0).sum(axis)
+        if reduce == "mean":
+            out = out / count.clip(min=1) if is_float(out.array) else out // count.clip(min=1)
+    elif reduce == "prod":
+        out = where(match, candidates, 1).prod(axis)
+    else:
+        out = _masked_extreme(candidates, match, axis, reduce)
+    return where(hit, out.movedim(-1, axis), own)
+
+
+def _all_true(xp: Any, x: Any) -> Any:
+    return xp.ones(x.shape, dtype=xp.bool, device=x.device)
+
+
+def _masked_extreme(candidates: Tensor, match: Tensor, axis: int, reduce: str) -> Tensor:
+    """amax or amin over `axis` of the candidates where match is True; a place with none gets
+    any value (it is not used). A float fills with -inf (+inf), which ties with nothing real."""
+    largest = reduce == "amax"
+    if is_float(candidates.array):
+        fill = -math.inf if largest else math.inf
+    else:  # integers carry no gradient: any candidate value is a neutral fill
+        detached = candidates.detach()
+        fill = (detached.amin() if largest else detached.amax()).item()
+    filled = where(match, candidates, fill)
+    return filled.amax(axis) if largest else filled.amin(axis)
+
+
+def _embedded(x: Tensor, region: Tensor, index_shape: tuple, axis: int) -> Tensor:
+    """x with the region scatter wrote (index's sizes, all of `axis`) in place: the rest of x
+    joined on, one dimension at a time."""
+    out = region
+    for d in range(x.ndim):
+        if d == axis or index_shape[d] == x.shape[d]:
+            continue
+        rest = tuple(
+            slice(None)
+            if e < d
+            else slice(index_shape[d], None)
+            if e == d
+            else (slice(None) if e == axis else slice(0, index_shape[e]))
+            for e in range(x.ndim)
+        )
+        out = concat([out, x[rest]], d)
+    return out

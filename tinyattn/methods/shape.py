@@ -365,11 +365,20 @@ class ShapeMethods(TensorBase):
     def roll(self, shifts: Any, dims: Any = None) -> Tensor:
         """Entries moved `shifts` places along `dims` (wrapping around); without `dims`, along
         the flattened tensor, then reshaped back."""
-        if dims is None:
-            return self.reshape(-1).roll(shifts, 0).reshape(*self.shape)
-        shifts, dims = (shifts, dims) if isinstance(dims, tuple | list) else ((shifts,), (dims,))
+        if dims is None or dims == ():
+            if isinstance(shifts, tuple | list) and len(shifts) != 1:
+                raise RuntimeError(
+                    f"roll: shifts and dimensions must align: {len(shifts)} shifts and no dims "
+                    "(one shift rolls the flattened tensor)"
+                )
+            shift = shifts[0] if isinstance(shifts, tuple | list) else shifts
+            return self.reshape(-1).roll(shift, 0).reshape(*self.shape)
+        shifts = tuple(shifts) if isinstance(shifts, tuple | list) else (shifts,)
+        dims = tuple(dims) if isinstance(dims, tuple | list) else (dims,)
         if len(shifts) != len(dims):
-            raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+            raise RuntimeError(
+                f"roll: shifts and dimensions must align: {len(shifts)} shifts for {len(dims)} dims"
+            )
         out = self
         for shift, dim in zip(shifts, dims, strict=True):
             dim = normalize_axes("roll", dim, self.ndim)[0]
@@ -378,6 +387,51 @@ class ShapeMethods(TensorBase):
             if keep:
                 out = concat([out.narrow(dim, keep, size - keep), out.narrow(dim, 0, keep)], dim)
         return out.clone() if out is self else out  # a whole turn: still a copy, as PyTorch's
+
+    def unfold(self, dimension: int, size: int, step: int) -> Tensor:
+        """The windows of `size` elements along `dimension`, `step` apart: that dimension
+        becomes the window count (n - size) // step + 1 and a new last dimension holds each
+        window. PyTorch returns a view; this is a copy (one index-array read, whose gradient
+        adds the overlaps back).
+
+        Shapes: (..., n, ...) -> (..., (n - size) // step + 1, ..., size)."""
+        axis = normalize_axes("unfold", dimension, max(self.ndim, 1))[0]
+        length = self.shape[axis] if self.ndim else 1
+        if type(step) is not int or step <= 0:
+            raise RuntimeError(f"unfold: step is {step!r} but must be > 0")
+        if type(size) is not int or not 0 <= size <= length:
+            raise RuntimeError(
+                f"unfold: maximum size for tensor at dimension {axis} is {length} but size is "
+                f"{size!r}"
+            )
+        source = self.reshape(1) if not self.ndim else self
+        xp = backend.namespace(self.array)
+        device = self.array.device
+        starts = xp.arange(0, length - size + 1, step, dtype=xp.int64, device=device)
+        index = starts[:, None] + xp.arange(size, dtype=xp.int64, device=device)[None, :]
+        windows = source[(slice(None),) * axis + (self._from_op(index, None),)]
+        out = windows.movedim(axis + 1, -1)  # (..., count, size, ...) -> (..., count, ..., size)
+        return out.reshape(size) if not self.ndim else out
+
+    def unflatten(self, dim: int, sizes: Any) -> Tensor:
+        """Dimension `dim` split into `sizes` (one may be -1), a view where reshape gives one.
+
+        Shapes: (..., n, ...) -> (..., *sizes, ...) with prod(sizes) = n."""
+        axis = normalize_axes("unflatten", dim, self.ndim)[0]
+        sizes = tuple(sizes)
+        if not sizes:
+            raise RuntimeError("unflatten: sizes must be non-empty")
+        known = math.prod(n for n in sizes if n != -1)
+        n = self.shape[axis]
+        fits = sizes.count(-1) <= 1 and (
+            known == n if -1 not in sizes else known > 0 and n % known == 0
+        )
+        if not fits:
+            raise RuntimeError(
+                f"unflatten: provided sizes {list(sizes)} don't multiply up to the size of dim "
+                f"{dim} ({n}) in the input tensor of shape {self.shape}"
+            )
+        return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1 :])
 
     def movedim(self, source: int, destination: int) -> Tensor:
         """Dimension `source` moved to position `destination`, the others in order."""

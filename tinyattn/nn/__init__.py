@@ -13,6 +13,21 @@ PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` 
 from . import functional, init, utils
 from .activation import GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish, ReLU6, Softmin, Softsign
 from .attention import KVCache, MultiHeadAttention, MultiheadAttention
+from .conv import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv1d,
+    Conv2d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    MaxPool1d,
+    MaxPool2d,
+    Unflatten,
+)
 from .encoder_decoder import (
     Transformer,
     TransformerDecoder,
@@ -123,4 +138,19 @@ __all__ = [
     "functional",
     "init",
     "utils",
+]
+__all__ += [
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "MaxPool1d",
+    "MaxPool2d",
+    "Unflatten",
 ]

@@ -45,6 +45,7 @@ from ..ops import ClassWeights, KeptCount, bad_targets
 from ..ops.computed import computed
 from ..tensor import Tensor
 from ..tensor_functions import cosine_similarity  # noqa: F401  (re-exported: F.cosine_similarity)
+from ..tensor_functions import pad as tensor_pad
 
 REDUCTIONS = ("none", "mean", "sum")
 
@@ -245,14 +246,23 @@ def _smooth_l1(difference: Tensor, beta: float) -> Tensor:
 
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
-    """x / max(||x||_p, eps) along `dim` (PyTorch's F.normalize); p is 2, 1 or inf.
+    """x / max(||x||_p, eps) along `dim` (PyTorch's F.normalize), for any p `Tensor.norm`
+    takes (a float, inf, -inf).
 
     Shapes: any -> the same."""
     if not isinstance(input, Tensor):
         raise TypeError(f"normalize: expected a Tensor, got {type(input).__name__}")
-    if p not in (2, 1, math.inf, -math.inf, "fro"):
-        raise ValueError(f"normalize: p={p!r} is not supported; use 2, 1, inf or -inf")
+    if p != "fro" and (not isinstance(p, int | float) or isinstance(p, bool)):
+        raise ValueError(f"normalize: p={p!r} is not supported; use a number, inf or -inf")
     return input / input.norm(p=p, dim=dim, keepdim=True).clamp_min(eps)
+
+
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
+    """x where x > 0, else alpha * (exp(x / alpha) - 1) (PyTorch's CELU); the exponent is
+    clipped at 0 so the branch not taken cannot overflow.  Shapes: any -> the same."""
+    if alpha == 0:
+        raise RuntimeError("celu: ZeroDivisionError (alpha must not be 0)")
+    return where(input > 0, input, (input.clip(max=0.0) / alpha).expm1() * alpha)
 
 
 def _softplus(z: Tensor) -> Tensor:
@@ -587,10 +597,11 @@ def kl_div(
 
 # ----------------------------------------------------------------------------------------- pad
 def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:
-    """Constant padding, PyTorch's order: pad = (left, right) of the last axis, then of the one
-    before, ...; negative amounts crop. Gradients flow to the kept elements."""
-    if mode != "constant":
-        raise NotImplementedError(f"pad: mode {mode!r} is not supported, only 'constant'")
+    """Padding, PyTorch's order: pad = (left, right) of the last axis, then of the one before,
+    ...; negative amounts crop. Gradients flow to the kept elements. Modes "reflect",
+    "replicate" and "circular" are `tinyattn.pad`'s, with PyTorch's rules on dims and sizes."""
+    if mode != "constant":  # reflect, replicate, circular (or the error for another mode)
+        return tensor_pad(input, pad, mode=mode)
     pad = tuple(pad)
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise ValueError(
@@ -624,6 +635,7 @@ __all__ = sorted(
         "binary_cross_entropy_with_logits",
         "cross_entropy",
         "elu",
+        "celu",
         "l1_loss",
         "leaky_relu",
         "logsigmoid",
@@ -651,3 +663,36 @@ __all__ = sorted(
         "tanh",
     }
 )
+
+# Convolution, pooling, unfold/fold and batch_norm live in their own module, re-exported here.
+from .functional_conv import (  # noqa: E402
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    batch_norm,
+    conv1d,
+    conv2d,
+    conv_transpose1d,
+    conv_transpose2d,
+    fold,
+    max_pool1d,
+    max_pool2d,
+    unfold,
+)
+
+__all__ += [
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "batch_norm",
+    "conv1d",
+    "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "fold",
+    "max_pool1d",
+    "max_pool2d",
+    "unfold",
+]

@@ -106,7 +106,7 @@ class Embedding(Module):
             return
         self.weight = Parameter(randn(num_embeddings, embedding_dim))
         if padding_idx is not None:
-            table = self.weight.numpy().copy()
+            table = self.weight.detach().numpy().copy()
             table[padding_idx] = 0.0
             init._write(self.weight, table)
         _place(self, device, dtype)

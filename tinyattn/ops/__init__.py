@@ -153,3 +153,7 @@ __all__ += [
     "bad_targets",
     "computed",
 ]
+
+from .conv import Fold, Unfold  # noqa: E402
+
+__all__ += ["Fold", "Unfold"]

@@ -1,0 +1,53 @@
+"""Sliding windows over the trailing axes of an array, for convolution and pooling.
+
+Handed the array module by `backend.sliding_windows`: NumPy and CuPy get a strided view (no
+copy: each window offset is one more stride), other array API namespaces a stack of strided
+slices, one per window offset.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+
+def counts(size: tuple, window: tuple, step: tuple, dilation: tuple) -> tuple:
+    """Windows along each axis: (size - dilation * (window - 1) - 1) // step + 1."""
+    return tuple(
+        (n - d * (k - 1) - 1) // s + 1
+        for n, k, s, d in zip(size, window, step, dilation, strict=True)
+    )
+
+
+def strided(module: Any, array: Any, window: tuple, step: tuple, dilation: tuple) -> Any:
+    """The windows as a read-only view: window o, offset k of an axis sits at
+    o * step + k * dilation, so its strides are the axis stride times step and times dilation."""
+    lead = array.ndim - len(window)
+    found = counts(array.shape[lead:], window, step, dilation)
+    axis_strides = array.strides[lead:]
+    # Windows overlap in memory: a write through the view would reach several windows, so
+    # NumPy's is read-only (CuPy's as_strided has no such flag).
+    read_only = {"writeable": False} if module.__name__ == "numpy" else {}
+    return module.lib.stride_tricks.as_strided(
+        array,
+        shape=array.shape[:lead] + found + tuple(window),
+        strides=array.strides[:lead]
+        + tuple(t * s for t, s in zip(axis_strides, step, strict=True))
+        + tuple(t * d for t, d in zip(axis_strides, dilation, strict=True)),
+        **read_only,
+    )
+
+
+def stacked(xp: Any, array: Any, window: tuple, step: tuple, dilation: tuple) -> Any:
+    """The windows by slicing (a copy): one strided slice per window offset, stacked last."""
+    lead = array.ndim - len(window)
+    found = counts(array.shape[lead:], window, step, dilation)
+    slices = []
+    for offset in itertools.product(*(range(k) for k in window)):
+        index = tuple(
+            slice(o * d, o * d + (n - 1) * s + 1, s)
+            for o, d, n, s in zip(offset, dilation, found, step, strict=True)
+        )
+        slices.append(array[(slice(None),) * lead + index])
+    joined = xp.stack(slices, axis=-1)  # (*lead, *counts, prod(window))
+    return xp.reshape(joined, joined.shape[:-1] + tuple(window))
