@@ -133,7 +133,7 @@ def plot_filters(model: nn.Module, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    weights = model[0].weight.numpy()[:, 0]  # (c, 3, 3)
+    weights = model[0].weight.detach().numpy()[:, 0]  # (c, 3, 3)
     columns = 8
     rows = -(-len(weights) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(columns, rows + 0.4))

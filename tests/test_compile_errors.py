@@ -209,6 +209,12 @@ def _hook_inside_a_compiled_model():
     _calls(forward, 1)
 
 
+def _module_hook_in_the_step():
+    lin = _linear()
+    lin.register_forward_hook(lambda module, args, output: output * 2.0)
+    _calls(lambda x: lin(x).sum(), 1)
+
+
 # (name, mistake, exception type, what was done ... what to do instead)
 class _TwoOutputsSaved(ta.Function):
     """y1 = 2x, y2 = 3x, with x saved: a rule with several outputs that reads a saved value."""
@@ -342,6 +348,12 @@ REFUSED = [
         _hook_inside_a_compiled_model,
         ta.CompileError,
         r"backward runs gradient hooks.*Compile the whole training step instead",
+    ),
+    (
+        "module hook",
+        _module_hook_in_the_step,
+        ta.CompileError,
+        r"Linear with module hooks.*Remove them \(handle.remove\(\)\) before compiling",
     ),
     (
         "hook on a parameter",

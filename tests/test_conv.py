@@ -37,7 +37,7 @@ def _compare(ours: nn.Module, theirs, shape: tuple, seed: int = 0) -> None:
     if isinstance(y_theirs, tuple):  # return_indices: the same indices, then compare values
         np.testing.assert_array_equal(y_ours[1].numpy(), y_theirs[1].numpy())
         y_ours, y_theirs = y_ours[0], y_theirs[0]
-    np.testing.assert_allclose(y_ours.numpy(), y_theirs.detach().numpy(), **TOLERANCE)
+    np.testing.assert_allclose(y_ours.detach().numpy(), y_theirs.detach().numpy(), **TOLERANCE)
     g = rng.standard_normal(y_ours.shape).astype(np.float32)
     (y_ours * ta.tensor(g)).sum().backward()
     (y_theirs * torch.tensor(g)).sum().backward()
@@ -127,7 +127,7 @@ def test_weights_load_from_pytorch_and_initialise_as_pytorch():
     big = nn.Conv2d(16, 64, 3, groups=4)
     bound = 1 / np.sqrt(16 // 4 * 9)  # fan_in = in_channels / groups * kernel elements
     for p in (big.weight, big.bias):
-        values = np.abs(p.numpy())
+        values = np.abs(p.detach().numpy())
         assert values.max() <= bound and values.max() > 0.95 * bound
     assert big.weight.shape == (64, 4, 3, 3) and big.weight.dtype == ta.float32
 
@@ -320,7 +320,7 @@ def test_a_compiled_cnn_training_step_equals_the_eager_one(device):
             return loss
 
         step = ta.compile(step) if compiled else step
-        runs.append(([float(step(*batch).numpy()) for batch in batches], model, step))
+        runs.append(([float(step(*batch).detach().numpy()) for batch in batches], model, step))
     (eager_losses, eager, _), (compiled_losses, compiled, step) = runs
     assert compiled_losses == eager_losses
     for (name, a), b in zip(eager.state_dict().items(), compiled.state_dict().values()):

@@ -365,11 +365,18 @@ def test_sdpa_matches_numpy_with_mask_causal_and_cross(device):
     np.testing.assert_allclose(weights.detach().numpy(), expected_weights, rtol=1e-12, atol=1e-13)
     causal = F.scaled_dot_product_attention(q, k, v, is_causal=True).detach().numpy()
     np.testing.assert_allclose(
-        causal, attention_numpy(q.numpy(), k.numpy(), v.numpy(), np.tril(np.ones((4, 6), bool)))[0]
+        causal,
+        attention_numpy(
+            q.detach().numpy(),
+            k.detach().numpy(),
+            v.detach().numpy(),
+            np.tril(np.ones((4, 6), bool)),
+        )[0],
     )
-    scaled = F.scaled_dot_product_attention(q, k, v, scale=0.3).numpy()
+    scaled = F.scaled_dot_product_attention(q, k, v, scale=0.3).detach().numpy()
     np.testing.assert_allclose(
-        scaled, attention_numpy(q.numpy(), k.numpy(), v.numpy(), scale=0.3)[0]
+        scaled,
+        attention_numpy(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), scale=0.3)[0],
     )
 
 

@@ -213,7 +213,7 @@ def test_fully_masked_attention_rows_are_zero_and_finite(device):
     np.testing.assert_array_equal(weights.detach().numpy()[1], 0.0)
     # A query with no key gets 0 from attention, so out_proj leaves just its bias.
     bias = attention.out_proj.bias.detach().numpy()
-    np.testing.assert_allclose(out.numpy()[1], np.broadcast_to(bias, (3, 4)), atol=1e-15)
+    np.testing.assert_allclose(out.detach().numpy()[1], np.broadcast_to(bias, (3, 4)), atol=1e-15)
     (out * out).sum().backward()
     assert _finite(x.grad, *[p.grad for p in attention.parameters()])
     assert ta.gradcheck(

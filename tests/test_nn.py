@@ -215,7 +215,11 @@ def test_mha_forward_matches_per_head_reference(device):
     np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-12, atol=1e-12)
     cross = attn(query, memory).detach().numpy()  # value defaults to key
     np.testing.assert_allclose(
-        cross, mha_reference(attn, query.numpy(), memory.numpy(), memory.numpy()), atol=1e-12
+        cross,
+        mha_reference(
+            attn, query.detach().numpy(), memory.detach().numpy(), memory.detach().numpy()
+        ),
+        atol=1e-12,
     )
 
 
@@ -234,7 +238,9 @@ def test_mha_unbatched_and_mask_ranks(device):
     assert (weights.detach().numpy()[0, :, :, 2] > 0).all()
     causal = np.tril(np.ones((3, 3), bool))  # a plain NumPy mask is accepted too
     np.testing.assert_allclose(
-        attn(xb, mask=causal).numpy(), attn(xb, is_causal=True).numpy(), atol=1e-15
+        attn(xb, mask=causal).detach().numpy(),
+        attn(xb, is_causal=True).detach().numpy(),
+        atol=1e-15,
     )
 
 

@@ -302,8 +302,8 @@ def test_import_paths_and_reexports():
                 attn_mask=ta.ones(2, 2, dtype="bool", device=d),
                 is_causal=True,
             ),
-            ValueError,
-            "not both",
+            RuntimeError,
+            "should not be set when is_causal=True",
         ),
         (
             lambda d: F.kl_div(ta.ones(2, device=d), ta.ones(2, device=d), True),

@@ -289,9 +289,9 @@ def test_init_bounds_and_fans_match_torch(device):
     assert values.std() == pytest.approx(torch_values.std(), rel=0.03)
     for init, expected in [(nn.init.zeros_, 0.0), (nn.init.ones_, 1.0)]:
         init(weight)
-        assert (weight.numpy() == expected).all()
+        assert (weight.detach().numpy() == expected).all()
     nn.init.constant_(weight, 0.25)
-    assert (weight.numpy() == 0.25).all() and weight.requires_grad and weight.grad is None
+    assert (weight.detach().numpy() == 0.25).all() and weight.requires_grad and weight.grad is None
 
 
 def test_init_is_seeded_and_refuses_bad_input(device):

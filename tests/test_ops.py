@@ -373,6 +373,12 @@ ROWS = [
     Row("einsum transpose", lambda a: ta.einsum("ijk->kij", a), lambda a: a.transpose(2, 0, 1),
         [B3]),
     Row("einsum outer implicit", lambda a, b: ta.einsum("i,j", a, b), np.outer, [(3,), (4,)]),
+    Row("einsum three operands", lambda a, b, c: ta.einsum("ij,jk,kl->il", a, b, c),
+        lambda a, b, c: a @ b @ c, [(2, 3), (3, 4), (4, 2)]),
+    Row("einsum ellipsis", lambda a, b: ta.einsum("...ij,...jk->...ik", a, b), np.matmul,
+        [(2, 3, 4), (4, 2)]),
+    Row("einsum diagonal", lambda a: ta.einsum("bii->bi", a),
+        lambda a: np.einsum("bii->bi", a), [(2, 3, 3)]),
     Row("stack",   lambda a, b: ta.stack([a, b]), lambda a, b: np.stack([a, b]), [(2, 3), (2, 3)]),
     Row("stack axis", lambda a, b, c: ta.stack([a, b, c], axis=-1),
         lambda a, b, c: np.stack([a, b, c], axis=-1), [(2, 3), (2, 3), (2, 3)]),
@@ -460,6 +466,12 @@ ROWS = [
         x, ta.tensor([0, 3, -100], device=x.device), weight=ta.tensor(
             [1.0, 2.0, 0.5, 3.0], dtype="float64", device=x.device), label_smoothing=0.1),
         lambda x: _weighted_ce_numpy(x, [0, 3, -100], [1.0, 2.0, 0.5, 3.0], 0.1), [A]),
+    Row("NegLogLikelihood", lambda a, w: ops.NegLogLikelihood.apply(a, w),
+        lambda a, w: -(a * w).sum(-1), [B3, (3, 4)]),
+    Row("NegLogLikelihood broadcast weights", lambda a, w: ops.NegLogLikelihood.apply(a, w),
+        lambda a, w: -(a * w).sum(-1), [B3, (4,)]),
+    Row("BinaryCrossEntropy", lambda p, t: ops.BinaryCrossEntropy.apply(
+        p.sigmoid(), t.sigmoid()), lambda p, t: _bce_numpy(_sigmoid(p), _sigmoid(t)), [A, A]),
     Row("softsign", lambda a: nn_functional.softsign(a), lambda a: a / (1 + np.abs(a)), [A],
         make=distinct),
     Row("selu", lambda a: nn_functional.selu(a),
@@ -559,6 +571,14 @@ ROWS = [
         lambda a: np.where(a > 0, a, 0.7 * np.expm1(a / 0.7)), [A], make=distinct),
 ]
 # fmt: on
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _bce_numpy(p: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return -(t * np.maximum(np.log(p), -100.0) + (1 - t) * np.maximum(np.log1p(-p), -100.0))
 
 
 def _weighted_ce_numpy(x: np.ndarray, targets: list, weight: list, s: float) -> np.ndarray:

@@ -527,11 +527,10 @@ def test_floor_divide_refuses_backward_as_torch_does(device):
         (y // 0.5).sum().backward()
 
 
-def test_einsum_outside_the_supported_forms_is_a_clear_error(device):
+def test_einsum_refuses_a_repeated_output_letter(device):
     x = ta.ones(3, 3, device=device)
-    for equation, operands in (("ii->i", (x,)), ("...ij->...ji", (x,)), ("ij,jk,kl", (x,) * 3)):
-        with pytest.raises(ValueError, match="einsum"):
-            ta.einsum(equation, *operands)
+    with pytest.raises(RuntimeError, match="einsum"):
+        ta.einsum("ii->ii", x)
 
 
 def test_scatter_to_one_place_twice_is_refused(device):
@@ -540,11 +539,11 @@ def test_scatter_to_one_place_twice_is_refused(device):
         ta.zeros(2, 3, device=device).scatter(1, index, 1.0)
 
 
-def test_index_arrays_apart_are_a_clear_error(device):
-    """NumPy and PyTorch agree here, but the order rules are subtle: refuse rather than guess."""
+def test_index_arrays_apart_put_their_dims_first(device):
+    """NumPy and PyTorch agree: index arrays separated by a slice gather into leading dims."""
     x = ta.ones(2, 3, 4, device=device)
-    with pytest.raises(IndexError, match="adjacent"):
-        x[[0, 1], :, [1, 2]]
+    assert x[[0, 1, 1], :, [1, 2, 0]].shape == (3, 3)
+    assert x[0, :, [1, 2]].shape == (3, 2)  # an int selects first: nothing moves
     with pytest.raises(IndexError, match="out of range for axis 1"):
         x[[0, 1], [1, 3]]
 

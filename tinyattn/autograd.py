@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import backend, grad_mode, torch_protocol
+from .errors import TinyattnError
 from .grad_mode import (
     AnomalyError,
     _check_backward,
@@ -647,7 +648,7 @@ def grad(
     inputs = _as_sequence(inputs)
     grad_outputs = _as_sequence(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     if len(grad_outputs) != len(outputs):
-        raise ValueError(f"grad: got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+        raise TinyattnError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
     for kind, tensors in (("output", outputs), ("input", inputs)):
         for position, tensor in enumerate(tensors):
             if not hasattr(tensor, "_ctx"):  # the engine cannot import Tensor (layering)
@@ -794,6 +795,12 @@ class _ThisThread:
         recorder = _recording.get(threading.get_ident())
         if recorder is not None:
             recorder.python_write(what)
+
+    @staticmethod
+    def module_hooks(module: str) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            recorder.module_hooks(module)
 
     @staticmethod
     def mode(owner: Any, name: str) -> None:

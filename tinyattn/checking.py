@@ -24,6 +24,7 @@ from typing import Any
 
 from . import backend
 from .autograd import grad as autograd_grad
+from .errors import TinyattnError
 from .tensor import Tensor
 
 # Defaults by the dtype of the inputs checked. The numeric side always runs in float64, so eps is
@@ -69,7 +70,7 @@ def _targets(inputs: Sequence[Any], params: Any) -> list[_Target]:
         named = [(f"params[{i}]", p) for i, p in enumerate(params)]
     found += [_Target(p, f"parameter '{name}'") for name, p in named]
     if not found:
-        raise ValueError("gradcheck: no input requires grad and no params were given")
+        raise TinyattnError("gradcheck: no input requires grad and no params were given")
     for target in found:
         if not backend.is_floating(backend.namespace(target.tensor.array), target.tensor.dtype):
             raise TypeError(
@@ -108,7 +109,7 @@ def _analytic(fn: Callable, inputs: Sequence[Any], targets: list[_Target], seed:
     """VJP with the seeded cotangent, in the inputs' own dtypes, as host float64 arrays."""
     outputs = _outputs(fn(*inputs))
     if not outputs:
-        raise ValueError("gradcheck: the function returned no floating-point tensor")
+        raise TinyattnError("gradcheck: the function returned no floating-point tensor")
     pairs = [(o, c) for o, c in zip(outputs, _cotangents(outputs, seed)) if o.requires_grad]
     if not pairs:  # nothing depends on the targets: the gradient is zero
         return [backend.host_zeros(t.tensor.shape) for t in targets]

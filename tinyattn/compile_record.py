@@ -363,6 +363,15 @@ class Recorder:
                 "an lr_scheduler, whose step() is replayed"
             )
 
+    def module_hooks(self, module: str) -> None:
+        if not self.suspended:
+            raise CompileError(
+                f"compile: the step calls a {module} with module hooks (register_forward_hook "
+                "and the like) while it is recorded; a replay runs no Python of the step, so "
+                "the hooks would run only once. Remove them (handle.remove()) before compiling, "
+                "or call the model uncompiled while they are needed"
+            )
+
     def host_read(self, what: str) -> None:
         if self.in_hook:
             self.hook_host_reads += 1

@@ -76,6 +76,7 @@ from .compile_guards import (
     guard,
 )
 from .compile_record import CompileError, Recorder, check_same, encode_outputs, returned_values
+from .errors import TinyattnError
 from .replay import Tape, position_in, written_inputs
 from .tensor import Tensor
 
@@ -131,7 +132,7 @@ class CompiledStep:
         if not callable(step):
             raise TypeError(f"compile: step must be a function, got {type(step).__name__}")
         if type(max_signatures) is not int or max_signatures < 1:
-            raise ValueError(
+            raise TinyattnError(
                 f"compile: max_signatures must be a positive int, got {max_signatures!r}"
             )
         if not isinstance(cuda_graphs, bool):
@@ -408,12 +409,12 @@ def _verify_every(value: int | None) -> int:
     if value is None:
         text = os.environ.get("TINYATTN_COMPILE_VERIFY", "").strip() or "0"
         if not text.isdigit():
-            raise ValueError(
+            raise TinyattnError(
                 f"compile: TINYATTN_COMPILE_VERIFY must be a whole number of calls, got {text!r}"
             )
         return int(text)
     if type(value) is not int or value < 0:
-        raise ValueError(f"compile: verify_every must be an int >= 0, got {value!r}")
+        raise TinyattnError(f"compile: verify_every must be an int >= 0, got {value!r}")
     return value
 
 

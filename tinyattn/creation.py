@@ -16,6 +16,7 @@ from . import backend
 from .autograd import (
     note_created,
 )
+from .errors import TinyattnError
 from .methods.common import HOST_ARRAY, checked_shape, filled, shape_arg
 from .tensor import Tensor
 
@@ -102,7 +103,7 @@ def arange(
     if end is None:
         start, end = 0, start
     if step == 0:
-        raise ValueError(f"arange: step must not be zero (start={start}, end={end})")
+        raise TinyattnError(f"arange: step must not be zero (start={start}, end={end})")
     if dtype is None:
         all_ints = all(isinstance(v, int) for v in (start, end, step))
         dtype = "int64" if all_ints else "float32"
@@ -137,7 +138,7 @@ def randint(
     if size is None:
         raise TypeError("randint: the size (a tuple) is required, e.g. randint(0, 10, (2, 3))")
     if high is None or high <= low:
-        raise ValueError(f"randint: need low < high, got low={low}, high={high}")
+        raise TinyattnError(f"randint: need low < high, got low={low}, high={high}")
     shape = checked_shape("randint", shape_arg((size,)))
     return Tensor._from_op(backend.random_integers(low, high, shape, dtype, device), None)
 
@@ -148,7 +149,7 @@ def randperm(
     """0 .. n-1 in a random order, from the host generator seeded by ``ta.manual_seed``; int64
     unless `dtype` says."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"randperm: n must be an int >= 0, got {n!r}")
+        raise TinyattnError(f"randperm: n must be an int >= 0, got {n!r}")
     if requires_grad:
         raise RuntimeError("randperm: an integer tensor cannot require grad")
     return Tensor._from_op(backend.random_permutation(n, dtype, device), None)
@@ -166,7 +167,7 @@ def linspace(
     """`steps` evenly spaced values from `start` to `end`, both included; float32 unless
     `dtype` says."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"linspace: steps must be an int >= 0, got {steps!r}")
+        raise TinyattnError(f"linspace: steps must be an int >= 0, got {steps!r}")
     data = backend.evenly_spaced(float(start), float(end), steps, dtype or "float32", device)
     out = Tensor._from_op(data, None)
     note_created(data)
@@ -185,7 +186,7 @@ def eye(
     says."""
     for name, value in (("n", n), ("m", n if m is None else m)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"eye: {name} must be an int >= 0, got {value!r}")
+            raise TinyattnError(f"eye: {name} must be an int >= 0, got {value!r}")
     xp, native = backend.resolve_device(device)
     dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype) if dtype else "float32")
     out = Tensor._from_op(xp.eye(n, m, dtype=dtype, device=native), None)

@@ -7,8 +7,7 @@ then composes Tensor ops or calls one fused op from `ops` (Softmax, LogSoftmax, 
 LayerNorm, Dropout, BlockwiseAttention): no derivative math lives here, so every order of gradient
 comes from the ops layer. `_attention`, `_dropout` and `_blockwise_attention` check nothing: they
 trust their callers (nn.MultiHeadAttention calls `_attention` after its own checks).
-Bool masks mean True = may attend; masked scores become -inf and a row with no finite score gets
-softmax weights of exactly 0, so fully masked rows are 0 in value and in gradient, never NaN.
+Bool masks: True = may attend; a fully masked row's weights are 0 in value and gradient, not NaN.
 """
 
 # ruff: noqa: A002  (PyTorch's parameter names, input ..., so keyword callers port unchanged)
@@ -19,7 +18,9 @@ import math
 from typing import Any
 
 from . import backend, kernels, ops
+from .attention_heads import repeat_kv_heads
 from .creation import arange
+from .errors import TinyattnError
 from .methods.common import where
 from .ops import BlockwiseAttention, Dropout, Erf, Gelu, LogSoftmax, Softmax, broadcast_shapes
 from .tensor import Tensor
@@ -96,9 +97,9 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """
     x = input
     if weight.ndim != 2:
-        raise ValueError(f"linear: weight must be 2-D (out, in), got shape {weight.shape}")
+        raise TinyattnError(f"linear: weight must be 2-D (out, in), got shape {weight.shape}")
     if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(
+        raise TinyattnError(
             f"linear: input of shape {x.shape} has {x.shape[-1] if x.ndim else 0} features, "
             f"but weight of shape {weight.shape} expects {weight.shape[1]}"
         )
@@ -110,7 +111,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if bias is None:
         return ops.Linear.apply(x, weight)  # one fused node: (..., in) -> (..., out)
     if bias.shape != (weight.shape[0],):
-        raise ValueError(
+        raise TinyattnError(
             f"linear: bias of shape {bias.shape} does not match weight of shape "
             f"{weight.shape}: expected ({weight.shape[0]},)"
         )
@@ -155,7 +156,7 @@ def embedding(
             "the weight yourself under no_grad if you need max_norm"
         )
     if weight.ndim != 2:
-        raise ValueError(f"embedding: weight must be 2-D (V, D), got shape {weight.shape}")
+        raise TinyattnError(f"embedding: weight must be 2-D (V, D), got shape {weight.shape}")
     indices = _integer_tensor("embedding", input, "indices", weight, "weight")
     xp = backend.namespace(indices.array)
     rows = weight.shape[0]
@@ -179,7 +180,7 @@ def _without_padding_gradient(weight: Tensor, padding_idx: int) -> Tensor:
     """The same values, but the row `padding_idx` comes from a detached copy: no gradient."""
     rows = weight.shape[0]
     if not isinstance(padding_idx, int) or not -rows <= padding_idx < rows:
-        raise ValueError(f"embedding: padding_idx {padding_idx} is out of range for {rows} rows")
+        raise TinyattnError(f"embedding: padding_idx {padding_idx} is out of range for {rows} rows")
     xp = backend.namespace(weight.array)
     is_pad = xp.arange(rows, device=weight.array.device) == padding_idx % rows
     return where(weight.constant(xp.reshape(is_pad, (rows, 1))), weight.detach(), weight)
@@ -204,15 +205,15 @@ def layer_norm(
     x = _check_float("layer_norm", input)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or len(shape) > x.ndim or x.shape[x.ndim - len(shape) :] != shape:
-        raise ValueError(
+        raise TinyattnError(
             f"layer_norm: normalized_shape {shape} does not match the trailing axes of input "
             f"shape {x.shape}"
         )
     if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0 <= eps < math.inf:
-        raise ValueError(f"layer_norm: eps must be a finite number >= 0, got {eps!r}")
+        raise TinyattnError(f"layer_norm: eps must be a finite number >= 0, got {eps!r}")
     for name, param in (("weight", weight), ("bias", bias)):
         if param is not None and param.shape != shape:
-            raise ValueError(
+            raise TinyattnError(
                 f"layer_norm: {name} has shape {param.shape}, expected normalized_shape {shape}"
             )
     axes = tuple(range(x.ndim - len(shape), x.ndim))
@@ -231,7 +232,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     """
     x = _check_float("dropout", input)  # an integer tensor cannot be scaled by 1 / (1 - p)
     if not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: probability p must be in [0, 1], got {p!r}")
+        raise TinyattnError(f"dropout: probability p must be in [0, 1], got {p!r}")
     if not training or p == 0.0:
         return x
     return _dropout(x, p)
@@ -271,7 +272,7 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     if approximate == "tanh":
         inner = (x + 0.044715 * x * x * x) * math.sqrt(2.0 / math.pi)
         return 0.5 * x * (1.0 + inner.tanh())
-    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    raise TinyattnError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
 # ----------------------------------------------------------------------------------- attention
@@ -295,17 +296,16 @@ def scaled_dot_product_attention(
     False); a float attn_mask is M itself, added to the scores; is_causal lets query i see keys
     j <= i (top-left aligned) and, as in PyTorch, excludes attn_mask. Dropout (p = dropout_p,
     applied whenever > 0, as in PyTorch) acts on the weights. A query with no allowed key (or
-    no key at all) gets output 0 and gradient 0, never NaN. ``return_weights=True`` is
+    no key at all) gets output 0 and gradient 0, never NaN. enable_gqa=True lets key and value
+    have fewer heads (dim -3), each shared by a group of query heads. ``return_weights=True`` is
     tinyattn's extension (keyword only): it also returns the weights that multiplied v.
     This function checks every argument, then calls `_attention`, which trusts them.
     Shapes: query (..., Tq, D), key (..., Tk, D), value (..., Tk, Dv), attn_mask broadcastable
     to (..., Tq, Tk) -> out (..., Tq, Dv), weights (..., Tq, Tk).
     """
+    if enable_gqa:  # fewer key/value heads: each serves a group of query heads
+        key, value = repeat_kv_heads(query, key, value)
     scale, mask = _check_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
-    if enable_gqa:
-        raise NotImplementedError(
-            "scaled_dot_product_attention: enable_gqa is not supported; repeat the k/v heads"
-        )
     return _attention(query, key, value, mask, dropout_p, is_causal, scale, return_weights)
 
 
@@ -343,7 +343,7 @@ def causal_mask(tq: int, tk: int | None = None, device: Any = None) -> Tensor:
     PyTorch's ``is_causal``). Shapes: -> (Tq, Tk)."""
     tk = tq if tk is None else tk
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (tq, tk)):
-        raise ValueError(f"causal_mask: sizes must be non-negative ints, got Tq={tq!r}, Tk={tk!r}")
+        raise TinyattnError(f"causal_mask: sizes must be ints >= 0, got Tq={tq!r}, Tk={tk!r}")
     # key column j (1, Tk) against query row i (Tq, 1): allowed where j <= i
     return arange(tk, device=device).reshape(1, tk) <= arange(tq, device=device).reshape(tq, 1)
 
@@ -368,9 +368,9 @@ def _check_attention(
     op = "scaled_dot_product_attention"
     _check_inputs(op, q, k, v)
     if not isinstance(dropout_p, int | float) or not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p!r}")
-    if mask is not None and is_causal:
-        raise ValueError(f"{op}: pass either attn_mask or is_causal=True, not both (as PyTorch)")
+        raise TinyattnError(f"{op}: dropout_p must be in [0, 1], got {dropout_p!r}")
+    if mask is not None and is_causal:  # PyTorch's documented error (its math path's too)
+        raise RuntimeError(f"{op}: explicit attn_mask should not be set when is_causal=True")
     scores_shape = (*_batch_shape(q, k, v), q.shape[-2], k.shape[-2])
     mask = _checked_mask(op, mask, scores_shape, q)
     if scale is not None:
@@ -384,24 +384,24 @@ def _check_inputs(op: str, q: Any, k: Any, v: Any) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_float(op, t)
         if t.ndim < 2:
-            raise ValueError(f"{op}: {name} must have shape (..., T, D), got {t.shape}")
+            raise TinyattnError(f"{op}: {name} must have shape (..., T, D), got {t.shape}")
     if not q.dtype == k.dtype == v.dtype:
         names = ", ".join(backend.dtype_name(t.dtype) for t in (q, k, v))
         raise RuntimeError(f"{op}: q, k and v must have the same dtype (as PyTorch), got {names}")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: q of shape {q.shape} and k of shape {k.shape} differ in the feature size D "
             f"({q.shape[-1]} != {k.shape[-1]})"
         )
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: k of shape {k.shape} and v of shape {v.shape} differ in the number of keys Tk "
             f"({k.shape[-2]} != {v.shape[-2]})"
         )
     try:
         _batch_shape(q, k, v)
     except ValueError:
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: the leading (batch) axes of q {q.shape}, k {k.shape} and v {v.shape} "
             "cannot be broadcast together"
         ) from None
@@ -426,7 +426,7 @@ def _checked_mask(op: str, mask: Any, shape: tuple, query: Tensor) -> Tensor | N
     if mask.ndim > len(shape) or any(
         m != 1 and m != s for m, s in zip(reversed(mask.shape), reversed(shape), strict=False)
     ):
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: attn_mask of shape {mask.shape} cannot be broadcast to the scores shape "
             f"{shape} (..., Tq, Tk)"
         )

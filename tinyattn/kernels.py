@@ -24,6 +24,7 @@ from .backend import (
     reshape,
     scatter_add,
 )
+from .errors import TinyattnError
 
 # ------------------------------------------------------------------------------ sums and maxima
 
@@ -84,7 +85,7 @@ def identity_rows(xp: Any, n: int, dtype: Any, device: Any) -> Any:
     sharing one array between calls is safe. For n up to `IDENTITY_ROWS`.
     """
     if n > IDENTITY_ROWS:
-        raise ValueError(f"identity_rows: {n} rows is more than IDENTITY_ROWS={IDENTITY_ROWS}")
+        raise TinyattnError(f"identity_rows: {n} rows is more than IDENTITY_ROWS={IDENTITY_ROWS}")
     return xp.eye(n, dtype=dtype, device=device)
 
 

@@ -140,6 +140,7 @@ class UfuncCall:
 # The ops whose forward is exactly one array function of the same name (out= aside).
 _BINARY_UFUNCS = {ops.Add: "add", ops.Sub: "subtract", ops.Mul: "multiply", ops.Div: "divide"}
 _BINARY_UFUNCS[ops.Maximum] = "maximum"
+_BINARY_UFUNCS[ops.Minimum] = "minimum"
 _UNARY_UFUNCS = {ops.Neg: "negative", ops.Exp: "exp", ops.Log: "log", ops.Tanh: "tanh"}
 _UNARY_UFUNCS[ops.Sqrt] = "sqrt"
 

@@ -23,6 +23,7 @@ import os
 from typing import Any, BinaryIO
 
 from . import backend
+from .errors import TinyattnError
 from .tensor import Tensor
 
 # The format: an uncompressed .npz. Each Tensor is an entry named by its dotted path in the
@@ -40,7 +41,7 @@ def _encode(value: Any, path: str, arrays: dict[str, Any]) -> Any:
     if isinstance(value, Tensor) or backend.is_host_array(value):
         name = path or "tensor"
         if name in arrays or name == backend.NPZ_METADATA_ENTRY:
-            raise ValueError(f"save: two entries would share the name {name!r}; rename a key")
+            raise TinyattnError(f"save: two entries would share the name {name!r}; rename a key")
         arrays[name] = value.array if isinstance(value, Tensor) else value
         return {"tensor": name}
     if isinstance(value, dict):
@@ -98,7 +99,9 @@ def _save_path(f: Any) -> str:
         )
     path = os.fsdecode(f)
     if not path or "\0" in path:
-        raise ValueError(f"save: {path!r} is not a file path; give a file name such as 'model.npz'")
+        raise TinyattnError(
+            f"save: {path!r} is not a file path; give a file name such as 'model.npz'"
+        )
     return path
 
 
@@ -142,7 +145,7 @@ def _target_of(path: str) -> str:
     if os.path.lexists(target) and not os.path.isfile(target):
         kind = "a directory" if os.path.isdir(target) else "not a regular file"
         shown = path if target == path else f"{path!r} -> {target!r}"
-        raise ValueError(f"save: {shown!r} is {kind}; refusing to replace it with a checkpoint")
+        raise TinyattnError(f"save: {shown!r} is {kind}; refusing to replace it with a checkpoint")
     directory = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(directory):  # else the error would name the temporary file
         raise FileNotFoundError(f"save: directory {directory!r} does not exist (saving {path!r})")
@@ -208,13 +211,15 @@ def _well_formed(kind: str, body: Any) -> bool:
 
 def _decode(tree: Any, arrays: dict[str, Any], device: Any, path: str) -> Any:
     if not isinstance(tree, dict) or len(tree) != 1:
-        raise ValueError(f"load: {path}: malformed manifest node {tree!r}")
+        raise TinyattnError(f"load: {path}: malformed manifest node {tree!r}")
     ((kind, body),) = tree.items()
     if not _well_formed(kind, body):  # a damaged manifest must not fail with a raw TypeError
-        raise ValueError(f"load: {path}: malformed manifest node {tree!r:.80}")
+        raise TinyattnError(f"load: {path}: malformed manifest node {tree!r:.80}")
     if kind == "tensor":
         if body not in arrays:
-            raise ValueError(f"load: {path}: the manifest names entry {body!r}, which is missing")
+            raise TinyattnError(
+                f"load: {path}: the manifest names entry {body!r}, which is missing"
+            )
         return Tensor(arrays[body], device=device)
     if kind == "dict":
         return {key: _decode(item, arrays, device, path) for key, item in body}
@@ -223,7 +228,7 @@ def _decode(tree: Any, arrays: dict[str, Any], device: Any, path: str) -> Any:
         return items if kind == "list" else tuple(items)
     if kind == "value":
         return body
-    raise ValueError(f"load: {path}: unknown manifest node kind {kind!r}")
+    raise TinyattnError(f"load: {path}: unknown manifest node kind {kind!r}")
 
 
 def load(
@@ -287,7 +292,7 @@ def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]
             "(pip install safetensors)"
         ) from None
     except ValueError as exc:
-        raise ValueError(f"load: {shown}: {exc}") from None
+        raise TinyattnError(f"load: {shown}: {exc}") from None
     return {name: Tensor(array, device=device) for name, array in arrays.items()}
 
 
@@ -297,20 +302,20 @@ def _from_npz(source: Any, shown: str, device: Any) -> Any:
     except FileNotFoundError:
         raise FileNotFoundError(f"load: no file at {shown}") from None
     except ValueError as exc:
-        raise ValueError(f"load: {shown} is not a readable tinyattn checkpoint: {exc}") from None
+        raise TinyattnError(f"load: {shown} is not a readable tinyattn checkpoint: {exc}") from None
     if metadata is None:
-        raise ValueError(
+        raise TinyattnError(
             f"load: {shown} is an .npz archive but not a tinyattn checkpoint (no "
             f"{backend.NPZ_METADATA_ENTRY!r} entry); read plain archives with numpy.load"
         )
     try:
         header = json.loads(metadata)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"load: {shown} has a corrupt manifest ({exc})") from None
+        raise TinyattnError(f"load: {shown} has a corrupt manifest ({exc})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ValueError(f"load: {shown} is not a tinyattn checkpoint (format {header!r:.80})")
+        raise TinyattnError(f"load: {shown} is not a tinyattn checkpoint (format {header!r:.80})")
     if header.get("version") != VERSION:
-        raise ValueError(
+        raise TinyattnError(
             f"load: {shown} has checkpoint version {header.get('version')!r}; this tinyattn "
             f"reads version {VERSION}"
         )

@@ -2,8 +2,8 @@
 and vstack (PyTorch's names), ``cat``, ``equal``, and ``FUNCTIONS``: ``ta.exp(x)``, ``ta.sum(x)``
 and every other function that is a Tensor method with the tensor first.
 
-Imports `tensor`, `creation`, `methods` and `ops`. None holds derivative
-math: einsum is a permute, a reshape and one batched matmul; pad is a concat with constant
+Imports `tensor`, `creation`, `methods` and `ops`. None holds derivative math: einsum is
+diagonals, sums, permutes, reshapes and one batched matmul per pair; pad is a concat with constant
 blocks (or a slice, for negative padding); meshgrid reshapes and broadcasts; cosine_similarity
 divides by norms and sums; hstack and vstack are concatenations. Their gradients, of any order,
 come from those ops.
@@ -17,69 +17,166 @@ from typing import Any
 
 from . import backend
 from .creation import full
+from .errors import TinyattnError
 from .methods.common import concat, describe
 from .methods.inplace import IN_PLACE_UNARY
 from .ops import broadcast_shapes, normalize_axes
 from .ops.table import BINARY, LOGICAL, UNARY
 from .tensor import Tensor
 
-_EINSUM_HELP = "e.g. 'bhtd,bhsd->bhts', 'ij,jk->ik' or 'ij->ji' (one or two operands, no '...')"
+_EINSUM_HELP = "e.g. 'bhtd,bhsd->bhts', 'ij,jk,kl->il', '...ij->...ji' or 'ii->i'"
+_SUBLIST_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def einsum(equation: str, *operands: Any) -> Tensor:
-    """Sum of products over the letters an equation names (one or two operands).
+def einsum(*args: Any) -> Tensor:
+    """Sum of products over the letters an equation names, as ``torch.einsum``.
 
-    Letters of both operands that are missing from the output are contracted (a matmul), letters
-    of both that are kept form a batch, a letter of one operand alone is summed out first when
-    the output drops it. Repeated letters within an operand (traces, diagonals) and ``...`` are
-    refused with an error.
+    ``einsum("ij,jk->ik", a, b)``, a list of operands, or PyTorch's sublist form
+    ``einsum(a, [0, 1], b, [1, 2], [0, 2])``. ``...`` stands for the dims no letter names
+    (broadcast, right-aligned); a letter repeated within one operand takes its diagonal
+    (``"ii->i"``); size-1 dims broadcast. Without ``->`` the output is ``...`` and then the
+    letters seen once, in alphabetical order. Operands are contracted pairwise from left to
+    right: letters no later operand or the output needs are summed out first, and each pair
+    is one batched matmul. Gradients, of any order, come from those ops. A bad equation is a
+    RuntimeError, as in PyTorch.
     """
-    if len(operands) == 1 and isinstance(operands[0], list | tuple):
-        operands = tuple(operands[0])
-    inputs, output = _parse_einsum(equation, len(operands))
-    sizes: dict[str, int] = {}
-    for letters, operand in zip(inputs, operands, strict=True):
+    equation, operands = _einsum_arguments(args)
+    inputs, output = _parse_einsum(equation, operands)
+    terms = [_diagonals(operand, letters) for operand, letters in zip(operands, inputs)]
+    sizes = _letter_sizes(equation, terms)
+    terms = [(_broadcast_letters(t, letters, sizes), letters) for t, letters in terms]
+
+    def needed(after: int) -> set:
+        return set(output).union(*(letters for _, letters in terms[after + 1 :]))
+
+    current = _sum_letters(*terms[0], needed(0))
+    for i in range(1, len(terms)):
+        following = needed(i)
+        term = _sum_letters(*terms[i], following | set(current[1]))
+        current = _sum_letters(*current, following | set(term[1]))
+        kept = "".join(c for c in dict.fromkeys(current[1] + term[1]) if c in following)
+        current = (_contract(current, term, kept, sizes), kept)
+    return _permuted(current[0], current[1], output)
+
+
+def _einsum_arguments(args: tuple) -> tuple[str, list]:
+    """(equation, operands) from ``(equation, *operands)``, ``(equation, [operands])`` or the
+    sublist form ``(op, sublist, op, sublist, ..., [output sublist])``."""
+    if args and isinstance(args[0], str):
+        operands = args[1:]
+        if len(operands) == 1 and isinstance(operands[0], list | tuple):
+            operands = tuple(operands[0])
+        return args[0], list(operands)
+    pairs, output = list(args), None
+    if len(pairs) % 2:
+        output = pairs.pop()
+    operands, parts = pairs[0::2], [_sublist_letters(sub) for sub in pairs[1::2]]
+    equation = ",".join(parts) + ("" if output is None else "->" + _sublist_letters(output))
+    return equation, operands
+
+
+def _sublist_letters(sublist: Any) -> str:
+    """A sublist of ints in [0, 52) and Ellipsis as equation letters."""
+    letters = []
+    for item in sublist:
+        if item is Ellipsis:
+            letters.append("...")
+        elif isinstance(item, int) and 0 <= item < len(_SUBLIST_LETTERS):
+            letters.append(_SUBLIST_LETTERS[item])
+        else:
+            raise RuntimeError(
+                f"einsum: sublist entries must be ints in [0, 52) or ..., got {item!r}"
+            )
+    return "".join(letters)
+
+
+def _parse_einsum(equation: str, operands: list) -> tuple[list[str], str]:
+    """Each operand's letters and the output's, with ``...`` written out as letters of its own."""
+    if not isinstance(equation, str) or not operands:
+        raise RuntimeError(f"einsum: expected an equation and operands; {_EINSUM_HELP}")
+    for operand in operands:
         if not isinstance(operand, Tensor):
             raise TypeError(f"einsum: operands must be Tensors, got {type(operand).__name__}")
-        if operand.ndim != len(letters):
-            raise ValueError(
+    left, arrow, output = equation.replace(" ", "").partition("->")
+    inputs = left.split(",")
+    if len(inputs) != len(operands):
+        raise RuntimeError(
+            f"einsum: {equation!r} names {len(inputs)} operand(s), got {len(operands)}"
+        )
+    for letters in (*inputs, output):
+        plain = letters.replace("...", "", 1)
+        if plain and not plain.isalpha() or "." in plain:
+            raise RuntimeError(
+                f"einsum: '{letters}' in {equation!r} is not letters; {_EINSUM_HELP}"
+            )
+    named = "".join(letters.replace("...", "") for letters in inputs)
+    spare = iter(c for c in _SUBLIST_LETTERS[::-1] if c not in named + output)
+    ellipsis = "".join(next(spare) for _ in range(_ellipsis_dims(equation, inputs, operands)))
+    if not arrow:  # implicit output: the ``...`` dims, then the letters seen once, sorted
+        output = "..." + "".join(sorted(c for c in set(named) if named.count(c) == 1))
+    inputs = [_ellipsis_written(s, ellipsis, op.ndim) for s, op in zip(inputs, operands)]
+    output = output.replace("...", ellipsis)
+    if len(set(output)) != len(output) or set(output) - set("".join(inputs)):
+        raise RuntimeError(f"einsum: output letters of {equation!r} repeat or appear in no operand")
+    for letters, operand in zip(inputs, operands):
+        if len(letters) != operand.ndim:
+            raise RuntimeError(
                 f"einsum: operand '{letters}' of {equation!r} has shape {operand.shape}"
             )
-        for letter, n in zip(letters, operand.shape, strict=True):
-            if sizes.setdefault(letter, n) != n:
-                raise ValueError(
-                    f"einsum: letter '{letter}' of {equation!r} has sizes {sizes[letter]} and {n}"
-                )
-    keep = set(output) | (set(inputs[1]) if len(inputs) == 2 else set())
-    first = _sum_letters(operands[0], inputs[0], keep)
-    if len(inputs) == 1:
-        return _permuted(first[0], first[1], output)
-    keep = set(output) | set(inputs[0])
-    second = _sum_letters(operands[1], inputs[1], keep)
-    return _contract(first, second, output, sizes)
-
-
-def _parse_einsum(equation: str, count: int) -> tuple[list[str], str]:
-    if not isinstance(equation, str) or "..." in equation or count not in (1, 2):
-        raise ValueError(
-            f"einsum: unsupported equation {equation!r} with {count} operand(s); {_EINSUM_HELP}"
-        )
-    equation = equation.replace(" ", "")
-    left, arrow, output = equation.partition("->")
-    inputs = left.split(",")
-    if not arrow:  # implicit output: the letters seen once, in alphabetical order
-        output = "".join(sorted(c for c in set(left) - {","} if left.count(c) == 1))
-    if len(inputs) != count:
-        raise ValueError(f"einsum: {equation!r} names {len(inputs)} operand(s), got {count}")
-    for letters in (*inputs, output):
-        if not letters.isalpha() and letters or len(set(letters)) != len(letters):
-            raise ValueError(
-                f"einsum: '{letters}' in {equation!r} repeats a letter or is not letters; "
-                f"{_EINSUM_HELP}"
-            )
-    if set(output) - set("".join(inputs)):
-        raise ValueError(f"einsum: output letters of {equation!r} appear in no operand")
     return inputs, output
+
+
+def _ellipsis_dims(equation: str, inputs: list, operands: list) -> int:
+    """How many dims ``...`` stands for: the most any operand leaves unnamed."""
+    most = 0
+    for letters, operand in zip(inputs, operands):
+        named = len(letters.replace("...", ""))
+        if "..." in letters:
+            most = max(most, operand.ndim - named)
+        if operand.ndim < named or ("..." not in letters and operand.ndim != named):
+            raise RuntimeError(
+                f"einsum: operand '{letters}' of {equation!r} has shape {operand.shape}"
+            )
+    return most
+
+
+def _ellipsis_written(letters: str, ellipsis: str, ndim: int) -> str:
+    """An operand's letters with its ``...`` as the last letters of `ellipsis`: the dims
+    ``...`` stands for broadcast right-aligned, as NumPy's do."""
+    head, _, tail = letters.partition("...")
+    count = ndim - len(head) - len(tail)
+    return head + ellipsis[len(ellipsis) - count :] + tail
+
+
+def _diagonals(operand: Tensor, letters: str) -> tuple[Tensor, str]:
+    """A letter repeated within one operand (``ii``) takes the diagonal of its dims."""
+    for letter in letters:
+        while letters.count(letter) > 1:
+            first = letters.index(letter)
+            second = letters.index(letter, first + 1)
+            operand = operand.diagonal(0, first, second)  # that dim moves last
+            letters = letters[:first] + letters[first + 1 : second] + letters[second + 1 :]
+            letters += letter
+    return operand, letters
+
+
+def _letter_sizes(equation: str, terms: list) -> dict[str, int]:
+    """Each letter's size; a size-1 dim broadcasts against the others, as in PyTorch."""
+    sizes: dict[str, int] = {}
+    for operand, letters in terms:
+        for letter, n in zip(letters, operand.shape, strict=True):
+            known = sizes.setdefault(letter, n)
+            if known != n and 1 not in (known, n):
+                raise RuntimeError(
+                    f"einsum: letter '{letter}' of {equation!r} has sizes {known} and {n}"
+                )
+            sizes[letter] = max(known, n) if 1 in (known, n) else n
+    return sizes
+
+
+def _broadcast_letters(operand: Tensor, letters: str, sizes: dict) -> Tensor:
+    shape = tuple(sizes[c] for c in letters)
+    return operand if operand.shape == shape else operand.broadcast_to(shape)
 
 
 def _sum_letters(operand: Tensor, letters: str, keep: set) -> tuple[Tensor, str]:
@@ -133,7 +230,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
         )
     pad = tuple(pad)
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
-        raise ValueError(
+        raise TinyattnError(
             f"pad: expected pairs (before, after) for at most {input.ndim} dims, got {pad}"
         )
     out = input
@@ -148,7 +245,9 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
 def _pad_axis(x: Tensor, axis: int, before: int, after: int, value: float) -> Tensor:
     length = x.shape[axis]
     if -min(before, 0) - min(after, 0) > length:
-        raise ValueError(f"pad: cropping {before}, {after} exceeds dim {axis} of shape {x.shape}")
+        raise TinyattnError(
+            f"pad: cropping {before}, {after} exceeds dim {axis} of shape {x.shape}"
+        )
     start, stop = max(-before, 0), length - max(-after, 0)
     if start or stop != length:  # negative padding crops
         x = x[(slice(None),) * axis + (slice(start, stop),)]
@@ -233,10 +332,10 @@ def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
     if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
         tensors = tuple(tensors[0])
     if indexing not in ("ij", "xy"):
-        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        raise TinyattnError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for t in tensors:
         if not isinstance(t, Tensor) or t.ndim > 1:
-            raise ValueError(f"meshgrid: expected 0-D or 1-D Tensors, got {t!r}")
+            raise TinyattnError(f"meshgrid: expected 0-D or 1-D Tensors, got {t!r}")
     sizes = [t.numel() for t in tensors]
     swap = indexing == "xy" and len(tensors) > 1
     if swap:
@@ -306,7 +405,7 @@ def _joined(op: str, parts: list[Tensor], dim: int) -> Tensor:
     try:
         return concat(parts, dim=dim)
     except ValueError as exc:
-        raise ValueError(f"{op}: {exc}") from None
+        raise TinyattnError(f"{op}: {exc}") from None
 
 
 def _free_function(name: str) -> Callable:

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .errors import TinyattnError
+
 try:
     import hypothesis
     from hypothesis import strategies as st
@@ -213,9 +215,9 @@ def check_grads(
     reproduce it; the error's ``inputs`` and ``dtype`` attributes hold that example.
     """
     if order not in (1, 2):
-        raise ValueError(f"check_grads: order must be 1 or 2, got {order!r}")
+        raise TinyattnError(f"check_grads: order must be 1 or 2, got {order!r}")
     if dtype is not None and dtype not in FLOAT_DTYPES + ("float16",):
-        raise ValueError(f"check_grads: dtype must be a float dtype name, got {dtype!r}")
+        raise TinyattnError(f"check_grads: dtype must be a float dtype name, got {dtype!r}")
     dtypes = (dtype,) if dtype is not None else FLOAT_DTYPES
     options = {"atol": atol, "rtol": rtol}
     failure: dict[str, Any] = {}

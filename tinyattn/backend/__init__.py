@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TinyattnError
 from . import files, windows
 from .cuda_graphs import CudaGraphs  # re-exported: backend.CudaGraphs
 
@@ -144,7 +145,7 @@ def resolve_device(spec: Any) -> tuple[Any, Any]:
     name, _, index = spec.partition(":")
     if name == "cuda":
         if index and not index.isdigit():
-            raise ValueError(f"unknown device {spec!r}: expected 'cuda' or 'cuda:N', N an int")
+            raise TinyattnError(f"unknown device {spec!r}: expected 'cuda' or 'cuda:N', N an int")
         xp, reason = cupy_status()
         if xp is None:
             raise RuntimeError(f"device {spec!r} is not available: {reason}")
@@ -159,11 +160,11 @@ def resolve_device(spec: Any) -> tuple[Any, Any]:
         try:
             return strict, strict.Device(index or "device1")
         except ValueError:
-            raise ValueError(
+            raise TinyattnError(
                 f"unknown device {spec!r}: the strict devices are 'strict' ('strict:device1') "
                 "and 'strict:device2'"
             ) from None
-    raise ValueError(f"unknown device {spec!r}: expected 'cpu', 'cuda', 'cuda:N' or 'strict'")
+    raise TinyattnError(f"unknown device {spec!r}: expected 'cpu', 'cuda', 'cuda:N' or 'strict'")
 
 
 def namespace_of_device(device: Any) -> tuple[Any, Any]:
@@ -523,7 +524,7 @@ def asarray(data: Any, dtype: Any = None, device: Any = None) -> Any:
     try:
         host = np.asarray(data)
     except ValueError as exc:
-        raise ValueError(
+        raise TinyattnError(
             f"tensor: data is ragged (nested sequences of unequal length): {exc}"
         ) from None
     if host.dtype.kind not in "biuf":
@@ -584,7 +585,7 @@ def device_of(array: Any) -> Any:
 
 def dtype_of_name(xp: Any, name: str) -> Any:
     if name not in DTYPE_NAMES:
-        raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPE_NAMES)}")
+        raise TinyattnError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPE_NAMES)}")
     return getattr(xp, name)
 
 
@@ -620,6 +621,21 @@ def dtype_name(dtype: Any) -> str:
         return np.dtype(dtype).name
     except TypeError:
         return str(dtype).rsplit(".", 1)[-1]
+
+
+def quiet_invalid() -> Any:
+    """A context in which NumPy does not warn of invalid values (0 * inf), for an op that forms
+    such a product on purpose and replaces it (CuPy and the strict namespace never warn)."""
+    return np.errstate(invalid="ignore")
+
+
+_HALF_TYPE = type(np.dtype("float16"))  # CuPy arrays carry NumPy dtypes; strict has no float16
+
+
+def is_half(array: Any) -> bool:
+    """Whether an array is float16: the one dtype PyTorch's CPU kernels widen to float32 for
+    sums, norms, softmax and layer norm. A type test: never compares dtypes across libraries."""
+    return type(array.dtype) is _HALF_TYPE
 
 
 _FLOATING: dict = {}
@@ -697,14 +713,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
             f"{type(state).__name__}"
         )
     if set(state) != set(current) or state.get("bit_generator") != current["bit_generator"]:
-        raise ValueError(
+        raise TinyattnError(
             f"set_rng_state: expected a {current['bit_generator']} state with keys "
             f"{sorted(current)} (from get_rng_state()), got keys {sorted(map(str, state))}"
         )
     try:
         _host_rng.bit_generator.state = state
     except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        raise ValueError(f"set_rng_state: not a valid generator state: {exc}") from None
+        raise TinyattnError(f"set_rng_state: not a valid generator state: {exc}") from None
     global _reseeds
     _reseeds += 1
 
@@ -739,7 +755,7 @@ def random_array(kind: str, shape: tuple, dtype: Any, device: Any) -> Any:
     elif kind == "uniform":
         host = _host_rng.random(shape)
     else:
-        raise ValueError(f"unknown random kind {kind!r}")
+        raise TinyattnError(f"unknown random kind {kind!r}")
     host = host.astype(dtype)
     result = host if xp is np else xp.asarray(host, device=native)
     if draw_hook is not None:
@@ -819,41 +835,7 @@ def safetensors_bytes(arrays: dict[str, Any], metadata: dict[str, str] | None) -
     return files.safetensors_bytes({n: to_numpy(a) for n, a in arrays.items()}, metadata)
 
 
-# ------------------------------------------------------------------ data-dependent and sampling
-def nonzero(array: Any) -> tuple[Any, ...]:
-    """``xp.nonzero(array)`` (one int64 index array per dimension, on the array's device).
-
-    The result's length depends on the values, which the strict backend refuses (as some
-    accelerator libraries do): there the indices are found on the host and moved back.
-    """
-    xp = namespace(array)
-    if xp is np or _is_cupy_array(array):
-        return tuple(xp.astype(i, xp.int64) for i in xp.nonzero(array))
-    found = np.nonzero(to_numpy(array))
-    return tuple(xp.asarray(i.astype(np.int64), device=array.device) for i in found)
-
-
-def unique(array: Any, axis: int | None) -> tuple[Any, Any, Any]:
-    """NumPy's unique of the values (sorted; with an axis, the distinct slices along it), the
-    inverse (where each element, or slice, went; the input's shape without an axis) and the
-    counts, int64, on the array's device. The length depends on the values, so they are found
-    on the host (a GPU array is copied there), as `nonzero` does on the strict backend."""
-    host = to_numpy(array)
-    values, inverse, counts = np.unique(
-        host, return_inverse=True, return_counts=True, axis=axis, equal_nan=False
-    )
-    inverse = inverse.reshape(host.shape if axis is None else (-1,)).astype(np.int64)
-    xp, device = namespace(array), array.device
-    return tuple(xp.asarray(a, device=device) for a in (values, inverse, counts.astype(np.int64)))
-
-
-def bincount(array: Any, length: int) -> Any:
-    """How often each of 0 .. length - 1 occurs in the 1-D integer array (int64, on its device;
-    counted on the host, as `unique`)."""
-    counts = np.bincount(to_numpy(array), minlength=length).astype(np.int64)
-    return namespace(array).asarray(counts, device=array.device)
-
-
+# ------------------------------------------------------------------------------------ sampling
 def multinomial(probabilities: np.ndarray, num_samples: int, replacement: bool) -> np.ndarray:
     """Draw `num_samples` category indices per row of (rows, categories) host weights from the
     seeded host generator; without replacement each row's indices are distinct. int64."""
@@ -864,14 +846,6 @@ def multinomial(probabilities: np.ndarray, num_samples: int, replacement: bool) 
         p = weights.astype(np.float64) / weights.astype(np.float64).sum()
         rows.append(_host_rng.choice(len(p), size=num_samples, replace=replacement, p=p))
     return np.asarray(rows, dtype=np.int64).reshape(len(rows), num_samples)
-
-
-def evenly_spaced(start: float, end: float, steps: int, dtype: Any, device: Any) -> Any:
-    """`steps` values from `start` to `end` inclusive, computed in float64 on the host and
-    rounded once to `dtype` (so every device gets the same values), then moved to `device`."""
-    xp, native = resolve_device(device)
-    host = np.linspace(start, end, steps, dtype=np.float64).astype(dtype_name(dtype))
-    return host if xp is np else xp.asarray(host, device=native)
 
 
 def random_permutation(n: int, dtype: Any, device: Any) -> Any:
@@ -892,3 +866,7 @@ def random_integers(low: int, high: int, shape: tuple, dtype: Any, device: Any) 
     if draw_hook is not None:
         draw_hook(random_integers, (low, high, shape, dtype, device), result)
     return result
+
+
+# Results whose shape depends on the values, and host-computed ranges: in their own file.
+from .data_dependent import bincount, evenly_spaced, nonzero, unique  # noqa: E402, F401

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TinyattnError
+
 # The .npz container (used by tinyattn.serialization): NumPy's own format. Pickle is never
 # written and never accepted.
 NPZ_METADATA_ENTRY = "__metadata__"
@@ -40,12 +42,14 @@ def _pickle_free(archive: Any, name: str) -> np.ndarray:
     try:
         entry = archive[name]
         if not isinstance(entry, np.ndarray):
-            raise ValueError(f"entry {name!r} is not a .npy array (a zip, but not an .npz archive)")
+            raise TinyattnError(
+                f"entry {name!r} is not a .npy array (a zip, but not an .npz archive)"
+            )
         return entry
     except ValueError as exc:
         if "allow_pickle" not in str(exc):
             raise
-        raise ValueError(
+        raise TinyattnError(
             f"entry {name!r} holds pickled Python objects (an object array); tinyattn never "
             "unpickles"
         ) from None
@@ -74,7 +78,7 @@ def _check_member_sizes(file: Any) -> None:
                     continue  # not a .npy member: reported by the normal read
                 claimed = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
                 if claimed > info.file_size:
-                    raise ValueError(
+                    raise TinyattnError(
                         f"entry {info.filename!r} claims shape {shape} of {dtype} "
                         f"({claimed} bytes) but holds {info.file_size} bytes"
                     )
@@ -95,7 +99,7 @@ def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
             # np.load takes any unknown bytes for a pickle, so a text file would be reported as
             # "contains pickled (object) data": check the zip (and .npy) signatures first.
             if not magic.startswith(b"PK\x03\x04") and magic != b"\x93NUMPY":
-                raise ValueError(
+                raise TinyattnError(
                     f"not an .npz archive (it starts with {magic!r}, not a zip header)"
                 )
             file.seek(0)
@@ -104,17 +108,17 @@ def load_npz(path: Any) -> tuple[dict[str, np.ndarray], str | None]:
                 file.seek(0)
             archive = np.load(file, allow_pickle=False)
             if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise ValueError("it holds a single .npy array, not an .npz archive")
+                raise TinyattnError("it holds a single .npy array, not an .npz archive")
             with archive:
                 arrays = {name: _pickle_free(archive, name) for name in archive.files}
     except FileNotFoundError:
         raise
     except (zipfile.BadZipFile, EOFError, KeyError, OSError, zlib.error) as exc:
-        raise ValueError(f"not a complete .npz archive ({type(exc).__name__}: {exc})") from None
+        raise TinyattnError(f"not a complete .npz archive ({type(exc).__name__}: {exc})") from None
     except (NotImplementedError, RuntimeError) as exc:  # zipfile on a flipped flag byte
-        raise ValueError(f"a corrupt .npz archive ({type(exc).__name__}: {exc})") from None
+        raise TinyattnError(f"a corrupt .npz archive ({type(exc).__name__}: {exc})") from None
     except ValueError as exc:
-        raise ValueError(str(exc)) from None
+        raise TinyattnError(str(exc)) from None
     metadata = arrays.pop(NPZ_METADATA_ENTRY, None)
     if metadata is not None:
         metadata = metadata.tobytes().decode("utf-8", errors="replace")
@@ -150,13 +154,17 @@ def load_safetensors(data: bytes) -> dict[str, np.ndarray]:
     try:
         entries = deserialize(data)
     except Exception as exc:  # noqa: BLE001  (the package's SafetensorError and others)
-        raise ValueError(f"not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+        raise TinyattnError(
+            f"not a readable safetensors file ({type(exc).__name__}: {exc})"
+        ) from None
     arrays = {}
     for name, entry in sorted(entries):
         kind, shape, raw = entry["dtype"], tuple(entry["shape"]), entry["data"]
         if kind not in _SAFETENSORS_DTYPES and kind != "BF16":
             readable = ", ".join(_SAFETENSORS_DTYPES)
-            raise ValueError(f"tensor {name!r} has dtype {kind}; tinyattn reads {readable}, BF16")
+            raise TinyattnError(
+                f"tensor {name!r} has dtype {kind}; tinyattn reads {readable}, BF16"
+            )
         if kind == "BF16":
             array = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
         else:

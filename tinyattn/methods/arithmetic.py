@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from .. import backend
+from ..errors import DimError, TinyattnError
 from ..ops import (
     Clip,
     LogSoftmax,
@@ -103,19 +104,14 @@ class ArithmeticMethods(TensorBase):
         Shapes: x and y broadcast together."""
         return self.bool() ^ self._operand(other, "logical_xor").bool()
 
-    def minimum(self, other: Any) -> Tensor:
-        """Elementwise minimum, -maximum(-x, -y): tied elements share the gradient."""
-        return -(-self).maximum(-self._operand(other, "minimum"))
-
     def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
         """Clamp into [min, max] (numbers, or tensors that broadcast); the gradient passes where
-        min <= x <= max, and to a tensor bound where it is the value taken, as in PyTorch."""
+        min <= x <= max, and to a tensor bound where it is the value taken, as in PyTorch. With
+        min > max every element is max (PyTorch's min(max(x, min), max))."""
         if min is None and max is None:
-            raise ValueError("clip: at least one of min and max must be given")
+            raise TinyattnError("clip: at least one of min and max must be given")
         if isinstance(min, Tensor) or isinstance(max, Tensor):
             return self._clip_by_tensors(min, max)
-        if min is not None and max is not None and min > max:
-            raise ValueError(f"clip: min ({min}) must not exceed max ({max})")
         if isinstance(min, float) or isinstance(max, float):
             if not is_float(self.array):
                 return self._cast("float32").clip(min, max)  # float bounds: a float result
@@ -154,7 +150,7 @@ class ArithmeticMethods(TensorBase):
             raise TypeError(f"masked_fill: mask must be a bool Tensor, got {describe(mask)}")
         broadcast = broadcast_shapes("masked_fill", self.shape, mask.shape)
         if broadcast != self.shape:
-            raise ValueError(
+            raise TinyattnError(
                 f"masked_fill: mask of shape {mask.shape} does not broadcast to {self.shape}"
             )
         if isinstance(value, Tensor):
@@ -164,14 +160,14 @@ class ArithmeticMethods(TensorBase):
     def _products(self, op: str, other: Any, dims: tuple[int, int], inner: bool = True) -> Tensor:
         other = self._operand(other, op)
         if (self.ndim, other.ndim) != dims:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: expects tensors of {dims[0]} and {dims[1]} dims, got shapes "
                 f"{self.shape} and {other.shape}"
             )
         # No broadcasting of batches (bmm), and inner sizes that meet: as PyTorch checks them.
         meets = other.shape[0] if other.ndim == 1 else other.shape[-2]
         if inner and (self.shape[-1] != meets or self.shape[:-2] != other.shape[:-2]):
-            raise ValueError(f"{op}: shapes {self.shape} and {other.shape} do not fit together")
+            raise TinyattnError(f"{op}: shapes {self.shape} and {other.shape} do not fit together")
         return other
 
     def mm(self, other: Any) -> Tensor:
@@ -259,7 +255,7 @@ class ArithmeticMethods(TensorBase):
         first = self._operand(mat1, "addmm")
         product = first @ first._products("addmm", mat2, (2, 2))
         if self.ndim > 2 or broadcast_shapes("addmm", self.shape, product.shape) != product.shape:
-            raise ValueError(
+            raise TinyattnError(
                 f"addmm: input of shape {self.shape} does not broadcast to the product's shape "
                 f"{product.shape}"
             )
@@ -335,7 +331,7 @@ class ArithmeticMethods(TensorBase):
 
         Shapes: (..., m, ...) -> (..., m + extra - n, ...)."""
         if type(n) is not int or n < 0:
-            raise ValueError(f"diff: n must be an int >= 0, got {n!r}")
+            raise TinyattnError(f"diff: n must be an int >= 0, got {n!r}")
         key = self._along("diff", dim)
         parts = [self._operand(t, "diff") for t in (prepend, self, append) if t is not None]
         out = concat(parts, axis=dim) if len(parts) > 1 else self
@@ -383,7 +379,7 @@ def _along_rows(x: Tensor, function: type, op: str, dim: Any, dtype: Any) -> Ten
     backend.check_floating(op, x.array)
     size = max(x.ndim, 1)
     if not isinstance(dim, int) or isinstance(dim, bool) or not -size <= dim < size:
-        raise ValueError(f"{op}: dim {dim!r} is out of range for a tensor of shape {x.shape}")
+        raise DimError(f"{op}: dim {dim!r} is out of range for a tensor of shape {x.shape}")
     if x.ndim == 0:  # one element along a virtual axis of size 1, as in PyTorch
         return function.apply(x.reshape(1), axis=0).reshape(())
     return function.apply(x, axis=dim % x.ndim)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from .. import backend
 from ..autograd import note_created
+from ..errors import TinyattnError
 from ..ops import (
     Concat,
     Where,
@@ -139,7 +140,7 @@ def checked_shape(op: str, shape: tuple) -> tuple:
         if size is None:
             raise TypeError(f"{op}: sizes must be ints, got shape {shape!r}")
         if size < 0:
-            raise ValueError(f"{op}: sizes must be non-negative, got shape {shape!r}")
+            raise TinyattnError(f"{op}: sizes must be non-negative, got shape {shape!r}")
         sizes.append(size)
     return tuple(sizes)
 
@@ -177,7 +178,7 @@ def tensor_list(op: str, tensors: Sequence[Tensor]) -> list[Tensor]:
         raise TypeError(f"{op}: expected a sequence of Tensors, got a single Tensor")
     tensors = list(tensors)
     if not tensors:
-        raise ValueError(f"{op}: expected at least one tensor")
+        raise TinyattnError(f"{op}: expected at least one tensor")
     for position, t in enumerate(tensors):
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: element {position} is a {type(t).__name__}, not a Tensor")
@@ -195,7 +196,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) 
         if t.ndim != first.ndim or any(
             m != n for i, (m, n) in enumerate(zip(t.shape, first.shape)) if i != axis
         ):
-            raise ValueError(
+            raise TinyattnError(
                 f"concat: tensor {position} has shape {t.shape}, which does not match shape "
                 f"{first.shape} of tensor 0 outside axis {axis}"
             )
@@ -214,7 +215,7 @@ def stack(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -
     for position, t in enumerate(tensors[1:], start=1):
         tensors[0]._operand(t, "stack")  # a device mismatch names stack, not concat
         if t.shape != tensors[0].shape:
-            raise ValueError(
+            raise TinyattnError(
                 f"stack: tensor {position} has shape {t.shape}, "
                 f"but tensor 0 has shape {tensors[0].shape}"
             )

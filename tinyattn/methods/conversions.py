@@ -16,6 +16,7 @@ from .. import backend
 from ..autograd import (
     check_host_read,
 )
+from ..errors import TinyattnError
 from ..ops import (
     Cast,
     ToDevice,
@@ -49,7 +50,7 @@ class ConversionMethods(TensorBase):
     def item(self) -> float | int | bool:
         """The single value of a one-element tensor as a Python number."""
         if self.numel() != 1:
-            raise ValueError(
+            raise TinyattnError(
                 f"item: only one-element tensors can be converted to a Python number, "
                 f"got shape {self.shape}"
             )
@@ -64,7 +65,7 @@ class ConversionMethods(TensorBase):
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise ValueError(
+            raise TinyattnError(
                 f"bool: the truth value of a tensor of shape {self.shape} is ambiguous; "
                 "use (x > 0).numpy().any() or .all() on the host"
             )

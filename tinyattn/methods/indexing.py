@@ -16,6 +16,7 @@ from .. import backend
 from ..autograd import (
     check_host_read,
 )
+from ..errors import TinyattnError
 from ..ops import (
     GetItem,
     IndexAdd,
@@ -33,36 +34,53 @@ class IndexingMethods(TensorBase):
     __slots__ = ()  # every tensor's slots are declared once, in Tensor
 
     def __getitem__(self, key: Any) -> Tensor:
+        """``x[key]`` with PyTorch's rules: ints, slices, None and Ellipsis select a view; then
+        the index arrays (integer arrays, lists, tuples inside a tuple, bool masks, Python
+        bools) are broadcast together and gather one element each. Their dims stay where the
+        first array was when the arrays are adjacent (ints do not separate them, as ints select
+        first), and go to the front otherwise, as in NumPy."""
         mask = _bool_mask(key)
         if mask is not None:
             return self._masked_select(mask)
-        key = _index_key(self, key)
-        if sum(1 for part in key if _is_index_array(part)) > 1:
-            return self._index_arrays(key)
-        return GetItem.apply(self, key=key)
+        basic, arrays = _split_key(self, key)
+        plain = all(part == slice(None) for part in basic)  # no view needed before a gather
+        viewed = self if plain and arrays else GetItem.apply(self, key=basic)
+        if not arrays:
+            return viewed
+        if len(arrays) == 1:
+            dim, index = arrays[0]
+            return GetItem.apply(viewed, key=(slice(None),) * dim + (index,))
+        return viewed._index_arrays(arrays)
 
-    def _index_arrays(self, key: tuple) -> Tensor:
-        """``x[i, j]``, ``x[:, i, j]``: adjacent index arrays, broadcast together, become one
-        index into their dims merged into one (row-major), so GetItem gathers once."""
-        at = [position for position, part in enumerate(key) if _is_index_array(part)]
-        first, last = at[0], at[-1]
-        if last - first + 1 != len(at) or any(not isinstance(p, slice) for p in key[:first]):
-            raise IndexError(
-                "getitem: several index arrays are supported when they are adjacent and only "
-                "slices come before them (x[i, j], x[:, i, j]); index in two steps otherwise"
-            )
-        if last >= self.ndim:
-            raise IndexError(f"getitem: too many indices for a tensor of shape {self.shape}")
+    def _index_arrays(self, arrays: list) -> Tensor:
+        """Several index arrays (dims of this tensor and arrays, by dim): broadcast together,
+        their dims moved to the front unless adjacent, merged into one dim (row-major) and
+        indexed by one merged index, so GetItem gathers once."""
         xp = backend.namespace(self.array)
+        dims = [dim for dim, _ in arrays]
         shape = ()
-        for part in key[first : last + 1]:
-            shape = broadcast_shapes("getitem", shape, part.shape)
-        for axis in range(first, last + 1):
-            _wrapped_index(xp, key[axis], self.shape[axis], axis)  # dtype and range checks
-        parts = [self._from_op(part, None) for part in key[first : last + 1]]
-        flat = computed(_merged_index, *parts, sizes=self.shape[first : last + 1], shape=shape)
-        merged = self.reshape(self.shape[:first] + (-1,) + self.shape[last + 1 :])
-        return merged[key[:first] + (flat,) + key[last + 1 :]]
+        try:
+            for _, index in arrays:
+                shape = broadcast_shapes("getitem", shape, index.shape)
+        except ValueError:
+            shapes = ", ".join(str(list(index.shape)) for _, index in arrays)
+            raise IndexError(
+                f"getitem: shape mismatch: indexing tensors could not be broadcast together "
+                f"with shapes {shapes}"
+            ) from None
+        for dim, index in arrays:
+            _wrapped_index(xp, index, self.shape[dim], dim)  # dtype and range checks
+        first = dims[0]
+        moved = self
+        if dims != list(range(first, first + len(dims))):  # apart: the gathered dims go first
+            rest = [d for d in range(self.ndim) if d not in dims]
+            moved, first = self.permute(*dims, *rest), 0
+        sizes = tuple(self.shape[d] for d in dims)
+        parts = [self._from_op(index, None) for _, index in arrays]
+        flat = computed(_merged_index, *parts, sizes=sizes, shape=shape)
+        last = first + len(dims)
+        merged = moved.reshape(moved.shape[:first] + (math.prod(sizes),) + moved.shape[last:])
+        return GetItem.apply(merged, key=(slice(None),) * first + (flat.array,))
 
     def _masked_select(self, mask: Tensor) -> Tensor:
         """``x[mask]``: the elements where the bool mask (over the leading dims) is True."""
@@ -128,7 +146,7 @@ class IndexingMethods(TensorBase):
         if isinstance(src, Tensor):
             src = self._operand(src, op)
             if src.ndim != index.ndim or any(n > m for n, m in zip(index.shape, src.shape)):
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: src of shape {src.shape} is smaller than index of shape "
                     f"{index.shape} (it needs index's ndim and at least its sizes)"
                 )
@@ -152,7 +170,7 @@ class IndexingMethods(TensorBase):
             )
         expected = self.shape[:axis] + (index.shape[0],) + self.shape[axis + 1 :]
         if source.shape != expected:
-            raise ValueError(
+            raise TinyattnError(
                 f"index_add: source of shape {source.shape} does not fit: {index.shape[0]} "
                 f"entries along dim {axis} of a tensor of shape {self.shape} need {expected}"
             )
@@ -171,13 +189,16 @@ class IndexingMethods(TensorBase):
         axis = normalize_axes("topk", dim, self.ndim)[0] if self.ndim else 0
         length = self.shape[axis] if self.ndim else 1
         if not 0 <= k <= length:
-            raise ValueError(f"topk: k={k} is out of range for dim {dim} of shape {self.shape}")
+            raise TinyattnError(f"topk: k={k} is out of range for dim {dim} of shape {self.shape}")
         indices = computed(_top_order, self, axis=axis, k=k, largest=largest)
         return ValuesIndices(self.gather(axis, indices) if self.ndim else self, indices)
 
     def nonzero(self, as_tuple: bool = False) -> Any:
         """The indices of the non-zero elements: an (n, ndim) int64 tensor, or one per dim."""
         check_host_read("nonzero() (its shape depends on the values)")
+        if not self.ndim:  # PyTorch: one index of a 1-d view as a tuple, else (n, 0) indices
+            found = self.reshape(1).nonzero(as_tuple=True)
+            return found if as_tuple else found[0].unsqueeze(1)[:, :0]
         found = tuple(self._from_op(i, None) for i in backend.nonzero(self.array))
         return found if as_tuple else stack(found, axis=1)
 
@@ -204,13 +225,13 @@ class IndexingMethods(TensorBase):
         y[b] = sum of weights[i] where x[i] = b, so dL/dweights[i] = g[x[i]] (PyTorch has no
         gradient here). Shapes: (n,) -> (max(x) + 1 or minlength,)."""
         if self.ndim != 1:
-            raise ValueError(f"bincount: expected a 1-D tensor, got shape {self.shape}")
+            raise TinyattnError(f"bincount: expected a 1-D tensor, got shape {self.shape}")
         check_integral("bincount", self)
         if type(minlength) is not int or minlength < 0:
-            raise ValueError(f"bincount: minlength must be an int >= 0, got {minlength!r}")
+            raise TinyattnError(f"bincount: minlength must be an int >= 0, got {minlength!r}")
         check_host_read("bincount() (its length depends on the values)")
         if self.numel() and int(self.min().item()) < 0:
-            raise ValueError(
+            raise TinyattnError(
                 f"bincount: values must be >= 0, got a minimum of {int(self.min().item())}"
             )
         length = max(int(self.max().item()) + 1 if self.numel() else 0, minlength)
@@ -218,7 +239,7 @@ class IndexingMethods(TensorBase):
             return self._from_op(backend.bincount(self.array, length), None)
         weights = self._operand(weights, "bincount")
         if weights.shape != self.shape:
-            raise ValueError(
+            raise TinyattnError(
                 f"bincount: weights of shape {weights.shape} for input of shape {self.shape}"
             )
         if not is_float(weights.array):
@@ -230,12 +251,12 @@ class IndexingMethods(TensorBase):
         """Category indices drawn with these (unnormalised) weights, per row, from the host
         generator seeded by ``ta.manual_seed``; without replacement they are distinct."""
         if self.ndim not in (1, 2):
-            raise ValueError(f"multinomial: expected 1-d or 2-d weights, got shape {self.shape}")
+            raise TinyattnError(f"multinomial: expected 1-d or 2-d weights, got shape {self.shape}")
         host = backend.to_numpy(self.array).reshape(-1, self.shape[-1])
         if not (host >= 0).all() or not (host.sum(axis=1) > 0).all():
-            raise ValueError("multinomial: weights must be non-negative with a positive sum")
+            raise TinyattnError("multinomial: weights must be non-negative with a positive sum")
         if not replacement and num_samples > int((host > 0).sum(axis=1).min()):
-            raise ValueError(
+            raise TinyattnError(
                 f"multinomial: cannot draw {num_samples} distinct categories without "
                 f"replacement from a row with fewer non-zero weights (shape {self.shape})"
             )
@@ -259,7 +280,7 @@ class IndexingMethods(TensorBase):
     def index_select(self, dim: int, index: Tensor) -> Tensor:
         """The entries of `dim` at the positions of the 1-D integer tensor `index`."""
         if not isinstance(index, Tensor) or index.ndim != 1:
-            raise ValueError(f"index_select: index must be a 1-D integer Tensor, got {index!r}")
+            raise TinyattnError(f"index_select: index must be a 1-D integer Tensor, got {index!r}")
         check_integral("index_select", index)
         return self[(*self._along("index_select", dim), index)]
 
@@ -289,7 +310,7 @@ def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
     if index.ndim != tensor.ndim or any(
         n > m for d, (n, m) in enumerate(zip(index.shape, tensor.shape)) if d != axis
     ):
-        raise ValueError(
+        raise RuntimeError(  # PyTorch's type for this mistake
             f"{op}: index of shape {index.shape} does not fit a tensor of shape {tensor.shape} "
             f"along dim {axis} (same ndim, no larger size in the other dims)"
         )
@@ -314,9 +335,12 @@ def _merged_index(xp: Any, *parts: Any, sizes: tuple, shape: tuple) -> Any:
 
 def _top_order(xp: Any, x: Any, axis: int, k: int, largest: bool) -> Any:
     """The positions of the k largest (or smallest) along `axis`, ties in index order."""
-    keys = x if backend.is_float_array(x) else xp.astype(x, xp.float64)
-    # A stable sort of -x puts the largest first and keeps ties in index order.
-    order = xp.argsort(-keys if largest else keys, axis=axis, stable=True)
+    if backend.is_float_array(x):  # a stable sort of -x puts the largest first, ties in order
+        keys = -x if largest else x
+    else:  # integers as they are (float64 rounds past 2**53); ~x reverses them, -x can overflow
+        keys = xp.astype(x, xp.uint8) if backend.dtype_name(x.dtype) == "bool" else x
+        keys = xp.bitwise_invert(keys) if largest else keys
+    order = xp.argsort(keys, axis=axis, stable=True)
     return xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
 
 
@@ -340,14 +364,10 @@ def _check_unique(op: str, positions: Any) -> None:
     xp = backend.namespace(positions)
     ordered = xp.sort(positions)
     if positions.shape[0] > 1 and bool(xp.any(ordered[1:] == ordered[:-1])):
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: the index writes the same place twice, where PyTorch leaves the result "
             "undefined; use unique indices"
         )
-
-
-def _is_index_array(part: Any) -> bool:
-    return hasattr(part, "shape") and part.ndim > 0
 
 
 def _wrapped_index(xp: Any, index: Any, size: int, axis: int) -> Any:
@@ -372,30 +392,113 @@ def _bool_mask(key: Any) -> Tensor | None:
     return None
 
 
-def _index_key(tensor: Tensor, key: Any) -> Any:
-    """Unwrap Tensors and lists in an indexing key into arrays on the tensor's device."""
-    parts = key if isinstance(key, tuple) else (key,)
-    converted = []
+def _as_tuple(key: Any) -> tuple:
+    """The parts of a key. A list holding a tensor, sequence, slice, None or Ellipsis is read
+    as a tuple (``x[[0, slice(None)]]``), PyTorch's (deprecated) rule; other lists index."""
+    if isinstance(key, tuple):
+        return key
+    if isinstance(key, list) and len(key) < 32:
+        if any(
+            isinstance(part, Tensor | list | tuple | slice) or part is None or part is Ellipsis
+            for part in key
+        ):
+            return tuple(key)
+    return (key,)
+
+
+def _index_part(tensor: Tensor, part: Any) -> Any:
+    """One part of a key as an int, slice, None, Ellipsis, a Python bool, an integer array on
+    the tensor's device, or a bool array (a mask); an IndexError names anything else."""
+    if isinstance(part, bool) or part is None or part is Ellipsis or isinstance(part, slice):
+        return part
+    if isinstance(part, int):
+        return part
+    if isinstance(part, Tensor):
+        array = tensor._operand(part, "getitem").array
+    elif isinstance(part, list | tuple) or hasattr(part, "__array_interface__"):
+        empty = isinstance(part, list | tuple) and not part  # x[[]] selects nothing
+        array = backend.asarray(part, dtype="int64" if empty else None, device=tensor.device)
+    elif hasattr(part, "__index__"):
+        return int(part)
+    else:
+        raise IndexError(
+            "getitem: only integers, slices (`:`), ellipsis (`...`), None and integer or bool "
+            f"tensors are valid indices (got {type(part).__name__})"
+        )
+    name = backend.dtype_name(array.dtype)
+    if name not in ("bool", "uint8") and not name.startswith("int"):
+        raise IndexError(
+            f"getitem: tensors used as indices must be long, int, byte or bool tensors, got {name}"
+        )
+    if array.ndim == 0:  # a 0-d index reads like a number (a bool one like a Python bool)
+        value = part.item() if isinstance(part, Tensor) else backend.to_numpy(array).item()
+        return bool(value) if name in ("bool", "uint8") else int(value)
+    if name == "uint8":  # PyTorch reads a uint8 index as a mask
+        array = backend.namespace(array).astype(array, backend.namespace(array).bool)
+    return array
+
+
+def _split_key(tensor: Tensor, key: Any) -> tuple[tuple, list]:
+    """A key as its basic part (ints, slices, None; each index array a full slice) and its index
+    arrays as (dim of ``x[basic]``, integer array). A bool mask over k dims becomes the k arrays
+    of its nonzero positions; a Python bool a new dim of size 1 indexed by [0] (True) or []."""
+    parts = [_index_part(tensor, part) for part in _as_tuple(key)]
+    if sum(1 for part in parts if part is Ellipsis) > 1:
+        raise IndexError("getitem: an index can only have a single ellipsis ('...')")
+    used = sum(_dims_used(part) for part in parts)
+    if used > tensor.ndim:
+        raise IndexError(f"getitem: too many indices ({used}) for a tensor of shape {tensor.shape}")
+    basic: list = []
+    arrays: list = []
+    dim = 0  # the dim of the input that the next part indexes
     for part in parts:
-        if isinstance(part, Tensor):
-            if part.ndim == 0:
-                part = int(part.item())
-            else:
-                part = tensor._operand(part, "getitem").array
-        elif hasattr(part, "__array_interface__") and part.ndim == 0 and part.dtype.kind in "iu":
-            part = int(part)  # a NumPy integer scalar indexes like an int on every backend
-        elif isinstance(part, list) or hasattr(part, "__array_interface__"):
-            empty = isinstance(part, list) and not part  # x[[]] selects nothing, as in NumPy
-            part = backend.asarray(part, dtype="int64" if empty else None, device=tensor.device)
-        elif not (part is None or part is Ellipsis or isinstance(part, int | slice)):
-            if hasattr(part, "__index__"):
-                part = int(part)
-            else:
-                raise IndexError(f"getitem: unsupported index type {type(part).__name__}")
-        if hasattr(part, "dtype") and backend.dtype_name(part.dtype) == "bool":
-            raise IndexError(
-                "getitem: a bool mask must be the whole key, as a bool Tensor (x[mask]); "
-                "combine masks with slices via ta.where"
-            )
-        converted.append(part)
-    return tuple(converted)
+        if part is Ellipsis:
+            basic += [slice(None)] * (tensor.ndim - used)
+            dim += tensor.ndim - used
+        elif isinstance(part, bool):
+            arrays.append((_out_dims(basic), _bool_index(tensor, part)))
+            basic.append(None)
+        elif hasattr(part, "dtype") and backend.dtype_name(part.dtype) == "bool":
+            for index in _mask_indices(tensor, part, dim):
+                arrays.append((_out_dims(basic), index))
+                basic.append(slice(None))
+            dim += part.ndim
+        elif hasattr(part, "dtype"):
+            arrays.append((_out_dims(basic), part))
+            basic.append(slice(None))
+            dim += 1
+        else:
+            basic.append(part)
+            dim += part is not None
+    return tuple(basic), arrays
+
+
+def _dims_used(part: Any) -> int:
+    """How many dims of the indexed tensor one part of a key consumes."""
+    if part is None or part is Ellipsis or isinstance(part, bool):
+        return 0
+    if hasattr(part, "dtype") and backend.dtype_name(part.dtype) == "bool":
+        return part.ndim  # a mask covers as many dims as it has
+    return 1
+
+
+def _out_dims(basic: list) -> int:
+    """The number of dims ``x[basic]`` has so far (an int removes its dim)."""
+    return sum(1 for part in basic if not isinstance(part, int))
+
+
+def _bool_index(tensor: Tensor, value: bool) -> Any:
+    xp = backend.namespace(tensor.array)
+    return xp.zeros((1 if value else 0,), dtype=xp.int64, device=tensor.array.device)
+
+
+def _mask_indices(tensor: Tensor, mask: Any, dim: int) -> tuple:
+    """The nonzero positions of a bool mask that indexes dims dim, dim + 1, ... of `tensor`."""
+    covered = tensor.shape[dim : dim + mask.ndim]
+    if mask.shape != covered:
+        raise IndexError(
+            f"getitem: the shape of the mask {mask.shape} does not match the shape {covered} "
+            f"of dims {dim}..{dim + mask.ndim - 1} of the indexed tensor of shape {tensor.shape}"
+        )
+    check_host_read("x[..., mask] with a bool mask (its length depends on the values)")
+    return backend.nonzero(mask)

@@ -21,6 +21,7 @@ from ..autograd import (
     no_grad,
     note_store,
 )
+from ..errors import TinyattnError
 from ..ops import (
     normalize_axes,
 )
@@ -78,7 +79,7 @@ class InPlaceMethods(TensorBase):
         else:
             try:
                 if backend.shares_elements(self.array):
-                    raise ValueError("two of its elements share one memory location")
+                    raise TinyattnError("two of its elements share one memory location")
                 self.array[...] = array
             except ValueError as exc:  # a broadcast view (expand, broadcast_to) is read-only
                 raise RuntimeError(
@@ -245,8 +246,9 @@ def _put(xp: Any, x: Any, values: Any, positions: Any) -> Any:
         flat[targets] = values
     except IndexError:  # array_api_strict has no integer-array assignment: match one-hot
         match = xp.arange(flat.shape[0], device=targets.device)[:, None] == targets[None, :]
-        first = xp.argmax(xp.astype(match, xp.int8), axis=1)
-        flat = xp.where(xp.any(match, axis=1), xp.take(values, first), flat)
+        # The last match wins, as NumPy's assignment does.
+        last = targets.shape[0] - 1 - xp.argmax(xp.astype(xp.flip(match, axis=1), xp.int8), axis=1)
+        flat = xp.where(xp.any(match, axis=1), xp.take(values, last), flat)
     return xp.reshape(flat, x.shape)
 
 
@@ -396,8 +398,23 @@ def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
     if not selected.numel():
         return tensor.detach()
     if is_grad_enabled() and (tensor.requires_grad or value.requires_grad):
-        return replaced(tensor, selected, value)  # in the graph: the gradient flows to both
+        # In the graph: the gradient flows to both. Where the key names a place twice the last
+        # write wins, and (as in PyTorch) every write still gets the gradient of its place:
+        # an overwritten value enters as ``v - v.detach()``, zero that carries a gradient.
+        last = computed(_last_of_repeats, selected)
+        value = where(last, value, value - value.detach())
+        return replaced(tensor, selected, value)
     return computed(_put, tensor, value, selected)
+
+
+def _last_of_repeats(xp: Any, positions: Any) -> Any:
+    """True where a position does not occur again later in row-major order."""
+    flat = xp.reshape(positions, (-1,))
+    order = xp.argsort(flat, stable=True)  # equal positions stay in order: the last is last
+    ordered = xp.take(flat, order)
+    tail = xp.ones((min(1, flat.shape[0]),), dtype=xp.bool, device=flat.device)
+    last = xp.concat([ordered[1:] != ordered[:-1], tail])
+    return xp.reshape(xp.take(last, xp.argsort(order)), positions.shape)
 
 
 def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:

@@ -12,9 +12,11 @@ PyTorch's ``dim``/``keepdim`` are both accepted (`merged_dims`). Part of the ten
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from .. import backend
+from ..errors import TinyattnError
 from ..ops import (
     Cumsum,
     Max,
@@ -110,7 +112,7 @@ class ReductionMethods(TensorBase):
                 count = (self != 0).to(self.dtype) + self * 0.0
                 return count.sum(axis, keepdims=keepdim)
             return _power_norm(self, p, axis, keepdim)
-        raise ValueError(f"norm: p={p!r} is not supported; use a number, 'fro', inf or -inf")
+        raise TinyattnError(f"norm: p={p!r} is not supported; use a number, 'fro', inf or -inf")
 
     def amax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
@@ -195,7 +197,7 @@ class ReductionMethods(TensorBase):
     def _arg_extreme(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
         axis, keepdims = merged_dims(op, axis, keepdims, dim, keepdim)
         if self.numel() == 0:
-            raise ValueError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
+            raise TinyattnError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
         flat = axis is None or self.ndim == 0
         if flat:
             if axis is not None:  # a 0-d tensor takes dim 0 or -1, as in PyTorch
@@ -220,26 +222,15 @@ class ReductionMethods(TensorBase):
         PyTorch's positional ``x.var(dim, unbiased)`` and ``unbiased=`` are accepted too.
 
         Composed from mean, sub, mul and sum, so its gradient ``2 (x - mean) / (N - correction)``
-        and every higher derivative come from those ops.
+        and every higher derivative come from those ops. With no degrees of freedom left
+        (N <= correction) it warns and divides by 0, as PyTorch: NaN for one element.
         """
         axis, keepdims = merged_dims("var", dim, keepdim, axis, keepdims)
         if isinstance(correction, bool):  # x.var(dim, False): PyTorch's positional `unbiased`
             correction = int(correction)
         if unbiased is not None:
             correction = int(unbiased)
-        backend.check_floating("var", self.array)
-        axes = normalize_axes("var", axis, self.ndim)
-        count = 1
-        for a in axes:
-            count *= self.shape[a]
-        if count - correction <= 0:
-            raise ValueError(
-                f"var: {count} element(s) with correction={correction} leave no degrees of freedom"
-            )
-        centered = self - self.mean(axis=axes, keepdims=True)
-        return (centered * centered).sum(axis=axes, keepdims=keepdims) * (
-            1.0 / (count - correction)
-        )
+        return _variance(self, "var", axis, keepdims, correction)
 
     def std(
         self,
@@ -259,7 +250,7 @@ class ReductionMethods(TensorBase):
             correction = int(correction)
         if unbiased is not None:
             correction = int(unbiased)
-        variance = self.var(axis=dim, keepdims=keepdim, correction=correction)
+        variance = _variance(self, "std", dim, keepdim, correction)
         spread = variance != 0  # NaN too: a NaN variance gives a NaN deviation
         return where(spread, variance, 1.0).sqrt() * spread
 
@@ -269,7 +260,7 @@ class ReductionMethods(TensorBase):
         """log(sum(exp(x))) along dim, shifted by the (detached) maximum so exp cannot overflow."""
         dim, keepdim = merged_dims("logsumexp", dim, keepdim, axis, keepdims)
         backend.check_floating("logsumexp", self.array)
-        axes = normalize_axes("logsumexp", dim, self.ndim)
+        axes = reduction_axes("logsumexp", dim, self.ndim)  # a 0-d tensor: itself
         shift = self.detach().amax(axis=axes, keepdims=True)
         # An all -inf row: shift by 0 so the result is -inf, not NaN (inf - inf).
         shift = where(shift.abs() == float("inf"), 0.0, shift)
@@ -280,13 +271,19 @@ class ReductionMethods(TensorBase):
         """Running sum along dim, in the dtype `sum` would use."""
         dim, _ = merged_dims("cumsum", dim, False, axis, None)
         source = _accumulated(self, dtype, "cumsum")
+        if not self.ndim:  # a 0-d tensor takes dim 0 or -1, as in PyTorch: itself, 0-d
+            reduction_axes("cumsum", dim, 0)
+            return Cumsum.apply(source.reshape(1), axis=0).reshape(())
         return Cumsum.apply(source, axis=normalize_axes("cumsum", dim, self.ndim)[0])
 
     def cumprod(self, dim: int, *, axis: Any = None, dtype: Any = None) -> Tensor:
         """Running product along dim, in the dtype `sum` would use, composed of Tensor products
-        (`ops.scan.running_product`): exact gradients where elements are zero."""
+        (`ops.scan.running_product`): exact gradients where elements are zero. float16 runs in
+        float32, each product rounded once, as PyTorch's CPU kernel."""
         dim, _ = merged_dims("cumprod", dim, False, axis, None)
         source = _accumulated(self, dtype, "cumprod")
+        if backend.is_half(source.array):
+            return source._cast("float32").cumprod(dim)._cast("float16")
         axis = normalize_axes("cumprod", dim, max(self.ndim, 1))[0]
         if not self.ndim:  # a 0-d tensor takes dim 0 or -1, as in PyTorch: itself
             return running_product(source.reshape(1), 0).reshape(())
@@ -395,7 +392,7 @@ class ReductionMethods(TensorBase):
     def trace(self) -> Tensor:
         """The sum of the main diagonal of a matrix;  dL/dx = g * I.  Shapes: (r, c) -> ()."""
         if self.ndim != 2:
-            raise ValueError(f"trace: expected a 2-D tensor, got shape {self.shape}")
+            raise TinyattnError(f"trace: expected a 2-D tensor, got shape {self.shape}")
         return self.diag().sum()
 
     def count_nonzero(self, dim: int | tuple | None = None) -> Tensor:
@@ -410,13 +407,44 @@ def _accumulated(tensor: Tensor, dtype: Any = None, op: str = "sum") -> Tensor:
     they are."""
     if dtype is not None:
         if isinstance(dtype, str) and dtype not in backend.DTYPE_NAMES:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: unknown dtype {dtype!r}: expected one of {', '.join(backend.DTYPE_NAMES)}"
             )
         return tensor._cast(dtype)
     if is_float(tensor.array) or backend.dtype_name(tensor.dtype) == "int64":
         return tensor
     return tensor._cast("int64")
+
+
+def _variance(tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: float) -> Tensor:
+    """sum((x - mean)**2) / (N - correction) over `axis`; with N <= correction, PyTorch's
+    warning (its text) and its division by 0: NaN where the squares sum to 0, else inf."""
+    backend.check_floating(op, tensor.array)
+    if backend.is_half(tensor.array):  # PyTorch computes a float16 variance in float32
+        wide = _squares_over_freedom(tensor._cast("float32"), op, axis, keepdims, correction)
+        return wide._cast("float16")
+    return _squares_over_freedom(tensor, op, axis, keepdims, correction)
+
+
+def _squares_over_freedom(
+    tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: float
+) -> Tensor:
+    """`_variance` in the tensor's own dtype."""
+    axes = reduction_axes(op, axis, tensor.ndim)
+    freedom = math.prod(tensor.shape[a] for a in axes) - correction
+    if freedom <= 0:
+        warnings.warn(
+            f"{op}(): degrees of freedom is <= 0. Correction should be strictly less than the "
+            "reduction factor (input numel divided by output numel).",
+            UserWarning,
+            stacklevel=4,  # the caller of var or std
+        )
+    centered = tensor - tensor.mean(axis=axes, keepdims=True)
+    squares = (centered * centered).sum(axis=axes, keepdims=keepdims)
+    if freedom > 0:
+        return squares * (1.0 / freedom)
+    with backend.quiet_invalid():  # 0 * inf = NaN is the answer here, not a slip to warn of
+        return squares * math.inf
 
 
 def _any_or_all(xp: Any, x: Any, name: str, axes: Any, keepdims: bool) -> Any:

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from .. import backend
+from ..errors import DimError, TinyattnError
 from ..ops import (
     BroadcastTo,
     Clone,
@@ -26,6 +27,7 @@ from ..ops import (
     check_reshape,
     normalize_axes,
 )
+from ..ops.reductions import reduction_axes
 from .common import (
     Tensor,
     TensorBase,
@@ -50,7 +52,7 @@ class ShapeMethods(TensorBase):
     def mT(self) -> Tensor:  # noqa: N802  (the array API name)
         """The last two axes swapped (a batch of matrix transposes)."""
         if self.ndim < 2:
-            raise ValueError(f"mT: needs at least 2 dimensions, got shape {self.shape}")
+            raise TinyattnError(f"mT: needs at least 2 dimensions, got shape {self.shape}")
         return self.swapaxes(-1, -2)
 
     def size(self, dim: int | None = None) -> Any:
@@ -108,14 +110,14 @@ class ShapeMethods(TensorBase):
             return self.reshape(1)
         start, end = (normalize_axes("flatten", d, self.ndim)[0] for d in (start_dim, end_dim))
         if start > end:
-            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+            raise TinyattnError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
         return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1 :])
 
     def permute(self, *axes: Any, dims: Any = None) -> Tensor:
         """Reorder the axes: ``y.shape[i] == x.shape[axes[i]]``."""
         axes = shape_arg(axes if dims is None else (dims,))
         if sorted(a % self.ndim if self.ndim else a for a in axes) != list(range(self.ndim)):
-            raise ValueError(
+            raise TinyattnError(
                 f"permute: axes {axes} are not a permutation of a tensor with shape {self.shape}"
             )
         return Permute.apply(self, axes=tuple(a % self.ndim for a in axes))
@@ -142,7 +144,7 @@ class ShapeMethods(TensorBase):
         """Insert a size-1 axis at position `axis` of the result."""
         ndim = self.ndim + 1
         if not -ndim <= axis < ndim:
-            raise ValueError(
+            raise DimError(
                 f"expand_dims: axis {axis} is out of range for a result with {ndim} dimensions"
             )
         axis %= ndim
@@ -155,7 +157,7 @@ class ShapeMethods(TensorBase):
         """Remove size-1 axes: all of them, or those of the given ones that have size 1 (a
         given axis of another size stays, as in PyTorch). Always a view."""
         axis, _ = merged_dims("squeeze", axis, False, dim, None)
-        axes = range(self.ndim) if axis is None else normalize_axes("squeeze", axis, self.ndim)
+        axes = range(self.ndim) if axis is None else reduction_axes("squeeze", axis, self.ndim)
         axes = tuple(a for a in axes if self.shape[a] == 1)
         return Reshape.apply(
             self, shape=tuple(n for i, n in enumerate(self.shape) if i not in axes)
@@ -166,7 +168,7 @@ class ShapeMethods(TensorBase):
         if shape == self.shape:
             return self
         if len(shape) < self.ndim or broadcast_shapes("broadcast_to", self.shape, shape) != shape:
-            raise ValueError(f"broadcast_to: cannot broadcast shape {self.shape} to {shape}")
+            raise TinyattnError(f"broadcast_to: cannot broadcast shape {self.shape} to {shape}")
         return BroadcastTo.apply(self, shape=shape)
 
     def expand(self, *sizes: Any) -> Tensor:
@@ -185,7 +187,7 @@ class ShapeMethods(TensorBase):
         """
         sizes = checked_shape("repeat", shape_arg(sizes))
         if len(sizes) < self.ndim:
-            raise ValueError(
+            raise TinyattnError(
                 f"repeat: {len(sizes)} repeat count(s) for a tensor with {self.ndim} dimensions"
             )
         shape = (1,) * (len(sizes) - self.ndim) + self.shape
@@ -199,7 +201,8 @@ class ShapeMethods(TensorBase):
     def flip(self, *dims: Any, **keywords: Any) -> Tensor:
         """The values in reverse order along `dims` (``flip(0, 1)``, ``flip((0, 1))``,
         ``flip(dims=[0])``)."""
-        axes = normalize_axes("flip", shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
+        # reduction_axes: a 0-d tensor takes dim 0 or -1, as in PyTorch (and is copied)
+        axes = reduction_axes("flip", shape_arg(dims or (keywords.pop("dims", ()),)), self.ndim)
         if keywords:
             raise TypeError(f"flip: unexpected keyword argument(s) {sorted(keywords)}")
         return Flip.apply(self, axes=axes) if axes else self.clone()  # a copy, as PyTorch's
@@ -211,12 +214,12 @@ class ShapeMethods(TensorBase):
         if isinstance(split_size_or_sections, int):
             step = split_size_or_sections
             if step <= 0:
-                raise ValueError(f"split: split_size must be positive, got {step}")
+                raise TinyattnError(f"split: split_size must be positive, got {step}")
             sizes = [min(step, length - start) for start in range(0, length, step)] or [0]
         else:
             sizes = list(split_size_or_sections)
             if sum(sizes) != length:
-                raise ValueError(
+                raise TinyattnError(
                     f"split: sizes {sizes} sum to {sum(sizes)}, not to the length {length} of "
                     f"dim {dim} of shape {self.shape}"
                 )
@@ -226,7 +229,7 @@ class ShapeMethods(TensorBase):
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """At most `chunks` pieces of equal size ceil(n / chunks) along dim."""
         if chunks <= 0:
-            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+            raise TinyattnError(f"chunk: chunks must be positive, got {chunks}")
         length = self.shape[normalize_axes("chunk", dim, self.ndim)[0]]
         return self.split(max(1, -(-length // chunks)), dim)
 
@@ -254,16 +257,16 @@ class ShapeMethods(TensorBase):
         if type(offset) is not int:
             raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
         if self.ndim < 2:
-            raise ValueError(f"diagonal: needs at least 2 dimensions, got shape {self.shape}")
+            raise TinyattnError(f"diagonal: needs at least 2 dimensions, got shape {self.shape}")
         first, second = (normalize_axes("diagonal", d, self.ndim)[0] for d in (dim1, dim2))
         if first == second:
-            raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+            raise TinyattnError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
         return Diagonal.apply(self, offset=offset, axes=(first, second))  # a view, as PyTorch's
 
     def t(self) -> Tensor:
         """A matrix transposed; a tensor of 0 or 1 dims as it is (PyTorch's t())."""
         if self.ndim > 2:
-            raise ValueError(
+            raise TinyattnError(
                 f"t: expects a tensor of at most 2 dims, got shape {self.shape}; use "
                 "transpose(dim0, dim1) or mT"
             )
@@ -287,7 +290,7 @@ class ShapeMethods(TensorBase):
         if self.ndim == 2:
             return self.diagonal(diagonal)
         if self.ndim != 1:
-            raise ValueError(f"diag: expected a 1-D or 2-D tensor, got shape {self.shape}")
+            raise TinyattnError(f"diag: expected a 1-D or 2-D tensor, got shape {self.shape}")
         n = self.shape[0]
         size = n + abs(diagonal)
         # Row i of the result's n nonzero rows holds v[i] at column i + max(k, 0): a one-hot
@@ -319,20 +322,20 @@ class ShapeMethods(TensorBase):
         key = source._along("repeat_interleave", axis)
         if type(repeats) is int:
             if repeats < 0:
-                raise ValueError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
+                raise TinyattnError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
             index = index_range(self, size * repeats) // max(repeats, 1)
             return source[(*key, index)]
         repeats = self._operand(repeats, "repeat_interleave")
         check_integral("repeat_interleave", repeats)
         if repeats.ndim > 1 or (repeats.ndim == 1 and repeats.shape[0] not in (1, size)):
-            raise ValueError(
+            raise TinyattnError(
                 f"repeat_interleave: repeats of shape {repeats.shape} for {size} entries along "
                 f"dim {axis}; give one count, or one per entry"
             )
         counts = repeats.reshape(-1).tolist()
         counts = counts * size if len(counts) == 1 else counts  # one count for every entry
         if any(count < 0 for count in counts):
-            raise ValueError(f"repeat_interleave: repeats must be >= 0, got {counts}")
+            raise TinyattnError(f"repeat_interleave: repeats must be >= 0, got {counts}")
         positions = [entry for entry, count in enumerate(counts) for _ in range(count)]
         return source[(*key, new_leaf(self._from_op, positions, "int64", self.device, False))]
 
@@ -446,7 +449,7 @@ class ShapeMethods(TensorBase):
 def _band(tensor: Tensor, diagonal: int, lower: bool) -> Tensor:
     """The bool mask of tril (lower) or triu over the last two dims of `tensor`."""
     if tensor.ndim < 2:
-        raise ValueError(
+        raise TinyattnError(
             f"{'tril' if lower else 'triu'}: needs at least 2 dimensions, got shape {tensor.shape}"
         )
     rows, cols = tensor.shape[-2:]

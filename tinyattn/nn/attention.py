@@ -19,6 +19,7 @@ from typing import Any
 from .. import autograd, backend
 from .. import functional as F
 from ..creation import arange, zeros
+from ..errors import TinyattnError
 from ..methods.common import where
 from ..tensor import Tensor
 from .layers import Linear, uniform
@@ -29,14 +30,14 @@ def _check_sizes(op: str, name: str, width: Any, num_heads: Any, dropout: Any) -
     """Both attention modules' size checks: heads a positive int dividing the width, dropout a
     probability."""
     if not isinstance(num_heads, int) or num_heads <= 0:
-        raise ValueError(f"{op}: num_heads must be a positive int, got {num_heads!r}")
+        raise TinyattnError(f"{op}: num_heads must be a positive int, got {num_heads!r}")
     if not isinstance(width, int) or width <= 0 or width % num_heads:
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: {name}={width!r} must be a positive multiple of num_heads={num_heads} "
             f"(each head gets {name} / num_heads features)"
         )
     if not 0.0 <= dropout <= 1.0:
-        raise ValueError(f"{op}: dropout must be in [0, 1], got {dropout}")
+        raise TinyattnError(f"{op}: dropout must be in [0, 1], got {dropout}")
 
 
 class KVCache:
@@ -61,7 +62,7 @@ class KVCache:
     ) -> None:
         for name, size in (("batch", batch), ("max_len", max_len)):
             if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-                raise ValueError(f"KVCache: {name} must be a positive int, got {size!r}")
+                raise TinyattnError(f"KVCache: {name} must be a positive int, got {size!r}")
         self.keys = zeros(batch, num_heads, max_len, head_dim, dtype=dtype, device=device)
         self.values = zeros(batch, num_heads, max_len, head_dim, dtype=dtype, device=device)
         self.position = zeros(1, dtype="int64", device=device)
@@ -113,7 +114,7 @@ class KVCache:
         and the table lookup there refuses the out-of-range position with an IndexError."""
         written = int(backend.to_numpy(self.position.array)[0])
         if written + length > self.max_len:
-            raise ValueError(
+            raise TinyattnError(
                 f"KVCache: cannot append {length} position(s) to a cache holding {written} of "
                 f"max_len={self.max_len}; make a longer cache or reset() it"
             )
@@ -159,25 +160,25 @@ class MultiHeadAttention(Module):
         for t in {id(t): t for t in inputs.values()}.values():  # self-attention: one tensor
             backend.check_floating(op, t.array)
         if query.ndim not in (2, 3):
-            raise ValueError(f"{op}: query must be (B, T, C) or (T, C), got shape {query.shape}")
+            raise TinyattnError(f"{op}: query must be (B, T, C) or (T, C), got shape {query.shape}")
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.ndim != query.ndim:
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: {name} of shape {t.shape} and query of shape {query.shape} must both "
                     "be batched (B, T, C) or both unbatched (T, C)"
                 )
             if t.shape[-1] != self.d_model:
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: {name} of shape {t.shape} has width {t.shape[-1]}, "
                     f"but d_model is {self.d_model}"
                 )
         if key.shape[:-1] != value.shape[:-1]:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: key of shape {key.shape} and value of shape {value.shape} must have the "
                 "same batch and length"
             )
         if query.ndim == 3 and key.shape[0] != query.shape[0]:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: query of shape {query.shape} and key of shape {key.shape} have different "
                 "batch sizes"
             )
@@ -203,7 +204,7 @@ class MultiHeadAttention(Module):
         if mask.ndim > 4 or any(
             m != 1 and m != n for m, n in zip(mask.shape, expected, strict=True)
         ):
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: mask of shape {mask.shape} cannot be broadcast to the attention scores "
                 f"(B, H, Tq, Tk) = {full}; expected (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk), "
                 "any axis may be 1"
@@ -215,7 +216,7 @@ class MultiHeadAttention(Module):
         attn_mask polarity (True = blocked, as torch.triu(..., diagonal=1))."""
         xp = backend.namespace(mask.array)
         if mask.ndim == 2 and mask.shape[-1] > 0 and bool(xp.any(~xp.any(mask.array, axis=-1))):
-            raise ValueError(
+            raise TinyattnError(
                 f"MultiHeadAttention: mask of shape {mask.shape} has a query row with no key "
                 "allowed; mask is (Tq, Tk) with True = may attend. For a padding mask (B, Tk) "
                 "with True = padding, pass key_padding_mask=; for PyTorch's attn_mask (True = "
@@ -233,7 +234,7 @@ class MultiHeadAttention(Module):
                 f"{backend.dtype_name(key_padding_mask.dtype)}"
             )
         if key_padding_mask.shape != (batch, length_k):
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: key_padding_mask of shape {key_padding_mask.shape} must be (B, Tk) = "
                 f"{(batch, length_k)} (or (Tk,) for unbatched inputs)"
             )
@@ -356,7 +357,7 @@ class MultiHeadAttention(Module):
             raise TypeError(f"{op}: cache must be a KVCache (attn.new_cache), got {type(cache)}")
         given = [name for name, value in extra.items() if value is not None]
         if given or not is_causal:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: a KV cache serves causal self-attention only (each new position sees "
                 "the cached ones and itself): pass is_causal=True and no "
                 + ("key, value, mask or key_padding_mask" if not given else ", ".join(given))
@@ -372,7 +373,7 @@ class MultiHeadAttention(Module):
         batch = query.shape[0] if query.ndim == 3 else 1
         expected = (batch, self.num_heads, cache.max_len, self.head_dim)
         if cache.keys.shape != expected:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: a cache of keys {cache.keys.shape} does not fit query of shape "
                 f"{query.shape} with {self.num_heads} heads of {self.head_dim} (expected "
                 f"(B, H, max_len, D) = {expected})"
@@ -449,7 +450,7 @@ class MultiheadAttention(Module):
         if not isinstance(mask, Tensor):
             mask = Tensor(mask, device=scores.device)
         if mask.shape != shape:
-            raise ValueError(f"MultiheadAttention: {name} of shape {mask.shape} must be {shape}")
+            raise TinyattnError(f"MultiheadAttention: {name} of shape {mask.shape} must be {shape}")
         xp = backend.namespace(mask.array)
         if backend.dtype_name(mask.dtype) == "bool":
             zero = xp.zeros((), dtype=scores.dtype, device=scores.array.device)
@@ -502,10 +503,10 @@ class MultiheadAttention(Module):
         """Check the inputs and bring them to (N, T, E), with the padding mask to (N, S)."""
         op = "MultiheadAttention"
         if query.ndim not in (2, 3):
-            raise ValueError(f"{op}: query must be 2-D or 3-D, got shape {query.shape}")
+            raise TinyattnError(f"{op}: query must be 2-D or 3-D, got shape {query.shape}")
         for name, t in (("key", key), ("value", value)):
             if t.ndim != query.ndim or t.shape[-1] != self.embed_dim:
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: {name} of shape {t.shape} does not match query of shape "
                     f"{query.shape} and embed_dim {self.embed_dim}"
                 )
@@ -516,7 +517,7 @@ class MultiheadAttention(Module):
         elif not self.batch_first:  # (L, N, E) -> (N, L, E)
             query, key, value = (t.swapaxes(0, 1) for t in (query, key, value))
         if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
-            raise ValueError(f"{op}: query, key and value disagree in batch or length")
+            raise TinyattnError(f"{op}: query, key and value disagree in batch or length")
         return query, key, value, padding
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> list[Tensor]:

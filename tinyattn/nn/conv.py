@@ -12,6 +12,7 @@ from typing import Any
 
 from ..autograd import no_grad
 from ..creation import ones, zeros
+from ..errors import TinyattnError
 from ..tensor import Tensor
 from . import functional_conv as F
 from .layers import _check_sizes, _place, uniform
@@ -45,12 +46,12 @@ class _ConvNd(Module):
         op, n = type(self).__name__, self.spatial
         _check_sizes(op, in_channels=in_channels, out_channels=out_channels, groups=groups)
         if in_channels % groups or out_channels % groups:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: in_channels {in_channels} and out_channels {out_channels} must be "
                 f"divisible by groups={groups}"
             )
         if padding_mode not in F.PADDING_MODES:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: padding_mode must be one of {F.PADDING_MODES}, got {padding_mode!r}"
             )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
@@ -196,7 +197,7 @@ class _ConvTransposeNd(_ConvNd):
     ) -> None:
         op = type(self).__name__
         if padding_mode != "zeros" or isinstance(padding, str):
-            raise ValueError(f"{op}: only padding_mode='zeros' and int padding are supported")
+            raise TinyattnError(f"{op}: only padding_mode='zeros' and int padding are supported")
         super().__init__(
             in_channels,
             out_channels,
@@ -410,7 +411,7 @@ class _BatchNorm(Module):
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         if input.ndim not in self.dims:
-            raise ValueError(
+            raise TinyattnError(
                 f"{type(self).__name__}: expected a {' or '.join(map(str, self.dims))}-d input, "
                 f"got shape {input.shape}"
             )

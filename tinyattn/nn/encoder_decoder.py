@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..creation import full
+from ..errors import TinyattnError
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -206,7 +207,7 @@ def _clones(op: str, layer: Module, num_layers: int) -> ModuleList:
     if not isinstance(layer, Module):
         raise TypeError(f"{op}: expected a layer module, got {type(layer).__name__}")
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-        raise ValueError(f"{op}: num_layers must be a non-negative int, got {num_layers!r}")
+        raise TinyattnError(f"{op}: num_layers must be a non-negative int, got {num_layers!r}")
     return ModuleList([copy.deepcopy(layer) for _ in range(num_layers)])
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import backend
 from ..creation import full
+from ..errors import TinyattnError
 from ..functional import (  # the core functions, re-exported as the same objects
     BlockwiseAttention,  # noqa: F401
     Erf,  # noqa: F401
@@ -41,7 +42,7 @@ from ..functional import (  # the core functions, re-exported as the same object
 )
 from ..functional import __all__ as _core_all
 from ..methods.common import concat, where
-from ..ops import ClassWeights, KeptCount, bad_targets
+from ..ops import BinaryCrossEntropy, ClassWeights, KeptCount, NegLogLikelihood, bad_targets
 from ..ops.computed import computed
 from ..tensor import Tensor
 from ..tensor_functions import cosine_similarity  # noqa: F401  (re-exported: F.cosine_similarity)
@@ -62,7 +63,7 @@ def _as_tensor(op: str, x: Any, like: Tensor | None = None) -> Tensor:
 
 def _check_reduction(op: str, reduction: str, allowed: tuple = REDUCTIONS) -> None:
     if reduction not in allowed:
-        raise ValueError(f"{op}: reduction must be one of {allowed}, got {reduction!r}")
+        raise TinyattnError(f"{op}: reduction must be one of {allowed}, got {reduction!r}")
 
 
 def _no_legacy(op: str, size_average: Any, reduce: Any) -> None:
@@ -100,7 +101,7 @@ def _integer_targets(op: str, target: Any, input: Tensor, ignore_index: int) -> 
         raise RuntimeError(f"{op}: input is on '{input.device}' but target is on '{target.device}'")
     expected = input.shape[:1] + input.shape[2:] if input.ndim >= 2 else ()
     if target.shape != expected:
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: input of shape {input.shape} needs target of shape {expected} "
             f"(input is (N, C, d1, ...) with classes on axis 1, or (C,)), got {target.shape}"
         )
@@ -200,7 +201,9 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     Shapes: (..., 2n at dim, ...) -> (..., n, ...)."""
     size = input.shape[dim] if -input.ndim <= dim < input.ndim else None
     if size is None or size % 2:
-        raise ValueError(f"glu: dim {dim} of shape {input.shape} must exist and have an even size")
+        raise TinyattnError(
+            f"glu: dim {dim} of shape {input.shape} must exist and have an even size"
+        )
     first, second = input.chunk(2, dim)
     return first * second.sigmoid()
 
@@ -253,7 +256,7 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
     if not isinstance(input, Tensor):
         raise TypeError(f"normalize: expected a Tensor, got {type(input).__name__}")
     if p != "fro" and (not isinstance(p, int | float) or isinstance(p, bool)):
-        raise ValueError(f"normalize: p={p!r} is not supported; use a number, inf or -inf")
+        raise TinyattnError(f"normalize: p={p!r} is not supported; use a number, inf or -inf")
     return input / input.norm(p=p, dim=dim, keepdim=True).clamp_min(eps)
 
 
@@ -297,7 +300,7 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
         raise RuntimeError("one_hot: class values must be non-negative")
     if num_classes == -1:
         if empty:
-            raise ValueError("one_hot: cannot infer num_classes of an empty tensor; pass it")
+            raise TinyattnError("one_hot: cannot infer num_classes of an empty tensor; pass it")
         num_classes = int(xp.max(data)) + 1
     elif not empty and bool(xp.any(data >= num_classes)):
         raise RuntimeError(f"one_hot: class values must be smaller than num_classes={num_classes}")
@@ -344,9 +347,9 @@ def cross_entropy(
         raise TypeError(f"{op}: input must be a Tensor of logits, got {type(input).__name__}")
     backend.check_floating(op, input.array)
     if input.ndim < 1:
-        raise ValueError(f"{op}: input must have a class axis, got a 0-d tensor")
+        raise TinyattnError(f"{op}: input must have a class axis, got a 0-d tensor")
     if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+        raise TinyattnError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
     if weight is not None:
         weight = _class_weights(op, weight, input)
     if isinstance(target, Tensor) and backend.is_floating(
@@ -373,7 +376,7 @@ def _index_cross_entropy(
         smoothing=label_smoothing,
         dtype=log_probs.dtype,
     )
-    per_target = -(log_probs * weights).sum(axis=-1)
+    per_target = NegLogLikelihood.apply(log_probs, weights)  # 0 * -inf counts 0, as PyTorch
     if reduction == "none":
         return per_target
     total = per_target.sum()
@@ -387,7 +390,7 @@ def _class_weights(op: str, weight: Any, input: Tensor) -> Tensor:
     weight = _as_tensor(op, weight, input)
     classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
     if weight.shape != (classes,):
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: weight must have one entry per class, shape ({classes},), got {weight.shape}"
         )
     if weight.device != input.device:
@@ -405,23 +408,23 @@ def _weighted_nll(
 ) -> Tensor:
     """PyTorch's class-weighted loss over log-probabilities logp (..., C), classes last:
     loss_i = (1 - s) w[t_i] (-logp[i, t_i]) + (s / C) sum_c w_c (-logp[i, c]), 0 for an ignored
-    target; "mean" divides the sum by sum_i w[t_i] over the kept targets (0 when none is kept;
-    PyTorch gives NaN)."""
+    target; "mean" divides the sum by sum_i w[t_i] over the kept targets, as PyTorch, whatever
+    its sign (0 / 0 = NaN for zero weights), except that all targets ignored give 0 (PyTorch:
+    NaN)."""
     classes, dtype = logp.shape[-1], backend.dtype_name(logp.dtype)
     picks = computed(_picked, target, classes=classes, ignore=ignore_index, dtype=dtype)
     weighted = picks * weight  # w[t_i] at the target's class, zeros on ignored rows
-    loss = -(logp * weighted).sum(axis=-1)
+    loss = NegLogLikelihood.apply(logp, weighted)
     if label_smoothing:
-        kept = picks.sum(axis=-1)  # 1 for a kept target, 0 for an ignored one
-        smooth = -(logp * weight).sum(axis=-1) * kept
+        kept = picks.sum(axis=-1, keepdims=True)  # 1 for a kept target, 0 for an ignored one
+        smooth = NegLogLikelihood.apply(logp, kept * weight)
         loss = loss * (1.0 - label_smoothing) + smooth * (label_smoothing / classes)
     if reduction == "none":
         return loss
     if reduction == "sum":
         return loss.sum()
-    # A positive floor for the divisor: an all-ignored (or all-zero-weight) batch gives 0.
-    floor = 1e-4 if dtype == "float16" else 1e-30
-    return loss.sum() / weighted.sum().clip(min=floor)
+    any_kept = (target != ignore_index).any()
+    return loss.sum() / where(any_kept, weighted.sum(), 1.0)
 
 
 def _soft_cross_entropy(
@@ -434,7 +437,7 @@ def _soft_cross_entropy(
     """Cross entropy against class probabilities: -sum_c w_c q_c log p_c (w = 1 without
     weights), q smoothed toward 1/C; "mean" divides by the number of targets, as PyTorch."""
     if target.shape != input.shape:
-        raise ValueError(
+        raise TinyattnError(
             f"cross_entropy: probability targets must have the input's shape {input.shape}, "
             f"got {target.shape}"
         )
@@ -466,7 +469,7 @@ def nll_loss(
     _no_legacy(op, size_average, reduce)
     _check_reduction(op, reduction)
     if not isinstance(input, Tensor) or input.ndim < 1:
-        raise ValueError(f"{op}: input must be a Tensor with a class axis")
+        raise TinyattnError(f"{op}: input must be a Tensor with a class axis")
     target = _integer_targets(op, target, input, ignore_index)
     logp = _classes_last(input)
     if weight is not None:
@@ -474,7 +477,7 @@ def nll_loss(
         return _weighted_nll(logp, target, weight, ignore_index, reduction)
     dtype = backend.dtype_name(logp.dtype)
     picks = computed(_picked, target, classes=logp.shape[-1], ignore=ignore_index, dtype=dtype)
-    loss = -(logp * picks).sum(axis=-1)
+    loss = NegLogLikelihood.apply(logp, picks)
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -528,18 +531,18 @@ def binary_cross_entropy(
     reduce: Any = None,
     reduction: str = "mean",
 ) -> Tensor:
-    """-(y log p + (1 - y) log(1 - p)) for probabilities p; each log is clamped at -100, as in
-    PyTorch, so p = 0 or 1 gives a finite loss."""
+    """-(y log p + (1 - y) log(1 - p)) for probabilities p; each log is clamped at -100, and
+    the gradient's denominator p (1 - p) at 1e-12, as in PyTorch, so p = 0 or 1 gives a finite
+    loss and gradient (ops.BinaryCrossEntropy)."""
     op = "binary_cross_entropy"
     _no_legacy(op, size_average, reduce)
     _check_reduction(op, reduction)
     target = _as_tensor(op, target, input)
     if target.shape != input.shape:
-        raise ValueError(f"{op}: target shape {target.shape} must equal input shape {input.shape}")
-    loss = -(
-        target * input.log().clip(min=-100.0)
-        + (1.0 - target) * (1.0 - input).log().clip(min=-100.0)
-    )
+        raise TinyattnError(
+            f"{op}: target shape {target.shape} must equal input shape {input.shape}"
+        )
+    loss = BinaryCrossEntropy.apply(input, target)
     if weight is not None:
         loss = loss * weight
     return _reduce(op, loss, reduction)
@@ -561,7 +564,9 @@ def binary_cross_entropy_with_logits(
     _check_reduction(op, reduction)
     target = _as_tensor(op, target, input)
     if target.shape != input.shape:
-        raise ValueError(f"{op}: target shape {target.shape} must equal input shape {input.shape}")
+        raise TinyattnError(
+            f"{op}: target shape {target.shape} must equal input shape {input.shape}"
+        )
     log_weight = 1.0 if pos_weight is None else (pos_weight - 1.0) * target + 1.0
     loss = (1.0 - target) * input + log_weight * _softplus(-input)
     if weight is not None:
@@ -604,7 +609,7 @@ def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = N
         return tensor_pad(input, pad, mode=mode)
     pad = tuple(pad)
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
-        raise ValueError(
+        raise TinyattnError(
             f"pad: pad {pad} must hold (left, right) pairs for at most {input.ndim} axes"
         )
     value = 0.0 if value is None else value

@@ -21,6 +21,7 @@ from typing import Any
 from ..autograd import no_grad
 from ..backend import check_floating, dtype_name, window_counts
 from ..creation import ones
+from ..errors import TinyattnError
 from ..ops import Fold, Unfold
 from ..tensor import Tensor
 from ..tensor_functions import einsum
@@ -34,7 +35,9 @@ def int_tuple(op: str, name: str, value: Any, n: int, minimum: int = 1) -> tuple
     """An int or a sequence of n ints as a tuple of n ints, each at least `minimum`."""
     values = (value,) * n if isinstance(value, int) else tuple(value)
     if len(values) != n or not all(isinstance(v, int) and v >= minimum for v in values):
-        raise ValueError(f"{op}: {name} must be an int >= {minimum} or {n} of them, got {value!r}")
+        raise TinyattnError(
+            f"{op}: {name} must be an int >= {minimum} or {n} of them, got {value!r}"
+        )
     return values
 
 
@@ -75,13 +78,13 @@ def pad_by_mode(input: Tensor, pad: tuple, mode: str) -> Tensor:
     if mode in ("zeros", "constant"):
         return constant_pad(input, pad)
     if mode not in PADDING_MODES:
-        raise ValueError(f"pad: mode must be one of {PADDING_MODES}, got {mode!r}")
+        raise TinyattnError(f"pad: mode must be one of {PADDING_MODES}, got {mode!r}")
     out = input
     for pair in range(len(pad) // 2):
         axis, before, after = input.ndim - 1 - pair, pad[2 * pair], pad[2 * pair + 1]
         n = input.shape[axis]
         if mode == "reflect" and max(before, after) >= n:
-            raise ValueError(
+            raise TinyattnError(
                 f"pad: reflect padding ({before}, {after}) must be smaller than dim {axis} of "
                 f"shape {input.shape}"
             )
@@ -110,11 +113,13 @@ def conv_padding(op: str, padding: Any, kernel: tuple, stride: tuple, dilation: 
         return [(0, 0)] * n
     if padding == "same":
         if any(s != 1 for s in stride):
-            raise ValueError(f"{op}: padding='same' is not supported for strided convolutions")
+            raise TinyattnError(f"{op}: padding='same' is not supported for strided convolutions")
         totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
         return [(t // 2, t - t // 2) for t in totals]
     if isinstance(padding, str):
-        raise ValueError(f"{op}: padding must be 'valid', 'same', an int or ints, got {padding!r}")
+        raise TinyattnError(
+            f"{op}: padding must be 'valid', 'same', an int or ints, got {padding!r}"
+        )
     return [(p, p) for p in int_tuple(op, "padding", padding, n, minimum=0)]
 
 
@@ -128,7 +133,7 @@ def _check_conv(op: str, x: Tensor, weight: Tensor, bias: Any, groups: int, spat
             f"({dtype_name(getattr(weight, 'dtype', type(weight)))}) must have the same dtype"
         )
     if not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+        raise TinyattnError(f"{op}: groups must be a positive int, got {groups!r}")
     if weight.ndim != spatial + 2:
         raise RuntimeError(
             f"{op}: weight must be {spatial + 2}-d (out_channels, in_channels / groups, "
@@ -247,7 +252,7 @@ def _conv_transpose(
     pads = int_tuple(op, "padding", padding, spatial, minimum=0)
     extra = int_tuple(op, "output_padding", output_padding, spatial, minimum=0)
     if any(e >= max(s, d) for e, s, d in zip(extra, stride, dilation, strict=True)):
-        raise ValueError(f"{op}: output_padding {extra} must be smaller than stride or dilation")
+        raise TinyattnError(f"{op}: output_padding {extra} must be smaller than stride or dilation")
     n, out_channels = x.shape[0], group_out * groups
     cols = einsum(
         "ngcp,gcok->ngopk",
@@ -330,7 +335,9 @@ def _pool_geometry(
     pads = int_tuple(op, "padding", padding, n, minimum=0)
     dilation = int_tuple(op, "dilation", dilation, n)
     if any(2 * p > k for p, k in zip(pads, kernel, strict=True)):
-        raise ValueError(f"{op}: padding {pads} should be at most half of the kernel size {kernel}")
+        raise TinyattnError(
+            f"{op}: padding {pads} should be at most half of the kernel size {kernel}"
+        )
     pairs = []
     for m, k, s, p, d in zip(size, kernel, stride, pads, dilation, strict=True):
         span = d * (k - 1) + 1
@@ -517,7 +524,9 @@ def _adaptive_avg_pool(op: str, input: Tensor, output_size: Any, spatial: int) -
     if len(sizes) != spatial or not all(
         s is None or (isinstance(s, int) and s >= 1) for s in sizes
     ):
-        raise ValueError(f"{op}: output_size must be {spatial} positive ints, got {output_size!r}")
+        raise TinyattnError(
+            f"{op}: output_size must be {spatial} positive ints, got {output_size!r}"
+        )
     out = x
     for axis, target in enumerate(sizes):
         n = x.shape[2 + axis]
@@ -614,7 +623,7 @@ def batch_norm(
     Shapes: (N, C, ...) -> the same."""
     op = "batch_norm"
     if input.ndim < 2:
-        raise ValueError(f"{op}: expected an input of shape (N, C, ...), got {input.shape}")
+        raise TinyattnError(f"{op}: expected an input of shape (N, C, ...), got {input.shape}")
     channels, axes = input.shape[1], (0, *range(2, input.ndim))
     for name, t in (
         ("running_mean", running_mean),
@@ -630,7 +639,7 @@ def batch_norm(
     if training:
         count = input.numel() // channels
         if count < 2:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: expected more than 1 value per channel when training, got input of "
                 f"shape {input.shape}"
             )

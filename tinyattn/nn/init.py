@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import backend
 from ..autograd import no_grad
+from ..errors import TinyattnError
 from ..tensor import Tensor
 
 
@@ -48,17 +49,17 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     if nonlinearity == "leaky_relu":
         slope = 0.01 if param is None else param
         if isinstance(slope, bool) or not isinstance(slope, int | float):
-            raise ValueError(f"calculate_gain: negative_slope {slope!r} is not a number")
+            raise TinyattnError(f"calculate_gain: negative_slope {slope!r} is not a number")
         return math.sqrt(2.0 / (1 + slope**2))
     if nonlinearity == "selu":
         return 3.0 / 4
-    raise ValueError(f"calculate_gain: unsupported nonlinearity {nonlinearity!r}")
+    raise TinyattnError(f"calculate_gain: unsupported nonlinearity {nonlinearity!r}")
 
 
 def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     """fan_in = shape[1] * receptive field, fan_out = shape[0] * receptive field (PyTorch's)."""
     if tensor.ndim < 2:
-        raise ValueError(
+        raise TinyattnError(
             f"nn.init: fan in and fan out need a tensor of at least 2 dimensions, got shape "
             f"{tensor.shape}"
         )
@@ -68,7 +69,7 @@ def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
 
 def _fan(tensor: Tensor, mode: str) -> int:
     if mode not in ("fan_in", "fan_out"):
-        raise ValueError(f"nn.init: mode must be 'fan_in' or 'fan_out', got {mode!r}")
+        raise TinyattnError(f"nn.init: mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return fan_in if mode == "fan_in" else fan_out
 
@@ -100,7 +101,7 @@ def trunc_normal_(
     """Fill with N(mean, std^2) restricted to [a, b] (out-of-range draws are redrawn)."""
     _float_tensor("trunc_normal_", tensor)
     if not a < b:
-        raise ValueError(f"trunc_normal_: need a < b, got a={a}, b={b}")
+        raise TinyattnError(f"trunc_normal_: need a < b, got a={a}, b={b}")
     if generator is not None:
         raise NotImplementedError("trunc_normal_: generator= is not supported")
     rng = backend.host_rng()

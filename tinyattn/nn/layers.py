@@ -13,6 +13,7 @@ from typing import Any
 from .. import backend
 from .. import functional as F
 from ..creation import ones, rand, randn, zeros
+from ..errors import TinyattnError
 from ..tensor import Tensor
 from . import functional as torch_style
 from . import init
@@ -22,7 +23,7 @@ from .module import Module, Parameter
 def _check_sizes(op: str, **sizes: int) -> None:
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+            raise TinyattnError(f"{op}: {name} must be a positive int, got {value!r}")
 
 
 def _place(module: Module, device: Any, dtype: Any) -> None:
@@ -93,7 +94,7 @@ class Embedding(Module):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(
+                raise TinyattnError(
                     f"Embedding: padding_idx {padding_idx} is out of range for "
                     f"{num_embeddings} embeddings"
                 )
@@ -132,7 +133,7 @@ class Embedding(Module):
             )
         if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
             shape = getattr(embeddings, "shape", type(embeddings).__name__)
-            raise ValueError(
+            raise TinyattnError(
                 f"Embedding.from_pretrained: embeddings must be a 2-D Tensor, got {shape}"
             )
         rows, columns = embeddings.shape
@@ -167,7 +168,7 @@ class LayerNorm(Module):
         )
         _check_sizes("LayerNorm", **{f"normalized_shape[{i}]": n for i, n in enumerate(shape)})
         if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0 < eps < math.inf:
-            raise ValueError(f"LayerNorm: eps must be a positive finite number, got {eps!r}")
+            raise TinyattnError(f"LayerNorm: eps must be a positive finite number, got {eps!r}")
         self.normalized_shape, self.eps = shape, eps
         weight = Parameter(ones(*shape)) if elementwise_affine else None
         self.register_parameter("weight", weight)
@@ -190,7 +191,7 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
         if not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: probability p must be in [0, 1], got {p!r}")
+            raise TinyattnError(f"Dropout: probability p must be in [0, 1], got {p!r}")
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
@@ -281,7 +282,7 @@ class Flatten(Module):
     def forward(self, x: Tensor) -> Tensor:
         start, end = self.start_dim % max(x.ndim, 1), self.end_dim % max(x.ndim, 1)
         if start > end:
-            raise ValueError(
+            raise TinyattnError(
                 f"Flatten: start_dim {self.start_dim} comes after end_dim {self.end_dim} for "
                 f"input shape {x.shape}"
             )

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from .. import autograd, backend
 from ..autograd import no_grad
 from ..tensor import Tensor
+from .module_hooks import HookMethods
 
 
 class Parameter(Tensor):
@@ -59,7 +60,7 @@ def _is_plain(value: Any) -> bool:
     return isinstance(value, _PLAIN)
 
 
-class Module:
+class Module(HookMethods):
     """Base class of layers: assign Parameters and Modules as attributes and they are tracked.
 
     Subclasses call ``super().__init__()`` first and implement ``forward``; ``module(x)`` calls it.
@@ -365,6 +366,11 @@ class Module:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if autograd._recorder is not None:  # ta.compile records: a replay must match the mode
             autograd.note_mode(self, "_replay_key")
+        hooks = self.__dict__.get("_hooks")  # made by the first register_*_hook
+        if hooks is not None and (
+            hooks.forward_pre or hooks.forward or hooks.backward_pre or hooks.backward
+        ):
+            return self._call_with_hooks(hooks, args, kwargs)
         return self.forward(*args, **kwargs)
 
     @property
@@ -425,6 +431,19 @@ class ModuleList(Module):
         items = list(self._modules.values())
         items.insert(index, module)
         self._renumber(items)
+
+    def pop(self, index: int | slice = -1) -> Any:
+        """Remove and return the module (or the modules of a slice) at `index`."""
+        taken = self[index]
+        del self[index]
+        return taken
+
+    def __iadd__(self, modules: Any) -> ModuleList:
+        return self.extend(modules)
+
+    def __add__(self, other: Any) -> ModuleList:
+        """A new list of this list's modules, then `other`'s (the modules are shared)."""
+        return type(self)._from_modules([*self, *other])
 
     def _renumber(self, items: list) -> None:
         for name in list(self._modules):

@@ -13,6 +13,7 @@ from typing import Any
 from .. import backend
 from .. import functional as F
 from ..creation import arange, randn
+from ..errors import TinyattnError
 from ..tensor import Tensor
 from .attention import KVCache, MultiHeadAttention
 from .layers import Dropout, LayerNorm, Linear
@@ -21,10 +22,12 @@ from .module import Module, Parameter
 
 def _check_positions(op: str, x: Tensor, max_len: int, dim: int) -> int:
     if x.ndim not in (2, 3) or x.shape[-1] != dim:
-        raise ValueError(f"{op}: expected input (B, T, {dim}) or (T, {dim}), got shape {x.shape}")
+        raise TinyattnError(
+            f"{op}: expected input (B, T, {dim}) or (T, {dim}), got shape {x.shape}"
+        )
     length = x.shape[-2]
     if length > max_len:
-        raise ValueError(f"{op}: sequence length {length} exceeds max_len={max_len}")
+        raise TinyattnError(f"{op}: sequence length {length} exceeds max_len={max_len}")
     return length
 
 
@@ -38,7 +41,7 @@ class SinusoidalPositionalEncoding(Module):
     def __init__(self, max_len: int, dim: int) -> None:
         super().__init__()
         if max_len <= 0 or dim <= 0:
-            raise ValueError(
+            raise TinyattnError(
                 f"SinusoidalPositionalEncoding: sizes must be positive, got {max_len}, {dim}"
             )
         self.max_len, self.dim = max_len, dim
@@ -73,7 +76,7 @@ class LearnedPositionalEmbedding(Module):
     def __init__(self, max_len: int, dim: int) -> None:
         super().__init__()
         if max_len <= 0 or dim <= 0:
-            raise ValueError(
+            raise TinyattnError(
                 f"LearnedPositionalEmbedding: sizes must be positive, got {max_len}, {dim}"
             )
         self.max_len, self.dim = max_len, dim
@@ -107,7 +110,7 @@ class TransformerBlock(Module):
     ) -> None:
         super().__init__()
         if activation not in ("relu", "gelu"):
-            raise ValueError(
+            raise TinyattnError(
                 f"TransformerBlock: activation must be 'relu' or 'gelu', got {activation!r}"
             )
         self.norm_first, self.activation = norm_first, activation

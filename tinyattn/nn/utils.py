@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import backend
 from ..autograd import replayed_call
+from ..errors import TinyattnError
 from ..tensor import Tensor
 
 
@@ -38,10 +39,10 @@ def clip_grad_norm_(
     total norm before clipping as a 0-d Tensor (PyTorch's rule and return value)."""
     op = "clip_grad_norm_"
     if isinstance(max_norm, bool) or not isinstance(max_norm, int | float) or max_norm < 0:
-        raise ValueError(f"{op}: max_norm must be a number >= 0, got {max_norm!r}")
+        raise TinyattnError(f"{op}: max_norm must be a number >= 0, got {max_norm!r}")
     norm_type = float(norm_type)
     if not (norm_type > 0):
-        raise ValueError(f"{op}: norm_type must be > 0 (or inf), got {norm_type}")
+        raise TinyattnError(f"{op}: norm_type must be > 0 (or inf), got {norm_type}")
     grads = _with_grads(op, parameters)
     if not grads:
         return Tensor(0.0)

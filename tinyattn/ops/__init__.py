@@ -22,6 +22,7 @@ from .elementwise import (
     Log2,
     Log10,
     Maximum,
+    Minimum,
     Mul,
     MulScalar,
     Neg,
@@ -97,6 +98,7 @@ __all__ = [
     "Mean",
     "Norm",
     "Min",
+    "Minimum",
     "Mul",
     "Neg",
     "OnceDifferentiable",
@@ -123,6 +125,7 @@ __all__ = [
 
 # Functions added for PyTorch's names, one idea per file (registered in ops/table.py).
 from .computed import Computed, array_call, computed  # noqa: E402
+from .losses import BinaryCrossEntropy, NegLogLikelihood  # noqa: E402
 from .movement import Clone, Diagonal, DiagonalEmbed, Flip  # noqa: E402
 from .rounding import Ceil, Floor, FloorDivide, Remainder, Round, Sign, Trunc  # noqa: E402
 from .scan import Cumsum  # noqa: E402
@@ -144,6 +147,7 @@ __all__ += [
 __all__ += ["Atan2", "Expm1", "Log1p", "Round", "Sign", "Sin", "Trunc"]
 __all__ += ["Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cosh", "Sinh", "Tan"]
 __all__ += ["Exp2", "Log2", "Log10"]
+__all__ += ["BinaryCrossEntropy", "NegLogLikelihood"]
 __all__ += [
     "ClassWeights",
     "Computed",

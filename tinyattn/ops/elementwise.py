@@ -140,21 +140,32 @@ class Maximum(Function):
     __slots__ = ()
     backward_reads = ("inputs",)
 
+    pick = "maximum"
+
     def forward(self, a: Any, b: Any) -> Any:
-        return namespace(a).maximum(a, b)
+        return getattr(namespace(a), self.pick)(a, b)
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
         xp = namespace(a.array)
+        wins = a.array > b.array if self.pick == "maximum" else a.array < b.array
         # Weight 1 where a wins, 0 where b wins, 1/2 on a tie: subgradient that keeps symmetry.
-        a_wins = xp.astype(a.array > b.array, grad.dtype) + 0.5 * xp.astype(
-            a.array == b.array, grad.dtype
-        )
+        a_wins = xp.astype(wins, grad.dtype) + 0.5 * xp.astype(a.array == b.array, grad.dtype)
         weight_a = grad.constant(a_wins)
         return (
             (grad * weight_a).sum_to(a.shape) if a.requires_grad else None,
             (grad - grad * weight_a).sum_to(b.shape) if b.requires_grad else None,
         )
+
+
+class Minimum(Maximum):
+    """y = min(a, b) elementwise;  the gradient goes to the smaller input, split evenly on ties.
+
+    Its own op, not -maximum(-a, -b): negating an integer's minimum (INT_MIN) overflows.
+    """
+
+    __slots__ = ()
+    pick = "minimum"
 
 
 # ---------------------------------------------------------------------------------------- unary

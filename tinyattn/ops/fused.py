@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from ..autograd import Function, is_grad_enabled
-from ..backend import namespace, reshape
+from ..backend import is_half, namespace, reshape
 from .reductions import sum_array
 
 
@@ -77,7 +77,8 @@ class LayerNorm(Function):
     dL/dw = sum(g * x_hat), dL/db = sum(g) (sums over the leading axes).
 
     Shapes: x (..., *normalized), w and b (*normalized) -> (..., *normalized). The variance is
-    the biased one (divided by N), as in PyTorch. Inputs: x, then w and b when present.
+    the biased one (divided by N), as in PyTorch. Inputs: x, then w and b when present. A
+    float16 input is normalised in float32 and the result rounded once, as PyTorch's CPU kernel.
     """
 
     __slots__ = ("axes", "eps", "has_weight", "has_bias")
@@ -88,13 +89,16 @@ class LayerNorm(Function):
         self.axes, self.eps = axes, eps
         self.has_weight, self.has_bias = has_weight, len(affine) == 1 + has_weight
         xp = namespace(x)
-        x_hat, rstd = _normalize(xp, x, axes, eps)
-        self.save_for_backward(x_hat, rstd)
+        half = is_half(x)
+        x_hat, rstd = _normalize(xp, xp.astype(x, xp.float32) if half else x, axes, eps)
         y = x_hat
         if self.has_weight:
             y = y * affine[0]
         if self.has_bias:
             y = y + affine[-1] if y is x_hat else _add_into(y, affine[-1])
+        if half:  # backward works in the input's dtype
+            x_hat, rstd, y = (xp.astype(a, x.dtype) for a in (x_hat, rstd, y))
+        self.save_for_backward(x_hat, rstd)
         return y
 
     def backward(self, grad: Any) -> tuple:

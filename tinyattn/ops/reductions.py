@@ -11,7 +11,8 @@ import math
 from typing import Any
 
 from ..autograd import Function
-from ..backend import namespace
+from ..backend import is_half, namespace
+from ..errors import DimError, TinyattnError
 from ..kernels import sum_array
 from .scan import running_product
 
@@ -31,12 +32,10 @@ def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
         if not isinstance(a, int) or isinstance(a, bool):
             raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
         if not -ndim <= a < max(ndim, 1):
-            raise ValueError(
-                f"{op}: axis {a} is out of range for a tensor with {ndim} dimension(s)"
-            )
+            raise DimError(f"{op}: axis {a} is out of range for a tensor with {ndim} dimension(s)")
         result.append(a % ndim if ndim else 0)
     if len(set(result)) != len(result):
-        raise ValueError(f"{op}: repeated axis in {axis!r}")
+        raise TinyattnError(f"{op}: repeated axis in {axis!r}")
     return tuple(sorted(result))
 
 
@@ -51,7 +50,7 @@ def reduction_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     try:
         normalize_axes(op, axis, 1)
     except ValueError:
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: axis {axis!r} is not valid for a 0-d tensor, which takes axis 0 or -1"
         ) from None
     return ()
@@ -75,6 +74,9 @@ class Sum(Function):
 
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = reduction_axes("sum", axis, x.ndim)
+        if is_half(x):  # PyTorch's CPU kernels accumulate float16 in float32, rounding once
+            xp = namespace(x)
+            return xp.astype(sum_array(xp.astype(x, xp.float32), self.axes, keepdims), x.dtype)
         return sum_array(x, self.axes, keepdims)
 
     def backward(self, grad: Any) -> Any:
@@ -116,7 +118,8 @@ class Prod(Function):
 class Mean(Function):
     """y = mean of x over axes (N elements each);  dL/dx = g / N broadcast back.
 
-    Over an empty axis (N = 0) the mean is NaN and the gradient is empty, as in PyTorch.
+    Over an empty axis (N = 0) the mean is NaN and the gradient is empty, as in PyTorch. A
+    float16 mean is summed and divided in float32, then rounded once, as PyTorch's.
     """
 
     __slots__ = ("axes",)
@@ -134,6 +137,9 @@ class Mean(Function):
             if not keepdims:
                 shape = tuple(n for i, n in enumerate(x.shape) if i not in self.axes)
             return xp.full(shape, math.nan, dtype=x.dtype, device=x.device)
+        if is_half(x):
+            wide = sum_array(xp.astype(x, xp.float32), self.axes, keepdims) / count
+            return xp.astype(xp.asarray(wide), x.dtype)
         return xp.asarray(xp.mean(x, axis=self.axes, keepdims=keepdims))
 
     def backward(self, grad: Any) -> Any:
@@ -146,6 +152,7 @@ class Mean(Function):
 class Norm(Function):
     """y = sqrt(sum of x^2) over axes, the 2-norm;  dL/dx = g * x / y broadcast back, and 0
     where y = 0 (the subgradient PyTorch takes there, where the formula would give 0 / 0).
+    float16 is squared and summed in float32 (x^2 passes float16's 65504 from |x| = 256 on).
 
     Shapes: x (any) -> x with `axes` removed (kept as 1 with keepdims).
     """
@@ -156,6 +163,11 @@ class Norm(Function):
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = reduction_axes("norm", axis, x.ndim)
         xp = namespace(x)
+        if is_half(x):
+            wide = xp.astype(x, xp.float32)
+            return xp.astype(
+                xp.sqrt(xp.asarray(sum_array(wide * wide, self.axes, keepdims))), x.dtype
+            )
         return xp.sqrt(xp.asarray(sum_array(x * x, self.axes, keepdims)))
 
     def backward(self, grad: Any) -> Any:
@@ -182,7 +194,7 @@ class Max(Function):
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = reduction_axes(self.reduce_name, axis, x.ndim)
         if x.size == 0:
-            raise ValueError(
+            raise TinyattnError(
                 f"{self.reduce_name}: cannot reduce an empty tensor of shape {x.shape}"
             )
         xp = namespace(x)
@@ -223,7 +235,7 @@ def sum_to_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
     axes it lacks, and those where it has size 1), or raise naming sum_to."""
     lead = len(shape) - len(target)
     if lead < 0 or any(n not in (1, shape[lead + i]) for i, n in enumerate(target)):
-        raise ValueError(
+        raise TinyattnError(
             f"sum_to: cannot sum a tensor of shape {shape} to shape {target}: {target} must "
             f"broadcast to {shape} (each size 1 or equal, no more axes)"
         )

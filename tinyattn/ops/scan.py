@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..autograd import Function
-from ..backend import namespace
+from ..backend import is_half, namespace
 from .shape import Concat
 
 
 class Cumsum(Function):
     """y_i = sum_{j <= i} x_j along `axis`;  dL/dx_i = sum_{j >= i} g_j (a reversed running sum).
 
+    float16 runs in float32, each sum rounded once, as PyTorch's CPU kernel.
     Shapes: x (...) -> y (...), the same shape.
     """
 
@@ -25,7 +26,10 @@ class Cumsum(Function):
 
     def forward(self, x: Any, axis: int = 0) -> Any:
         self.axis = axis
-        return namespace(x).cumulative_sum(x, axis=axis, dtype=x.dtype)
+        xp = namespace(x)
+        if is_half(x):
+            return xp.astype(xp.cumulative_sum(x, axis=axis, dtype=xp.float32), x.dtype)
+        return xp.cumulative_sum(x, axis=axis, dtype=x.dtype)
 
     def backward(self, grad: Any) -> Any:
         return grad.flip(self.axis).cumsum(self.axis).flip(self.axis)

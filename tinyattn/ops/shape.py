@@ -12,6 +12,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..backend import namespace, reshape, to_device
+from ..errors import TinyattnError
 
 
 class Reshape(Function):
@@ -97,13 +98,13 @@ class Split(Function):
 def matmul_shape(a_shape: tuple, b_shape: tuple) -> tuple:
     """The shape of ``a @ b`` (NumPy rules, 1-D operands included), or a ValueError naming both."""
     if not a_shape or not b_shape:
-        raise ValueError(
+        raise TinyattnError(
             f"matmul: operands must have at least 1 dimension, got shapes {a_shape} and {b_shape}"
         )
     inner_a = a_shape[-1]
     inner_b = b_shape[0] if len(b_shape) == 1 else b_shape[-2]
     if inner_a != inner_b:
-        raise ValueError(
+        raise TinyattnError(
             f"matmul: shapes {a_shape} and {b_shape} do not align ({inner_a} != {inner_b})"
         )
     batch = broadcast_shapes("matmul", a_shape[:-2], b_shape[:-2], (a_shape, b_shape))
@@ -120,7 +121,7 @@ def broadcast_shapes(op: str, a: tuple, b: tuple, shown: tuple | None = None) ->
         n = b[-i] if i <= len(b) else 1
         if m != n and m != 1 and n != 1:
             left, right = shown or (a, b)
-            raise ValueError(f"{op}: shapes {left} and {right} cannot be broadcast together")
+            raise TinyattnError(f"{op}: shapes {left} and {right} cannot be broadcast together")
         result.append(n if m == 1 else m)
     return tuple(reversed(result))
 
@@ -173,14 +174,18 @@ def check_reshape(shape: tuple, new_shape: tuple) -> tuple:
     size = math.prod(shape)
     unknown = [i for i, n in enumerate(new_shape) if n == -1]
     if len(unknown) > 1 or any((not isinstance(n, int)) or n < -1 for n in new_shape):
-        raise ValueError(f"reshape: invalid target shape {new_shape} for a tensor of shape {shape}")
+        raise TinyattnError(
+            f"reshape: invalid target shape {new_shape} for a tensor of shape {shape}"
+        )
     if unknown:
         known = math.prod(n for n in new_shape if n != -1)
         if known == 0 or size % known:
-            raise ValueError(f"reshape: cannot reshape a tensor of shape {shape} into {new_shape}")
+            raise TinyattnError(
+                f"reshape: cannot reshape a tensor of shape {shape} into {new_shape}"
+            )
         new_shape = tuple(size // known if n == -1 else n for n in new_shape)
     if math.prod(new_shape) != size:
-        raise ValueError(
+        raise TinyattnError(
             f"reshape: cannot reshape a tensor of shape {shape} ({size} elements) into "
             f"{new_shape} ({math.prod(new_shape)} elements)"
         )

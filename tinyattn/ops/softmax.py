@@ -4,6 +4,7 @@ Composed from primitives, softmax is a max, a subtraction, an exp, a sum and a d
 nodes); fused, it is one node whose backward needs only its output. Both shift every row by its
 max first (exp of a large logit would overflow) and give fully masked rows (all -inf) a finite
 answer: softmax 0, log-softmax -inf, gradient 0 or g, never NaN. A row holding NaN is NaN.
+float16 rows are computed in float32 and rounded once, as PyTorch's CPU kernels do.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from .. import kernels
 from ..autograd import Function
-from ..backend import namespace
+from ..backend import is_half, namespace
 
 
 class Softmax(Function):
@@ -29,12 +30,9 @@ class Softmax(Function):
         xp = namespace(x)
         if x.size == 0:  # no row to normalise (an empty row has no max)
             return xp.zeros_like(x)
-        exps = xp.exp(x - kernels.row_shift(xp, x, axis))
-        total = kernels.sum_array(exps, (axis % x.ndim,), keepdims=True)
-        # total is 0 only on an all -inf row, where every exp is 0: 0 / 1 = 0. A NaN total (a
-        # row holding NaN or +inf) divides the whole row, which then is NaN.
-        exps /= xp.where(total == 0, xp.ones_like(total), total)  # in place: exps is ours
-        return exps
+        if is_half(x):
+            return xp.astype(_softmax(xp, xp.astype(x, xp.float32), axis), x.dtype)
+        return _softmax(xp, x, axis)
 
     def backward(self, grad: Any) -> Any:
         y = self.output  # using the output keeps higher-order gradients exact
@@ -55,10 +53,27 @@ class LogSoftmax(Function):
         xp = namespace(x)
         if x.size == 0:
             return xp.zeros_like(x)
-        shifted = x - kernels.row_shift(xp, x, axis)
-        total = kernels.sum_array(xp.exp(shifted), (axis % x.ndim,), keepdims=True)
-        shifted -= xp.log(xp.where(total == 0, xp.ones_like(total), total))  # in place: ours
-        return shifted
+        if is_half(x):
+            return xp.astype(_log_softmax(xp, xp.astype(x, xp.float32), axis), x.dtype)
+        return _log_softmax(xp, x, axis)
 
     def backward(self, grad: Any) -> Any:
         return grad - self.output.exp() * grad.sum(axis=self.axis, keepdims=True)
+
+
+def _softmax(xp: Any, x: Any, axis: int) -> Any:
+    """Softmax's forward on arrays: shift by the row max, exponentiate, normalise."""
+    exps = xp.exp(x - kernels.row_shift(xp, x, axis))
+    total = kernels.sum_array(exps, (axis % x.ndim,), keepdims=True)
+    # total is 0 only on an all -inf row, where every exp is 0: 0 / 1 = 0. A NaN total (a row
+    # holding NaN or +inf) divides the whole row, which then is NaN.
+    exps /= xp.where(total == 0, xp.ones_like(total), total)  # in place: exps is ours
+    return exps
+
+
+def _log_softmax(xp: Any, x: Any, axis: int) -> Any:
+    """LogSoftmax's forward on arrays: the shifted row minus the log of its exponentials' sum."""
+    shifted = x - kernels.row_shift(xp, x, axis)
+    total = kernels.sum_array(xp.exp(shifted), (axis % x.ndim,), keepdims=True)
+    shifted -= xp.log(xp.where(total == 0, xp.ones_like(total), total))  # in place: ours
+    return shifted

@@ -30,6 +30,7 @@ from .elementwise import (
     Log2,
     Log10,
     Maximum,
+    Minimum,
     Mul,
     MulScalar,
     Pow,
@@ -129,6 +130,7 @@ BINARY = (
            differentiable=False),
     Binary("remainder", Remainder, "remainder", "mod", domain="positive"),
     Binary("maximum", Maximum, "maximum", domain="distinct"),
+    Binary("minimum", Minimum, "minimum", domain="distinct"),
     Binary("atan2", Atan2, "arctan2", domain="nonzero"),  # off the origin and the cut (a = 0)
 )
 

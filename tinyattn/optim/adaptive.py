@@ -13,31 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import backend
+from ..errors import TinyattnError
 from ..tensor import Tensor
-from .optimizer import _HINTS, _REFUSED_WHEN_ON, Optimizer, _check_flags, _check_number, _lerp
+from .optimizer import Optimizer, _check_flags, _check_number, _lerp
 
 
-class _TorchStateDicts(Optimizer):
-    """load_state_dict also takes PyTorch's state dicts, whose groups carry PyTorch's flags
-    (``maximize``, ``differentiable``, ``capturable``, ``fused`` ...): dropped when off (or a
-    kernel hint), refused when on."""
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        groups = []
-        for group in state_dict.get("param_groups", []):
-            if not isinstance(group, dict):
-                groups.append(group)
-                continue
-            _check_flags(
-                f"{self.name}.load_state_dict",
-                {k: v for k, v in group.items() if k in _REFUSED_WHEN_ON},
-            )
-            flags = set(_HINTS) | set(_REFUSED_WHEN_ON)
-            groups.append({k: v for k, v in group.items() if k not in flags or k in self.defaults})
-        super().load_state_dict({**state_dict, "param_groups": groups})
-
-
-class RMSprop(_TorchStateDicts):
+class RMSprop(Optimizer):
     """RMSprop (Hinton), PyTorch's rule:
     g = grad + weight_decay * p;  v = alpha v + (1 - alpha) g^2;
     centered: a = lerp(a, g, 1 - alpha), d = sqrt(v - a^2) + eps;  else d = sqrt(v) + eps;
@@ -74,7 +55,7 @@ class RMSprop(_TorchStateDicts):
         for name in ("lr", "alpha", "eps", "weight_decay", "momentum"):
             _check_number(self.name, name, group[name], 0.0)
         if not isinstance(group["centered"], bool):
-            raise ValueError(f"{self.name}: centered must be a bool, got {group['centered']!r}")
+            raise TinyattnError(f"{self.name}: centered must be a bool, got {group['centered']!r}")
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         xp = backend.namespace(param)
@@ -102,7 +83,7 @@ class RMSprop(_TorchStateDicts):
         return param + (-group["lr"]) * (grad / average)
 
 
-class Adagrad(_TorchStateDicts):
+class Adagrad(Optimizer):
     """Adagrad (Duchi et al.), PyTorch's rule, with t the step count:
     g = grad + weight_decay * p;  s = s + g^2;  p = p - lr / (1 + (t - 1) lr_decay) g / (sqrt(s)
     + eps). Each parameter's state (step 0, s = initial_accumulator_value) exists from the start,

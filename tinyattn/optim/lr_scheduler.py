@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..autograd import replayed_call
+from ..errors import TinyattnError
 from .optimizer import Optimizer
 
 
@@ -83,7 +84,7 @@ class LambdaLR(LRScheduler):
         groups = len(optimizer.param_groups)
         if isinstance(lr_lambda, list | tuple):
             if len(lr_lambda) != groups:
-                raise ValueError(
+                raise TinyattnError(
                     f"LambdaLR: expected {groups} lr_lambdas (one per group), got {len(lr_lambda)}"
                 )
             self.lr_lambdas = list(lr_lambda)
@@ -117,14 +118,15 @@ class LambdaLR(LRScheduler):
 
 
 class StepLR(LRScheduler):
-    """Multiply the lr by gamma every step_size epochs:
-    initial_lr * gamma ** (epoch // step_size)."""
+    """Multiply the lr by gamma at every epoch that is a multiple of step_size (PyTorch's
+    recursive form): initial_lr * gamma ** (epoch // step_size) for an int step_size; a float
+    one, as in PyTorch, decays where epoch % step_size == 0 (2.5: at 5, 10, ...)."""
 
     def __init__(
-        self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1
+        self, optimizer: Optimizer, step_size: float, gamma: float = 0.1, last_epoch: int = -1
     ) -> None:
-        if not isinstance(step_size, int) or step_size <= 0:
-            raise ValueError(f"StepLR: step_size must be a positive int, got {step_size!r}")
+        if not isinstance(step_size, int | float) or isinstance(step_size, bool) or step_size <= 0:
+            raise TinyattnError(f"StepLR: step_size must be a positive number, got {step_size!r}")
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer, last_epoch)
 
@@ -146,7 +148,7 @@ class CosineAnnealingLR(LRScheduler):
         last_epoch: int = -1,  # noqa: N803
     ) -> None:
         if not isinstance(T_max, int) or T_max <= 0:
-            raise ValueError(f"CosineAnnealingLR: T_max must be a positive int, got {T_max!r}")
+            raise TinyattnError(f"CosineAnnealingLR: T_max must be a positive int, got {T_max!r}")
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer, last_epoch)
 
@@ -186,9 +188,9 @@ class LinearLR(LRScheduler):
         last_epoch: int = -1,
     ) -> None:
         if not 0 < start_factor <= 1.0:
-            raise ValueError(f"LinearLR: start_factor must be in (0, 1], got {start_factor!r}")
+            raise TinyattnError(f"LinearLR: start_factor must be in (0, 1], got {start_factor!r}")
         if not 0 <= end_factor <= 1.0:
-            raise ValueError(f"LinearLR: end_factor must be in [0, 1], got {end_factor!r}")
+            raise TinyattnError(f"LinearLR: end_factor must be in [0, 1], got {end_factor!r}")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
         super().__init__(optimizer, last_epoch)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import backend
 from ..autograd import check_python_write, enable_grad, replayed_call
+from ..errors import TinyattnError
 from ..nn.module import zero_grads
 from ..tensor import Tensor
 from .flat import FlatGroup, into, same_kind, write_param
@@ -33,7 +34,7 @@ def _check_number(op: str, name: str, value: Any, low: float, high: float | None
     ok = ok and value >= low and (high is None or value < high)
     if not ok:
         bound = f"[{low}, {high})" if high is not None else f">= {low}"
-        raise ValueError(f"{op}: invalid {name} {value!r} (must be a finite number {bound})")
+        raise TinyattnError(f"{op}: invalid {name} {value!r} (must be a finite number {bound})")
 
 
 def _param_list(op: str, params: Any) -> list[dict]:
@@ -42,7 +43,7 @@ def _param_list(op: str, params: Any) -> list[dict]:
         raise TypeError(f"{op}: params must be an iterable of Tensors, got a single Tensor")
     groups = list(params)
     if not groups:
-        raise ValueError(f"{op}: got an empty parameter list")
+        raise TinyattnError(f"{op}: got an empty parameter list")
     if not isinstance(groups[0], dict):
         groups = [{"params": groups}]
     return groups
@@ -50,25 +51,29 @@ def _param_list(op: str, params: Any) -> list[dict]:
 
 # PyTorch's implementation hints: accepted (programs pass fused=True on CUDA) and ignored, since
 # they choose a kernel, not a result (`foreach`, a real option here, picks the path; see
-# Optimizer.step). Flags that change the result are refused unless off.
+# Optimizer.step). Flags that change the result are accepted where they name what the optimizer
+# does (off; decoupled_weight_decay=True for AdamW) and refused otherwise.
 _HINTS = ("fused", "capturable", "differentiable")
 _REFUSED_WHEN_ON = ("amsgrad", "maximize", "decoupled_weight_decay")
 
 
-def _check_flags(op: str, flags: dict[str, Any]) -> None:
+def _check_flags(op: str, flags: dict[str, Any], decoupled: bool = False) -> None:
+    """Refuse a flag that would change the result (`decoupled`: the optimizer's own rule)."""
     for name, value in flags.items():
         if name in _HINTS:
             continue
         if name in _REFUSED_WHEN_ON:
-            if value:
-                raise NotImplementedError(f"{op}: {name}=True is not supported")
+            own = decoupled if name == "decoupled_weight_decay" else False
+            if bool(value) != own:
+                other = " (use AdamW)" if name == "decoupled_weight_decay" and value else ""
+                raise NotImplementedError(f"{op}: {name}={value!r} is not supported{other}")
             continue
         raise TypeError(f"{op}: unexpected keyword argument {name!r}")
 
 
 def _check_foreach(op: str, value: Any) -> None:
     if value is not None and not isinstance(value, bool):
-        raise ValueError(f"{op}: invalid foreach {value!r} (must be None, True or False)")
+        raise TinyattnError(f"{op}: invalid foreach {value!r} (must be None, True or False)")
 
 
 # Keys a parameter group holds besides the optimizer's options (a scheduler adds initial_lr).
@@ -153,17 +158,17 @@ class Optimizer:
                     f"{self.name}: parameter {position} is a {type(p).__name__}, not a Tensor"
                 )
             if not p.is_leaf:
-                raise ValueError(
+                raise TinyattnError(
                     f"{self.name}: parameter {position} (shape {p.shape}) is not a leaf"
                 )
             if id(p) in known:
-                raise ValueError(
+                raise TinyattnError(
                     f"{self.name}: parameter {position} (shape {p.shape}) appears twice"
                 )
             known.add(id(p))
         unknown = set(group) - set(self.defaults) - _GROUP_KEYS
         if unknown:
-            raise ValueError(
+            raise TinyattnError(
                 f"{self.name}: unknown option(s) {sorted(unknown)} in a parameter group"
             )
         full = ParamGroup({**self.defaults, **group, "params": params})
@@ -252,7 +257,7 @@ class Optimizer:
     def _check_grad(self, position: int, p: Tensor) -> None:
         """A gradient set by hand must match its parameter (NumPy would broadcast it silently)."""
         if p.grad.shape != p.shape:
-            raise ValueError(
+            raise TinyattnError(
                 f"{self.name}.step: parameter {position} has shape {p.shape} but its gradient "
                 f"has shape {p.grad.shape}"
             )
@@ -291,27 +296,28 @@ class Optimizer:
         """Restore state and hyper-parameters, all or nothing: a mismatch changes nothing."""
         op = f"{self.name}.load_state_dict"
         if set(state_dict) != {"state", "param_groups"}:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: expected keys 'state' and 'param_groups', got {sorted(state_dict)}"
             )
         groups = list(state_dict["param_groups"])
         if len(groups) != len(self.param_groups):
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: the checkpoint has {len(groups)} parameter group(s), this optimizer "
                 f"has {len(self.param_groups)}"
             )
         new_groups = []
         for number, (saved, mine) in enumerate(zip(groups, self.param_groups, strict=True)):
             if not isinstance(saved, dict) or "params" not in saved:
-                raise ValueError(f"{op}: parameter group {number} has no 'params' list")
+                raise TinyattnError(f"{op}: parameter group {number} has no 'params' list")
+            saved = self._without_torch_flags(op, saved)
             unknown = set(saved) - set(self.defaults) - _GROUP_KEYS
             if unknown:
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: parameter group {number} has option(s) {sorted(unknown)} that "
                     f"{self.name} does not have (a checkpoint of another optimizer?)"
                 )
             if len(saved["params"]) != len(mine["params"]):
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: parameter group {number} has {len(saved['params'])} parameter(s) in "
                     f"the checkpoint but {len(mine['params'])} here"
                 )
@@ -323,6 +329,18 @@ class Optimizer:
         self.param_groups, self.state = new_groups, new_state
         self._flats.clear()  # the layouts would hold the old state: rebuilt on the next step
 
+    def _without_torch_flags(self, op: str, group: dict[str, Any]) -> dict[str, Any]:
+        """A saved group less PyTorch's flags that this optimizer has no option for (a PyTorch
+        state dict carries them all): kernel hints dropped, result flags dropped when they
+        name what this optimizer does, refused otherwise."""
+        flags = {
+            k: v
+            for k, v in group.items()
+            if k in _HINTS + _REFUSED_WHEN_ON and k not in self.defaults
+        }
+        _check_flags(op, flags, decoupled=getattr(self, "decoupled", False))
+        return {k: v for k, v in group.items() if k not in flags}
+
     def _converted_state(self, op: str, saved: dict) -> dict[Tensor, dict[str, Any]]:
         params = self._all_params()
         new_state: dict[Tensor, dict[str, Any]] = {}
@@ -330,14 +348,16 @@ class Optimizer:
             try:
                 index = int(raw_index)
             except (TypeError, ValueError):
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: state key {raw_index!r} is not a parameter index"
                 ) from None
             if not 0 <= index < len(params):
-                raise ValueError(f"{op}: state for parameter {index}, but there are {len(params)}")
+                raise TinyattnError(
+                    f"{op}: state for parameter {index}, but there are {len(params)}"
+                )
             unexpected = set(entries) - set(self.state_keys)
             if unexpected:
-                raise ValueError(
+                raise TinyattnError(
                     f"{op}: unexpected state key(s) {sorted(unexpected)} for parameter {index} "
                     f"({self.name} keeps {list(self.state_keys)})"
                 )
@@ -348,7 +368,7 @@ class Optimizer:
                     continue
                 array = Tensor(value, dtype=backend.dtype_name(p.dtype), device=p.device).array
                 if tuple(array.shape) != p.shape:
-                    raise ValueError(
+                    raise TinyattnError(
                         f"{op}: state '{key}' of parameter {index} has shape {tuple(array.shape)}, "
                         f"the parameter has shape {p.shape}"
                     )
@@ -407,7 +427,7 @@ class SGD(Optimizer):
             _check_number(self.name, name, group[name], 0.0)
         _check_foreach(self.name, group["foreach"])
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
+            raise TinyattnError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
         momentum = group["momentum"]
@@ -478,7 +498,7 @@ class Adam(Optimizer):
         foreach: bool | None = None,
         **flags: Any,
     ) -> None:
-        _check_flags(type(self).__name__, flags)
+        _check_flags(type(self).__name__, flags, decoupled=self.decoupled)
         defaults = dict(
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, foreach=foreach
         )
@@ -490,7 +510,7 @@ class Adam(Optimizer):
         _check_foreach(self.name, group["foreach"])
         betas = group["betas"]
         if not isinstance(betas, tuple | list) or len(betas) != 2:
-            raise ValueError(f"{self.name}: betas must be a pair (beta1, beta2), got {betas!r}")
+            raise TinyattnError(f"{self.name}: betas must be a pair (beta1, beta2), got {betas!r}")
         for index, beta in enumerate(betas):
             _check_number(self.name, f"beta at index {index}", beta, 0.0, 1.0)
         group["betas"] = tuple(betas)

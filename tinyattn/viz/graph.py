@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import backend
 from ..autograd import ReleasedConstant
+from ..errors import TinyattnError
 from ..tensor import Tensor
 
 FORMATS = ("svg", "png")
@@ -260,7 +261,7 @@ def to_dot(
 def _format_of(path: Path, format: str | None) -> str:  # noqa: A002  (graphviz's own name)
     chosen = format or path.suffix.lstrip(".").lower()
     if chosen not in FORMATS:
-        raise ValueError(f"render: format must be one of {FORMATS}, got {chosen or path.name!r}")
+        raise TinyattnError(f"render: format must be one of {FORMATS}, got {chosen or path.name!r}")
     return chosen
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ...errors import TinyattnError
 from ...methods.common import stack
 from ...tensor import Tensor
 from .dataset import IterableDataset
@@ -41,7 +42,7 @@ def default_convert(data: Any) -> Any:
 def default_collate(batch: Sequence[Any]) -> Any:
     """Merge a list of samples into a batch, PyTorch's rules (see the module docstring)."""
     if not batch:
-        raise ValueError("default_collate: got an empty batch")
+        raise TinyattnError("default_collate: got an empty batch")
     first = batch[0]
     if isinstance(first, Tensor):
         return stack(list(batch), axis=0)
@@ -95,7 +96,7 @@ class DataLoader:
     ) -> None:
         op = "DataLoader"
         if num_workers != 0:
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: num_workers={num_workers} is not supported; tinyattn loads in the "
                 "calling process, so use num_workers=0"
             )
@@ -107,16 +108,20 @@ class DataLoader:
         if batch_size is not None and (
             isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0
         ):
-            raise ValueError(f"{op}: batch_size must be a positive int or None, got {batch_size!r}")
+            raise TinyattnError(
+                f"{op}: batch_size must be a positive int or None, got {batch_size!r}"
+            )
         iterable = isinstance(dataset, IterableDataset)
         if iterable and (shuffle or sampler is not None or batch_sampler is not None):
-            raise ValueError(f"{op}: an IterableDataset takes no shuffle, sampler or batch_sampler")
+            raise TinyattnError(
+                f"{op}: an IterableDataset takes no shuffle, sampler or batch_sampler"
+            )
         if sampler is not None and shuffle:
-            raise ValueError(f"{op}: sampler and shuffle=True are mutually exclusive")
+            raise TinyattnError(f"{op}: sampler and shuffle=True are mutually exclusive")
         if batch_sampler is not None and (
             batch_size != 1 or shuffle or sampler is not None or drop_last
         ):
-            raise ValueError(
+            raise TinyattnError(
                 f"{op}: batch_sampler is mutually exclusive with batch_size, shuffle, sampler "
                 "and drop_last"
             )

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ... import backend
+from ...errors import TinyattnError
 from ...tensor import Tensor
 
 
@@ -32,11 +33,11 @@ class TensorDataset(Dataset):
 
     def __init__(self, *tensors: Tensor) -> None:
         if not tensors:
-            raise ValueError("TensorDataset: needs at least one tensor")
+            raise TinyattnError("TensorDataset: needs at least one tensor")
         sizes = {t.shape[0] if t.ndim else None for t in tensors}
         if len(sizes) != 1 or None in sizes:
             shapes = [t.shape for t in tensors]
-            raise ValueError(f"TensorDataset: tensors must share their first axis, got {shapes}")
+            raise TinyattnError(f"TensorDataset: tensors must share their first axis, got {shapes}")
         self.tensors = tensors
 
     def __getitem__(self, index: int) -> tuple[Tensor, ...]:
@@ -98,7 +99,7 @@ def random_split(dataset: Dataset, lengths: Sequence[int | float], generator: An
             sizes[i % len(sizes)] += 1
         lengths = sizes
     if sum(lengths) != n or any(x < 0 for x in lengths):
-        raise ValueError(
+        raise TinyattnError(
             f"random_split: lengths {lengths} must be non-negative and sum to the dataset's "
             f"length {n} (or be fractions summing to 1)"
         )

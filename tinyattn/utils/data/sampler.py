@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ... import backend
+from ...errors import TinyattnError
 
 
 class Sampler:
@@ -51,13 +52,13 @@ class RandomSampler(Sampler):
         if num_samples is not None and (
             isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0
         ):
-            raise ValueError(
+            raise TinyattnError(
                 f"RandomSampler: num_samples must be a positive int, got {num_samples!r}"
             )
         self.data_source, self.replacement = data_source, replacement
         self._num_samples = num_samples
         if self.num_samples <= 0:
-            raise ValueError(
+            raise TinyattnError(
                 f"RandomSampler: num_samples should be a positive integer, got {self.num_samples} "
                 "(is the dataset empty?)"
             )
@@ -104,7 +105,9 @@ class BatchSampler(Sampler):
 
     def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"BatchSampler: batch_size must be a positive int, got {batch_size!r}")
+            raise TinyattnError(
+                f"BatchSampler: batch_size must be a positive int, got {batch_size!r}"
+            )
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
