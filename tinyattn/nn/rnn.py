@@ -17,6 +17,7 @@ from typing import Any
 from .. import backend
 from .. import functional as F
 from ..creation import zeros
+from ..errors import TinyattnError
 from ..methods.common import stack
 from ..tensor import Tensor
 from ..tensor_functions import cat
@@ -79,7 +80,9 @@ MODES: dict[str, tuple[int, Callable, bool]] = {
 
 def _rnn_mode(nonlinearity: str, op: str) -> str:
     if nonlinearity not in ("tanh", "relu"):
-        raise ValueError(f"{op}: unknown nonlinearity {nonlinearity!r}; expected 'tanh' or 'relu'")
+        raise TinyattnError(
+            f"{op}: unknown nonlinearity {nonlinearity!r}; expected 'tanh' or 'relu'"
+        )
     return "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
 
 
@@ -93,7 +96,7 @@ def _check_input(op: str, x: Any, input_size: int, dims: tuple[int, int], dtype:
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: input must be a Tensor, got {type(x).__name__}")
     if x.ndim not in dims:
-        raise ValueError(
+        raise TinyattnError(
             f"{op}: expected input of {dims[0]} (unbatched) or {dims[1]} dimensions, got "
             f"shape {_shape(x)}"
         )
@@ -262,12 +265,12 @@ class RNNBase(Module):
         super().__init__()
         op = type(self).__name__
         if mode not in MODES:
-            raise ValueError(f"{op}: unknown mode {mode!r}; expected one of {sorted(MODES)}")
+            raise TinyattnError(f"{op}: unknown mode {mode!r}; expected one of {sorted(MODES)}")
         _check_sizes(op, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
         if isinstance(dropout, bool) or not isinstance(dropout, int | float):
-            raise ValueError(f"{op}: dropout must be a number in [0, 1], got {dropout!r}")
+            raise TinyattnError(f"{op}: dropout must be a number in [0, 1], got {dropout!r}")
         if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"{op}: dropout must be in [0, 1], got {dropout!r}")
+            raise TinyattnError(f"{op}: dropout must be in [0, 1], got {dropout!r}")
         if proj_size:
             raise NotImplementedError(
                 f"{op}: proj_size={proj_size} (LSTM with projections) is not supported; "
