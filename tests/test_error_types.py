@@ -31,6 +31,11 @@ CASES = [
     ("embedding index", lambda lib, F: F.embedding(lib.tensor([9]), lib.ones(3, 2))),
     ("expand to a smaller size", lambda lib, F: lib.ones(2, 3).expand(2, 2)),
     ("mse_loss shapes", lambda lib, F: F.mse_loss(lib.ones(2, 3), lib.ones(3, 2))),
+    ("0-d sum over dim 1", lambda lib, F: lib.tensor(3.0).sum(1)),
+    ("0-d squeeze dim 10", lambda lib, F: lib.tensor(3.0).squeeze(10)),
+    ("integer to a negative power", lambda lib, F: lib.tensor([-2, 0, 2]) ** -2),
+    ("linspace of bools", lambda lib, F: lib.linspace(5, 10, 3, dtype=lib.bool)),
+    ("linspace of -1 steps", lambda lib, F: lib.linspace(1, 2, -1)),
 ]
 
 
@@ -59,3 +64,16 @@ def test_the_error_types_are_both_python_and_pytorch_kinds():
     assert issubclass(DimError, IndexError) and issubclass(DimError, TinyattnError)
     with pytest.raises(ValueError, match="reshape"):  # code written for tinyattn still catches
         ta.ones(2, 3).reshape(7)
+
+
+@pytest.mark.parametrize("shift", [0, 1, 3, 31])
+def test_shifts_and_half_are_pytorchs(shift):
+    torch = pytest.importorskip("torch")
+    data = [[-1, -3, 1, 7], [0, -(2**31), 2**31 - 1, -1]]
+    for lib in (ta, torch):
+        assert (lib.tensor(data, dtype=lib.int32) << shift).dtype == lib.int32
+    ours, theirs = ta.tensor(data, dtype=ta.int32), torch.tensor(data, dtype=torch.int32)
+    assert (ours << shift).tolist() == (theirs << shift).tolist()
+    assert (ours >> shift).tolist() == (theirs >> shift).tolist()
+    assert (3 << ta.tensor([1, 2])).tolist() == (3 << torch.tensor([1, 2])).tolist()
+    assert str(ta.ones(2).half().dtype) == "float16"

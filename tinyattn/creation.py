@@ -168,6 +168,8 @@ def linspace(
     `dtype` says."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise TinyattnError(f"linspace: steps must be an int >= 0, got {steps!r}")
+    if dtype is not None and backend.dtype_name(dtype) == "bool":
+        raise NotImplementedError("linspace: not implemented for dtype bool (as in PyTorch)")
     data = backend.evenly_spaced(float(start), float(end), steps, dtype or "float32", device)
     out = Tensor._from_op(data, None)
     note_created(data)

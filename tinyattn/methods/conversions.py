@@ -209,6 +209,9 @@ class ConversionMethods(TensorBase):
     def double(self) -> Tensor:
         return self._cast("float64")
 
+    def half(self) -> Tensor:
+        return self._cast("float16")
+
     def long(self) -> Tensor:
         return self._cast("int64")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..backend import namespace
+from ..errors import TinyattnError
 from ..kernels import power, relu_array
 
 # ------------------------------------------------------------------------------------ arithmetic
@@ -97,6 +98,9 @@ class Pow(Function):
     grad_reads = ((0, 1), (0, "output"))
 
     def forward(self, a: Any, b: Any) -> Any:
+        xp = namespace(a)
+        if all(xp.isdtype(t.dtype, "integral") for t in (a, b)) and bool(xp.any(b < 0)):
+            raise TinyattnError("pow: Integers to negative integer powers are not allowed.")
         return a**b
 
     def backward(self, grad: Any) -> tuple:

@@ -50,7 +50,7 @@ def reduction_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     try:
         normalize_axes(op, axis, 1)
     except ValueError:
-        raise TinyattnError(
+        raise DimError(
             f"{op}: axis {axis!r} is not valid for a 0-d tensor, which takes axis 0 or -1"
         ) from None
     return ()

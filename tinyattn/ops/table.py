@@ -144,5 +144,9 @@ LOGICAL = (
     Logical("bitwise_and", "bitwise_and", "and", reflected=True, integral=True),
     Logical("bitwise_or",  "bitwise_or",  "or",  reflected=True, integral=True),
     Logical("bitwise_xor", "bitwise_xor", "xor", reflected=True, integral=True),
+    Logical("bitwise_left_shift",  "bitwise_left_shift",  "lshift", reflected=True,
+            integral=True),
+    Logical("bitwise_right_shift", "bitwise_right_shift", "rshift", reflected=True,
+            integral=True),
 )
 # fmt: on
