@@ -114,6 +114,7 @@ class Function(torch_protocol.ContextMethods):
     _reads_inputs = _reads_output = True  # backward_reads as two flags, set per subclass
     _all_reads: tuple | None = None  # grad_reads' union, for the common case (set per subclass)
     _ctx_protocol = False  # PyTorch's protocol: forward is a staticmethod taking ctx
+    _checks_versions = True  # backward_reads or grad_reads name a value (set per subclass)
 
     def reads_host(self) -> bool:
         """Whether the last forward read values back to the host (an index range check): on a
@@ -142,6 +143,7 @@ class Function(torch_protocol.ContextMethods):
             union = set().union(*cls.grad_reads)
             cls._all_reads = (sorted(p for p in union if p != "output"), "output" in union)
             cls._reads_by_need = {}  # the same for each pattern of inputs needing a gradient
+        cls._checks_versions = bool(cls.backward_reads) or cls.grad_reads is not None
         if torch_protocol.is_ctx_protocol(cls):
             torch_protocol.adopt(cls)
 
@@ -169,10 +171,11 @@ class Function(torch_protocol.ContextMethods):
         recorded = False
         if _modes.grad_enabled:
             for t in inputs:
-                if t._view is not None and t._view[1] != t._version_counter[0]:
-                    view_refresher(t)  # its base was written in place since: history again
                 if t.requires_grad:
                     recorded = True
+                view = t._view
+                if view is not None and view[1] != t._version_counter[0]:
+                    view_refresher(t)  # its base was written in place since: history again
         if type(data) is tuple:
             return _record_outputs(fn, data, recorded)
         out = inputs[0]._from_op(data, fn if recorded else None)
@@ -184,11 +187,8 @@ class Function(torch_protocol.ContextMethods):
         if recorded:
             fn._seq = _next_seq()
             fn._outputs = None
-            fn._versions = (
-                _versions_read(fn, (out._version_counter,))
-                if cls.backward_reads or cls.grad_reads is not None
-                else None  # a rule that reads only shapes: nothing to check (the common case)
-            )
+            counters = (out._version_counter,)  # None: a rule reading only shapes (common)
+            fn._versions = _versions_read(fn, counters) if cls._checks_versions else None
         return out
 
     def save_for_backward(self, *values: Any) -> None:
