@@ -188,3 +188,23 @@ def test_error_types_agree_with_torch() -> None:
         with pytest.raises(Exception) as ours:
             F.interpolate(ta.zeros(1, 1, 4, 4), **kwargs)
         assert isinstance(ours.value, type(ref.value)), (kwargs, ours.value, ref.value)
+
+
+@pytest.mark.parametrize(
+    ("mode", "shape", "kwargs"),
+    [
+        ("nearest", (1, 2, 5, 4), {"scale_factor": 1.5}),
+        ("nearest-exact", (1, 2, 6), {"size": 4}),
+        ("bilinear", (1, 2, 3, 4), {"scale_factor": 1.7, "align_corners": False}),
+        ("bicubic", (1, 1, 3, 4), {"size": (5, 2), "align_corners": True}),
+        ("trilinear", (1, 1, 2, 3, 2), {"scale_factor": 2.0, "align_corners": False}),
+    ],
+)
+def test_every_backend_agrees_and_gradchecks(device: str, mode: str, shape: tuple, kwargs: dict):
+    data = np.random.default_rng(4).standard_normal(shape)
+    on_cpu = F.interpolate(ta.tensor(data), mode=mode, **kwargs).numpy()
+    x = ta.tensor(data, device=device, requires_grad=True)
+    out = F.interpolate(x, mode=mode, **kwargs)
+    assert out.device == x.device
+    np.testing.assert_allclose(out.detach().numpy(), on_cpu, rtol=1e-12, atol=1e-12)
+    assert ta.gradcheck(lambda t: F.interpolate(t, mode=mode, **kwargs), (x,))
