@@ -117,7 +117,12 @@ def test_upsample_module_matches_torch() -> None:
         ref = torch.nn.Upsample(**kwargs)(torch.tensor(x)).numpy()
         np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
     assert list(nn.Upsample(scale_factor=2).parameters()) == []
-    assert "scale_factor=2" in repr(nn.Upsample(scale_factor=2))
+    for kwargs in [
+        {"scale_factor": 2},
+        {"scale_factor": (2, 1.5)},
+        {"size": (3, 4), "mode": "bilinear"},
+    ]:
+        assert repr(nn.Upsample(**kwargs)) == repr(torch.nn.Upsample(**kwargs))
 
 
 @pytest.mark.parametrize(

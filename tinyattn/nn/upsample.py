@@ -9,6 +9,13 @@ from .functional_interp import interpolate
 from .module import Module
 
 
+def _as_floats(scale_factor: Any) -> Any:
+    """PyTorch keeps a scale factor as a float, or a tuple of floats."""
+    if isinstance(scale_factor, tuple):
+        return tuple(float(f) for f in scale_factor)
+    return float(scale_factor) if scale_factor else None
+
+
 class Upsample(Module):
     """Resample the spatial axes to `size` or by `scale_factor` with `mode` (see
     `nn.functional.interpolate`); no parameters.
@@ -23,7 +30,7 @@ class Upsample(Module):
         recompute_scale_factor: bool | None = None,
     ) -> None:
         super().__init__()
-        self.size, self.scale_factor = size, scale_factor
+        self.size, self.scale_factor = size, _as_floats(scale_factor)
         self.mode, self.align_corners = mode, align_corners
         self.recompute_scale_factor = recompute_scale_factor
 
