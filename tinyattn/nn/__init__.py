@@ -74,6 +74,7 @@ from .module import (
 )
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerBlock
+from .upsample import Upsample
 
 __all__ = [
     "GLU",
@@ -154,3 +155,4 @@ __all__ += [
     "MaxPool2d",
     "Unflatten",
 ]
+__all__ += ["Upsample"]

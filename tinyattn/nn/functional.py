@@ -701,3 +701,8 @@ __all__ += [
     "max_pool2d",
     "unfold",
 ]
+
+# interpolate lives in its own module, re-exported here.
+from .functional_interp import interpolate  # noqa: E402
+
+__all__ += ["interpolate"]
