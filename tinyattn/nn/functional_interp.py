@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..backend import check_floating
+from ..errors import TinyattnError
 from ..tensor import Tensor
 
 # mode -> the number of spatial axes it needs (None: any of 1, 2, 3)
@@ -45,7 +46,7 @@ def _per_axis(name: str, value: Any, spatial: tuple[int, ...]) -> list[Any]:
     if isinstance(value, Sequence) and not isinstance(value, str):
         values = list(value)
         if len(values) != len(spatial):
-            raise ValueError(
+            raise TinyattnError(
                 "Input and output must have the same number of spatial dimensions, but got "
                 f"input with spatial dimensions of {list(spatial)} and output size of {values}. "
                 f"Please provide input tensor in (N, C, d1, d2, ...,dK) format and {name} in "
@@ -63,10 +64,10 @@ def _output_sizes(
 ) -> tuple[list[int], list[float | None]]:
     """The output size of each spatial axis and the scale factor its kernel uses (or None)."""
     if size is not None and scale_factor is not None:
-        raise ValueError("only one of size or scale_factor should be defined")
+        raise TinyattnError("only one of size or scale_factor should be defined")
     if size is not None:
         if recompute_scale_factor:
-            raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+            raise TinyattnError("recompute_scale_factor is not meaningful with an explicit size.")
         sizes = _per_axis("output size", size, spatial)
         if not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes):
             raise TypeError(f"interpolate: size must be an int or a sequence of ints, got {size!r}")
@@ -76,7 +77,7 @@ def _output_sizes(
         sizes = [math.floor(float(n) * f) for n, f in zip(spatial, factors, strict=True)]
         scales = [None] * len(spatial) if recompute_scale_factor else list(factors)
     else:
-        raise ValueError("either size or scale_factor should be defined")
+        raise TinyattnError("either size or scale_factor should be defined")
     if any(s <= 0 for s in sizes):
         raise RuntimeError(
             f"interpolate: input spatial size {list(spatial)} and output size {sizes} "
@@ -174,7 +175,7 @@ def _check_mode(input: Tensor, mode: str, align_corners: bool | None, antialias:
             f"interpolate: mode {mode!r} is not supported; supported modes are {', '.join(MODES)}"
         )
     if align_corners is not None and mode not in INTERPOLATING:
-        raise ValueError(
+        raise TinyattnError(
             "align_corners option can only be set with the interpolating modes: "
             "linear | bilinear | bicubic | trilinear"
         )
