@@ -896,7 +896,9 @@ def test_non_differentiable_binary_op_matches_numpy_and_refuses_backward(device,
 def test_logical_table(device, spec):
     """Every comparison and bitwise entry: method, operator, free function, against NumPy."""
     rng = np.random.default_rng(1)
-    if spec.integral:
+    if spec.integral == "int":  # shifts: integers only
+        a_host, b_host = rng.integers(-8, 8, (3, 4)), rng.integers(0, 4, (4,))
+    elif spec.integral:
         a_host, b_host = rng.integers(0, 2, (3, 4)) > 0, rng.integers(0, 2, (4,)) > 0
     else:
         a_host, b_host = rng.integers(0, 3, (3, 4)) * 0.5, rng.integers(0, 3, (4,)) * 0.5
@@ -917,6 +919,9 @@ def test_bitwise_ops_refuse_floats(device):
         _ = x & x
     with pytest.raises(TypeError, match="bitwise_not: expected a bool or integer tensor"):
         _ = ~x
+    flags = ta.ones(2, dtype="bool", device=device)
+    with pytest.raises(TypeError, match="bitwise_left_shift: expected an integer tensor"):
+        _ = flags << flags
 
 
 def test_invert_and_integer_bitwise_ops(device):

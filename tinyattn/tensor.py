@@ -418,7 +418,7 @@ class Tensor(
         if a.array.dtype != b.array.dtype:  # strict (like CuPy's type rules) will not mix them
             a, b = promote(a.detach(), b.detach(), op)
         if integral:
-            check_integral(op, a)
+            check_integral(op, a, bools=integral is True)
         return computed(array_call, a, b, name=name)
 
     # Tensors are compared elementwise by ==, but hashed by identity: a tensor stays usable as a

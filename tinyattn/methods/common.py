@@ -63,8 +63,10 @@ def merged_dims(op: str, axis: Any, keepdims: Any, dim: Any, keepdim: Any) -> tu
     return axis, bool(keepdims)
 
 
-def check_integral(op: str, tensor: Tensor) -> None:
+def check_integral(op: str, tensor: Tensor, bools: bool = True) -> None:
     name = backend.dtype_name(tensor.dtype)
+    if name == "bool" and not bools:  # shifts: integers only, as in PyTorch
+        raise TypeError(f"{op}: expected an integer tensor, got dtype bool")
     if name != "bool" and not name.startswith(("int", "uint")):
         raise TypeError(f"{op}: expected a bool or integer tensor, got dtype {name}")
 

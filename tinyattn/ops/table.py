@@ -85,7 +85,7 @@ class Logical:
     reference: str  # the array API (and NumPy) function
     dunder: str | None = None
     reflected: bool = False  # also define the reflected operator (__rand__ for "and")
-    integral: bool = False  # bitwise: bool and integer tensors only
+    integral: bool | str = False  # bitwise: bool and integer tensors only; "int": integers
 
 
 # fmt: off
@@ -145,8 +145,8 @@ LOGICAL = (
     Logical("bitwise_or",  "bitwise_or",  "or",  reflected=True, integral=True),
     Logical("bitwise_xor", "bitwise_xor", "xor", reflected=True, integral=True),
     Logical("bitwise_left_shift",  "bitwise_left_shift",  "lshift", reflected=True,
-            integral=True),
+            integral="int"),
     Logical("bitwise_right_shift", "bitwise_right_shift", "rshift", reflected=True,
-            integral=True),
+            integral="int"),
 )
 # fmt: on
