@@ -33,14 +33,14 @@ class _ConvNd(Module):
         in_channels: int,
         out_channels: int,
         kernel_size: Any,
-        stride: Any,
-        padding: Any,
-        dilation: Any,
-        groups: int,
-        bias: bool,
-        padding_mode: str,
-        device: Any,
-        dtype: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
     ) -> None:
         super().__init__()
         op, n = type(self).__name__, self.spatial
@@ -110,68 +110,12 @@ class Conv1d(_ConvNd):
 
     spatial = 1
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: Any,
-        stride: Any = 1,
-        padding: Any = 0,
-        dilation: Any = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        super().__init__(
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-            groups,
-            bias,
-            padding_mode,
-            device,
-            dtype,
-        )
-
 
 class Conv2d(_ConvNd):
     """2-d convolution over (N, C_in, H, W) -> (N, C_out, H_out, W_out); weight (C_out,
     C_in / groups, kh, kw). Each output size is Conv1d's formula along its axis."""
 
     spatial = 2
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: Any,
-        stride: Any = 1,
-        padding: Any = 0,
-        dilation: Any = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        super().__init__(
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-            groups,
-            bias,
-            padding_mode,
-            device,
-            dtype,
-        )
 
 
 class _ConvTransposeNd(_ConvNd):
