@@ -86,6 +86,8 @@ def test_getitem_values_and_gradient_match_pytorch(device, name, key):
 def test_setitem_matches_pytorch_outside_the_graph(device, name, key):
     torch = _torch()
     _skip_strict_masks(name, device)
+    if device == "cuda" and name == "slice int array":  # the key names places twice
+        pytest.skip("CuPy, as PyTorch on CUDA, leaves undefined which of two writes wins")
     x, expected = ta.tensor(_values(), device=device), torch.tensor(_values())
     shape = tuple(expected[key(torch, "cpu")].shape)
     value = np.arange(float(np.prod(shape[-1:]))) + 100  # broadcast over the selection
@@ -154,3 +156,22 @@ def test_gradient_of_apart_index_arrays_passes_check_grads():
         return x[index, :, [1, 0, 1]] * x[0, :, [2, 1]].sum()
 
     check_grads(fn, tensors((3, 2, 3)), max_examples=15, order=2)
+
+
+def test_cpu_index_tensors_index_a_tensor_on_any_device(device):
+    """As PyTorch: an index or mask on the CPU is moved to the indexed tensor's device (for
+    reading, for writing and in the graph); the other way round is refused."""
+    x = ta.tensor(_values(), device=device, requires_grad=True)
+    rows = ta.tensor([1, 0, 1])
+    out = x[rows, 2]
+    np.testing.assert_array_equal(out.detach().numpy(), _values()[[1, 0, 1], 2])
+    out.sum().backward()
+    expected = np.zeros(SHAPE)
+    np.add.at(expected, ([1, 0, 1], 2), 1.0)
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+    y = ta.tensor(_values(), device=device)
+    y[ta.tensor([0]), 1] = 7.0
+    assert (y.numpy()[0, 1] == 7.0).all()
+    if device != "cpu":
+        with pytest.raises(RuntimeError, match="different devices"):
+            ta.zeros(3)[ta.tensor([0], device=device)]

@@ -17,6 +17,7 @@ import operator
 import os
 import sys
 import sysconfig
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -265,7 +266,11 @@ def _path_after(instructions: list, k: int) -> tuple:
 class Tracer:
     """Follows the Python functions a step runs while it is recorded (``sys.settrace``, this
     thread only, called once as each function starts; a debugger's tracer keeps working) and
-    keeps a `Guard` for each chain their code reads, with its value when the function started."""
+    keeps a `Guard` for each chain their code reads, with its value when the function started.
+
+    A garbage collection can start inside any allocation of the step; the functions it runs (the
+    process's ``gc.callbacks``, finalizers) are not the step's and are not followed: a profiler's
+    callback that reads a clock would otherwise be a guard that changes at every call."""
 
     def __init__(self) -> None:
         self.guards: list[Guard] = []
@@ -273,14 +278,25 @@ class Tracer:
         self._functions: dict[types.CodeType, list] = {}
         self._previous: Any = None
         self.roots: dict[int, Any] = {}  # id -> an argument whose attributes a guard reads
+        self._thread = 0
+        self._collecting = False
 
     def __enter__(self) -> Tracer:
         self._previous = sys.gettrace()
+        self._thread = threading.get_ident()
+        # First and last in the list: the flag is up before any other callback's "start" and
+        # down after every "stop".
+        gc.callbacks.insert(0, self._gc_starts)
+        gc.callbacks.append(self._gc_stops)
         sys.settrace(self._trace)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         sys.settrace(self._previous)
+        for callback in (self._gc_starts, self._gc_stops):
+            if callback in gc.callbacks:
+                gc.callbacks.remove(callback)
+        self._collecting = False
         # Arguments that died with the step (a dict it made and passed to a helper) cannot
         # change any more: their guards would only keep them alive. Such a root is held by
         # `roots`, by its reader's closure and by getrefcount's own argument, nothing else.
@@ -291,11 +307,20 @@ class Tracer:
         self.guards = [g for g in self.guards if g.site[:2] not in {("object", k) for k in dead}]
         self.roots.clear()
 
+    def _gc_starts(self, phase: str, info: dict) -> None:
+        if phase == "start" and threading.get_ident() == self._thread:
+            self._collecting = True
+
+    def _gc_stops(self, phase: str, info: dict) -> None:
+        if phase == "stop" and threading.get_ident() == self._thread:
+            self._collecting = False
+
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         """The global trace function: called as each function starts (no line events)."""
-        chains = chains_of(frame.f_code)
-        if chains:
-            self._visit(frame, chains)
+        if not self._collecting and frame.f_code not in _GC_FLAGS:
+            chains = chains_of(frame.f_code)
+            if chains:
+                self._visit(frame, chains)
         return None if self._previous is None else self._previous(frame, event, arg)
 
     def _visit(self, frame: types.FrameType, chains: tuple) -> None:
@@ -360,6 +385,9 @@ class Tracer:
         value = local.get(name, UNBOUND)
         matching = [c for c in cells if c is not None and _contents(c) is value]
         return matching[0] if len(matching) == 1 else None
+
+
+_GC_FLAGS = {Tracer._gc_starts.__code__, Tracer._gc_stops.__code__}
 
 
 def _reading(start: Callable[[], Any], follow: Any) -> Callable[[], Any]:

@@ -86,7 +86,7 @@ def lowered(
     if kind is ops.Reshape and backend.has_out(arrays[0]):
         # A reshape that copied (its input was not contiguous): the same copy, into `out`.
         view = u.reshape(out, arrays[0].shape)
-        return (lambda o, x: u.copyto(view, x)) if u.shares_memory(view, out) else None
+        return (lambda o, x: u.copyto(view, x)) if _reshaped_in_place(u, view, out) else None
     if kind in (ops.Softmax, ops.LogSoftmax) and backend.has_out(arrays[0]):
         return _lowered_softmax(u, arrays[0], out, fn.axis, log=kind is ops.LogSoftmax)
     if kind is ops.ClassWeights and backend.is_host_array(arrays[0]):
@@ -148,7 +148,7 @@ _UNARY_UFUNCS[ops.Sqrt] = "sqrt"
 def _rows_of(u: Any, out: Any, columns: int) -> Any:
     """`out` seen as (N, columns) without a copy, or None when that needs one."""
     rows = u.reshape(out, (-1, columns))
-    return rows if u.shares_memory(rows, out) else None
+    return rows if _reshaped_in_place(u, rows, out) else None
 
 
 def _lowered_matmul(u: Any, out: Any, a: Any, b: Any) -> Callable | None:
@@ -161,6 +161,13 @@ def _lowered_matmul(u: Any, out: Any, a: Any, b: Any) -> Callable | None:
         k = a.shape[-1]
         return lambda o, a, b: u.matmul(a.reshape(-1, k), b, out=rows)
     return lambda o, a, b: u.matmul(a, b, out=o)
+
+
+def _reshaped_in_place(u: Any, reshaped: Any, array: Any) -> bool:
+    """Whether `reshaped`, a reshape of `array`, is a view of it (a kernel writing into it
+    writes the result). One element always reshapes as a view; CuPy's shares_memory answers
+    False for a 0-d array and its (1,) view, so that case is not left to it."""
+    return array.size == 1 or bool(u.shares_memory(reshaped, array))
 
 
 def _ones_for(u: Any, x: Any, n: int) -> Any:
@@ -183,7 +190,7 @@ def _lowered_sum(u: Any, x: Any, out: Any, axes: tuple, divisor: int | None) -> 
     flat = u.reshape(out, (-1,))
     summed = math.prod(x.shape[a] for a in axes)
     ones = _ones_for(u, x, summed)
-    if ones is None or not u.shares_memory(flat, out):
+    if ones is None or not _reshaped_in_place(u, flat, out):
         return None
 
     def run(o: Any, x: Any) -> None:
@@ -233,7 +240,12 @@ def _lowered_layer_norm(
     n = math.prod(x.shape[a] for a in axes)
     rows_hat, rows_out, ones = _rows_of(u, x_hat, n), _rows_of(u, out, n), _ones_for(u, x, n)
     stat = u.reshape(rstd, (-1,))
-    if rows_hat is None or rows_out is None or ones is None or not u.shares_memory(stat, rstd):
+    if (
+        rows_hat is None
+        or rows_out is None
+        or ones is None
+        or not _reshaped_in_place(u, stat, rstd)
+    ):
         return None
     column = u.reshape(stat, (-1, 1))  # (rows, 1): broadcast along each row
     eps, one_axis = fn.eps, len(axes) == 1

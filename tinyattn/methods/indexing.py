@@ -414,6 +414,8 @@ def _index_part(tensor: Tensor, part: Any) -> Any:
     if isinstance(part, int):
         return part
     if isinstance(part, Tensor):
+        if part.device.type == "cpu" and tensor.device.type != "cpu":
+            part = part.to(tensor.device)  # as PyTorch: CPU indices go to the indexed tensor
         array = tensor._operand(part, "getitem").array
     elif isinstance(part, list | tuple) or hasattr(part, "__array_interface__"):
         empty = isinstance(part, list | tuple) and not part  # x[[]] selects nothing
