@@ -1,0 +1,153 @@
+"""Where a compiled step's time goes: each item of the replay's program timed, grouped by op.
+
+Run by hand, never as a test:
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/replay_profile.py [MODEL ...]
+
+MODEL is one of compiled.py's models: small, bench, gpt (default: all three). For each, in this
+one process (one thread: OPENBLAS_NUM_THREADS=1 is set before NumPy loads), the step is compiled
+and warmed up, then every program item is wrapped in a timer and the step runs REPEATS times.
+The table gives each group's microseconds per step (median over the repeats), its share of the
+step, and the number of items; "outside the program" is the rest of the step: the guards, copying
+the inputs in, the segments' Python and building the results. Beside it, the NumPy floor of the
+same step's matrix products (compiled.py's "floor"), timed in this process. The timers add about
+0.2 us per item (measured below, and subtracted from no row), so the per-item rows are upper
+bounds.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ["TINYATTN_KEEP_FREED_MEMORY"] = "1"  # as compiled.py's children
+
+import platform  # noqa: E402
+import statistics  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import compiled  # noqa: E402
+from common import blas_info  # noqa: E402
+
+REPEATS = 60
+
+# Op names that are matrix products: the part of the step the floor measures.
+PRODUCTS = {"MatMul", "Linear", "BatchedMatMul", "Einsum", "Bmm", "ScaledDotProductAttention"}
+
+
+def group_of(label: str) -> str:
+    """'Linear forward (out=)' -> 'Linear forward'; calls keep their callee's name."""
+    return label.replace(" (out=)", "")
+
+
+def profile(model_name: str) -> None:
+    import tinyattn as ta
+
+    step, args = compiled._tinyattn_step(model_name)
+    step = ta.compile(step)
+    for k in range(12):  # two recordings, a check, then replays
+        step(*args[k % len(args)]).item()
+    (tape,) = step.tapes.values()
+    label_of = {id(run): label for run, label in zip(tape.program, tape.labels)}
+    totals: dict[str, list[float]] = defaultdict(list)
+    counts: dict[str, int] = defaultdict(int)
+    per_step: dict[str, float] = defaultdict(float)
+    clock = time.perf_counter
+
+    def timed(run, label):
+        def item(env):
+            start = clock()
+            run(env)
+            per_step[label] += clock() - start
+
+        return item
+
+    plain_times = []
+    for k in range(REPEATS):  # the step as it runs, without timers
+        start = clock()
+        step(*args[k % len(args)]).item()
+        plain_times.append(clock() - start)
+    for segment in tape.segments + getattr(tape, "backward_segments", []):
+        for run in segment.runs:
+            counts[group_of(label_of.get(id(run), "(unlabelled)"))] += 1
+        segment.runs = [timed(run, group_of(label_of.get(id(run), "?"))) for run in segment.runs]
+    timed_steps = []
+    for k in range(REPEATS):
+        per_step.clear()
+        start = clock()
+        step(*args[k % len(args)]).item()
+        timed_steps.append(clock() - start)
+        for label, seconds in per_step.items():
+            totals[label].append(seconds)
+    # What one timer costs: an empty item, timed the same way.
+    empty = timed(lambda env: None, "empty")
+    per_step.clear()
+    start = clock()
+    for _ in range(10000):
+        empty(None)
+    timer_cost = (clock() - start) / 10000
+
+    floor_step, products = compiled._floor_step(model_name)
+    floor = statistics.median(_times(floor_step))
+    step_time = statistics.median(plain_times)
+    medians = {label: statistics.median(values) for label, values in totals.items()}
+    in_items = sum(medians.values())
+    print(f"\n## {model_name}: compiled step {step_time * 1e3:.2f} ms (no timers), "
+          f"{statistics.median(timed_steps) * 1e3:.2f} ms with timers; "
+          f"{len(tape.program)} program items; timer cost {timer_cost * 1e6:.2f} us/item")
+    print(f"NumPy floor of its {products} matrix products: {floor * 1e3:.2f} ms "
+          f"(step / floor = {step_time / floor:.2f}x)\n")
+    print("| group | us per step | share | items |")
+    print("|---|---|---|---|")
+    product_time = 0.0
+    for label, seconds in sorted(medians.items(), key=lambda kv: -kv[1])[:22]:
+        print(f"| {label} | {seconds * 1e6:.0f} | {seconds / step_time:.1%} | {counts[label]} |")
+    for label, seconds in medians.items():
+        if label.split()[0] in PRODUCTS:
+            product_time += seconds
+    rest = max(statistics.median(timed_steps) - in_items, 0.0)
+    print(f"| (outside the program) | {rest * 1e6:.0f} | {rest / step_time:.1%} | - |")
+    print(f"\nmatrix-product ops (forward and backward rules): {product_time * 1e3:.2f} ms; "
+          f"everything else in the program: {(in_items - product_time) * 1e3:.2f} ms")
+
+
+def _times(run, repeats: int = REPEATS) -> list[float]:
+    for _ in range(5):
+        run()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def main() -> None:
+    names = sys.argv[1:] or ["small", "bench", "gpt"]
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    import numpy as np
+
+    print(f"CPU: {cpu}; {os.cpu_count()} cores; 1 BLAS thread; Python {platform.python_version()}"
+          f", NumPy {np.__version__}")
+    for info in blas_info():
+        print(f"BLAS: {info}")
+    for name in names:
+        profile(name)
+
+
+if __name__ == "__main__":
+    main()
