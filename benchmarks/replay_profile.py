@@ -101,11 +101,15 @@ def profile(model_name: str) -> None:
     step_time = statistics.median(plain_times)
     medians = {label: statistics.median(values) for label, values in totals.items()}
     in_items = sum(medians.values())
-    print(f"\n## {model_name}: compiled step {step_time * 1e3:.2f} ms (no timers), "
-          f"{statistics.median(timed_steps) * 1e3:.2f} ms with timers; "
-          f"{len(tape.program)} program items; timer cost {timer_cost * 1e6:.2f} us/item")
-    print(f"NumPy floor of its {products} matrix products: {floor * 1e3:.2f} ms "
-          f"(step / floor = {step_time / floor:.2f}x)\n")
+    print(
+        f"\n## {model_name}: compiled step {step_time * 1e3:.2f} ms (no timers), "
+        f"{statistics.median(timed_steps) * 1e3:.2f} ms with timers; "
+        f"{len(tape.program)} program items; timer cost {timer_cost * 1e6:.2f} us/item"
+    )
+    print(
+        f"NumPy floor of its {products} matrix products: {floor * 1e3:.2f} ms "
+        f"(step / floor = {step_time / floor:.2f}x)\n"
+    )
     print("| group | us per step | share | items |")
     print("|---|---|---|---|")
     product_time = 0.0
@@ -116,8 +120,10 @@ def profile(model_name: str) -> None:
             product_time += seconds
     rest = max(statistics.median(timed_steps) - in_items, 0.0)
     print(f"| (outside the program) | {rest * 1e6:.0f} | {rest / step_time:.1%} | - |")
-    print(f"\nmatrix-product ops (forward and backward rules): {product_time * 1e3:.2f} ms; "
-          f"everything else in the program: {(in_items - product_time) * 1e3:.2f} ms")
+    print(
+        f"\nmatrix-product ops (forward and backward rules): {product_time * 1e3:.2f} ms; "
+        f"everything else in the program: {(in_items - product_time) * 1e3:.2f} ms"
+    )
 
 
 def _times(run, repeats: int = REPEATS) -> list[float]:
@@ -141,8 +147,10 @@ def main() -> None:
         pass
     import numpy as np
 
-    print(f"CPU: {cpu}; {os.cpu_count()} cores; 1 BLAS thread; Python {platform.python_version()}"
-          f", NumPy {np.__version__}")
+    print(
+        f"CPU: {cpu}; {os.cpu_count()} cores; 1 BLAS thread; Python {platform.python_version()}"
+        f", NumPy {np.__version__}"
+    )
     for info in blas_info():
         print(f"BLAS: {info}")
     for name in names:
