@@ -456,7 +456,9 @@ def run_backward(
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
             entry = heapq.heappop(ready)
             tensor = entry[-1]
-            grad = _received(tensor, pending, wanted, captured, observer)
+            grad = pending.pop(tensor)
+            if tensor._hooks or wanted is not None or observer is not None:
+                grad = _received(tensor, grad, wanted, captured, observer)
             fn = tensor._ctx
             if fn._outputs is None:
                 input_grads = _call_backward(fn, tensor, grad)
@@ -507,10 +509,8 @@ def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> N
             heapq.heappush(ready, (-fn._seq, fn._outputs.position(tensor), tensor))
 
 
-def _received(tensor: Any, pending: dict, wanted: set | None, captured: dict, observer: Any) -> Any:
-    """The complete gradient of `tensor`, after its hooks; kept where retain_grad or grad()
-    asked for it."""
-    grad = pending.pop(tensor)
+def _received(tensor: Any, grad: Any, wanted: set | None, captured: dict, observer: Any) -> Any:
+    """`tensor`'s complete gradient after its hooks, kept where retain_grad or grad() asks."""
     if tensor._hooks:
         grad = _run_hooks(tensor, grad)
         if RETAIN_GRAD in tensor._hooks:  # after every hook, as in PyTorch
@@ -522,7 +522,7 @@ def _received(tensor: Any, pending: dict, wanted: set | None, captured: dict, ob
     return grad
 
 
-def _gather(fn: Function, entry: tuple, grad: Any, ready: list, *received: Any) -> tuple:
+def _gather(fn: Function, entry: tuple, grad: Any, ready: list, pending: dict, *rest: Any) -> tuple:
     """(outputs, gradients) of a node with several outputs: the other outputs waiting pop now
     (they share its creation number), and an output no gradient reached gets zeros."""
     known = fn._outputs
@@ -530,7 +530,7 @@ def _gather(fn: Function, entry: tuple, grad: Any, ready: list, *received: Any) 
     grads[entry[1]] = grad
     while ready and ready[0][0] == entry[0]:
         _, position, tensor = heapq.heappop(ready)
-        grads[position] = _received(tensor, *received)
+        grads[position] = _received(tensor, pending.pop(tensor), *rest)
     xp = backend.namespace(grad.array)
     for k, shape in enumerate(known.shapes):
         if grads[k] is None:
@@ -560,9 +560,11 @@ def _run_lent(fn: Function, output: Any, grad: Any) -> tuple:
             grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
     finally:
         fn.output = None
-    if type(grads) is not tuple or len(grads) != len(fn.inputs):
-        grads = _as_gradient_tuple(fn, grads)
-    return grads
+    if type(grads) is tuple and len(grads) == len(fn.inputs):
+        return grads
+    if len(fn.inputs) == 1 and hasattr(grads, "_ctx"):  # a unary rule's one Tensor (common)
+        return (grads,)
+    return _as_gradient_tuple(fn, grads)
 
 
 def _as_gradient_tuple(fn: Function, grads: Any) -> tuple:
@@ -598,10 +600,9 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
     for leaf, grad in leaves.items():
         if leaf._hooks:
             grad = _run_hooks(leaf, grad)
-        if wanted is not None:
-            if leaf in wanted:
-                captured[id(leaf)] = grad
-        else:
+        if wanted is not None and leaf in wanted:
+            captured[id(leaf)] = grad
+        elif wanted is None:
             if leaf.grad is not None and _recorder is not None:
                 _recorder.read_grad(leaf, leaf.grad)  # a gradient from before: the tape's input
             if leaf.grad is None:
@@ -644,8 +645,7 @@ def grad(
     ``dL/dinput = sum over outputs of grad_output * d output / d input``. With ``create_graph=True``
     the returned gradients are themselves differentiable (Hessian-vector products, gradgradcheck).
     """
-    outputs = _as_sequence(outputs)
-    inputs = _as_sequence(inputs)
+    outputs, inputs = _as_sequence(outputs), _as_sequence(inputs)
     grad_outputs = _as_sequence(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     if len(grad_outputs) != len(outputs):
         raise TinyattnError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
