@@ -1,18 +1,25 @@
-"""Where a compiled step's time goes: each item of the replay's program timed, grouped by op.
+"""Where a training step's time goes: the compiled replay item by item, and eager by layer.
 
 Run by hand, never as a test:
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/replay_profile.py [MODEL ...]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/step_profile.py [MODEL ...]
 
 MODEL is one of compiled.py's models: small, bench, gpt (default: all three). For each, in this
-one process (one thread: OPENBLAS_NUM_THREADS=1 is set before NumPy loads), the step is compiled
-and warmed up, then every program item is wrapped in a timer and the step runs REPEATS times.
-The table gives each group's microseconds per step (median over the repeats), its share of the
-step, and the number of items; "outside the program" is the rest of the step: the guards, copying
-the inputs in, the segments' Python and building the results. Beside it, the NumPy floor of the
-same step's matrix products (compiled.py's "floor"), timed in this process. The timers add about
-0.2 us per item (measured below, and subtracted from no row), so the per-item rows are upper
-bounds.
+one process (one thread: OPENBLAS_NUM_THREADS=1 is set before NumPy loads):
+
+- compiled: the step is compiled and warmed up, then every program item of the replay is
+  wrapped in a timer and the step runs REPEATS times. The table gives each group's microseconds
+  per step (median over the repeats), its share of the step, and the number of items; "outside
+  the program" is the rest of the step (the guards, copying the inputs in, the segments' Python,
+  building the results). Beside it, the NumPy floor of the same step's matrix products
+  (compiled.py's "floor"), timed in this process. The timers' own cost per item is printed and
+  included in the rows, so they are upper bounds.
+- eager: the same step uncompiled under cProfile, its own time grouped by tinyattn module
+  (tinyattn.autograd is Function.apply and the engine; tinyattn.ops.* the forward and backward
+  rules). NumPy functions and methods called by name (``x.sum()``, ``np.matmul``) are C calls
+  of their own, but an operator on arrays (``a * b``) inside a rule is counted in that rule's
+  row, so the ops.* rows hold the rules' arithmetic and their Python together. cProfile slows
+  every Python call, so the rows show where the calls are, not the step's real time.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ def group_of(label: str) -> str:
     return label.replace(" (out=)", "")
 
 
-def profile(model_name: str) -> None:
+def profile_compiled(model_name: str) -> None:
     import tinyattn as ta
 
     step, args = compiled._tinyattn_step(model_name)
@@ -80,12 +87,13 @@ def profile(model_name: str) -> None:
         for run in segment.runs:
             counts[group_of(label_of.get(id(run), "(unlabelled)"))] += 1
         segment.runs = [timed(run, group_of(label_of.get(id(run), "?"))) for run in segment.runs]
-    timed_steps = []
+    timed_steps, outside = [], []
     for k in range(REPEATS):
         per_step.clear()
         start = clock()
         step(*args[k % len(args)]).item()
         timed_steps.append(clock() - start)
+        outside.append(timed_steps[-1] - sum(per_step.values()))
         for label, seconds in per_step.items():
             totals[label].append(seconds)
     # What one timer costs: an empty item, timed the same way.
@@ -118,12 +126,43 @@ def profile(model_name: str) -> None:
     for label, seconds in medians.items():
         if label.split()[0] in PRODUCTS:
             product_time += seconds
-    rest = max(statistics.median(timed_steps) - in_items, 0.0)
+    rest = statistics.median(outside)
     print(f"| (outside the program) | {rest * 1e6:.0f} | {rest / step_time:.1%} | - |")
     print(
         f"\nmatrix-product ops (forward and backward rules): {product_time * 1e3:.2f} ms; "
         f"everything else in the program: {(in_items - product_time) * 1e3:.2f} ms"
     )
+
+
+def profile_eager(model_name: str) -> None:
+    import cProfile
+    import pstats
+
+    step, args = compiled._tinyattn_step(model_name)
+    for k in range(5):
+        step(*args[k % len(args)]).item()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for k in range(REPEATS):
+        step(*args[k % len(args)]).item()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats
+    groups: dict[str, float] = defaultdict(float)
+    for (filename, _, name), (_, _, tottime, _, _) in stats.items():
+        if filename == "~":  # a C function: a NumPy call unless it is a builtin of Python
+            numpy_call = "numpy" in name or "method '" in name
+            groups["array library (C)" if numpy_call else "Python builtins"] += tottime
+        elif "/tinyattn/" in filename:
+            part = filename.split("/tinyattn/")[1].removesuffix(".py").replace("/", ".")
+            groups[f"tinyattn.{part}"] += tottime
+        else:
+            groups["other Python (NumPy's wrappers, benchmarks)"] += tottime
+    total = sum(groups.values())
+    print(f"\n## {model_name}, eager under cProfile: {total / REPEATS * 1e3:.2f} ms per step")
+    print("| where | ms per step | share |")
+    print("|---|---|---|")
+    for name, seconds in sorted(groups.items(), key=lambda kv: -kv[1])[:14]:
+        print(f"| {name} | {seconds / REPEATS * 1e3:.2f} | {seconds / total:.1%} |")
 
 
 def _times(run, repeats: int = REPEATS) -> list[float]:
@@ -154,7 +193,8 @@ def main() -> None:
     for info in blas_info():
         print(f"BLAS: {info}")
     for name in names:
-        profile(name)
+        profile_compiled(name)
+        profile_eager(name)
 
 
 if __name__ == "__main__":
