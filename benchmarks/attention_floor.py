@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import blas_info, child_env  # noqa: E402
+from common import blas_info, child_env, machine_report, torch_blas  # noqa: E402
 
 SHAPE = (1, 4, 16)  # B, H, D
 
@@ -184,14 +183,7 @@ def worker(kind: str, T: int, threads: int, repeats: int, causal: bool) -> dict:
         limit.unregister()
     blas = blas_info()
     if kind == "torch":  # PyTorch's own GEMMs (MKL or OpenBLAS) do not show in threadpoolctl
-        config = torch.__config__.show()
-        keep = ("BLAS_INFO", "CPU capability usage", "USE_MKL", "USE_OPENMP")
-        blas = [
-            p.strip()
-            for line in config.splitlines()
-            for p in line.split(",")
-            if any(p.strip().startswith(k) for k in keep)
-        ] + [f"threads {torch.get_num_threads()}"]
+        blas = torch_blas(torch)
     return {"seconds": statistics.median(samples), "extra_mb": extra, "blas": blas}
 
 
@@ -213,21 +205,6 @@ def check_floor() -> None:
         got = (got[0], got[1], got[2], got[3])
         for a, b in zip(got, expected, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
-
-
-def machine() -> str:
-    flags = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                flags = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512bw") if f in have)
-                break
-    except OSError:
-        name = platform.processor()
-    return f"{name} ({flags}); Python {platform.python_version()}, NumPy {np.__version__}"
 
 
 def main() -> None:
@@ -260,7 +237,7 @@ def main() -> None:
                 command, capture_output=True, text=True, check=True, env=child_env(1)
             )
             results[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(machine())
+    print("\n".join(machine_report()))
     for kind in kinds:
         print(f"  {kind} BLAS: {results[kind][0]['blas']}")
     B, H, D = SHAPE

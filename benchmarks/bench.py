@@ -44,6 +44,9 @@ import tinyattn as ta  # noqa: E402
 import tinyattn.nn.functional as F  # noqa: E402
 from tinyattn import kernels, nn, optim  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine_report  # noqa: E402
+
 
 def median_time(fn, repeats: int, warmup: int = 5) -> float:
     for _ in range(warmup):
@@ -795,6 +798,7 @@ def main() -> None:
         f"Python {platform.python_version()}, NumPy {np.__version__}, "
         f"PyTorch {torch.__version__ if torch else 'not installed'}, tinyattn {ta.__version__}"
     )
+    print("\n".join(machine_report()))
     kept = ta.backend.HOST_MEMORY_KEPT
     print(
         "allocator: tinyattn.keep_freed_memory() is "

@@ -7,7 +7,10 @@ Imported by compiled.py and generate.py (run by hand, never as tests).
 from __future__ import annotations
 
 import os
+import platform
 import statistics
+import subprocess
+import sys
 import time
 import types
 from collections.abc import Callable
@@ -46,6 +49,70 @@ def blas_info() -> list[dict]:
         return []
     keep = ("internal_api", "version", "architecture", "num_threads", "threading_layer")
     return [{k: i.get(k) for k in keep} for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def cpu_model() -> str:
+    """The CPU's model name and the vector extensions the BLAS kernels care about."""
+    name, flags = platform.processor() or platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    flags = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512bw") if f in have)
+                    break
+    except OSError:
+        pass
+    return f"{name} ({flags or 'flags unknown'}), {os.cpu_count()} CPUs"
+
+
+def torch_blas(torch: types.ModuleType) -> list[str]:
+    """PyTorch's BLAS and CPU kernels, from ``torch.__config__`` (its own GEMMs do not show in
+    threadpoolctl), and its thread count."""
+    keep = ("BLAS_INFO", "CPU capability usage", "USE_MKL", "USE_OPENMP")
+    parts = [
+        p.strip().removeprefix("- ").removeprefix("Build settings: ")
+        for line in torch.__config__.show().splitlines()
+        for p in line.split(",")
+    ]
+    return [p for p in parts if p.startswith(keep)] + [f"threads {torch.get_num_threads()}"]
+
+
+def machine_report() -> list[str]:
+    """The lines every benchmark prints above its tables: the CPU, NumPy's BLAS (threadpoolctl,
+    in a fresh process so that this one's thread limits do not show) and PyTorch's, if
+    installed."""
+    lines = [f"CPU: {cpu_model()}; Python {platform.python_version()}"]
+    probe = (
+        "import json, numpy; from common import blas_info; "
+        "print(json.dumps([numpy.__version__, blas_info()]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in REMOVED}
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False
+    )
+    try:
+        version, blas = __import__("json").loads(done.stdout)
+        described = "; ".join(
+            f"{b['internal_api']} {b['version']} ({b['architecture']}, {b['num_threads']} threads"
+            f" by default)"
+            for b in blas
+        )
+        lines.append(f"NumPy {version} BLAS: {described or 'threadpoolctl not installed'}")
+    except ValueError:
+        lines.append("NumPy BLAS: could not be probed")
+    try:
+        import torch
+    except ImportError:
+        lines.append("PyTorch: not installed")
+    else:
+        lines.append(f"PyTorch {torch.__version__}: " + ", ".join(torch_blas(torch)))
+    return lines
 
 
 def gpt_example(library: str) -> types.ModuleType:

@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from common import REMOVED, blas_info, child_env, gpt_example, median_seconds
+from common import REMOVED, blas_info, child_env, gpt_example, machine_report, median_seconds
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -481,6 +481,7 @@ def main() -> None:
         f"Python {platform.python_version()}, NumPy {np.__version__}, "
         f"PyTorch {torch_version}, tinyattn {ta.__version__}"
     )
+    print("\n".join(machine_report()))
     print(
         "run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/compiled.py "
         "(every measurement process starts without those two variables, whatever this shell has)"

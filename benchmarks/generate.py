@@ -47,7 +47,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from common import blas_info, child_env, gpt_example, median_seconds
+from common import blas_info, child_env, gpt_example, machine_report, median_seconds
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -255,6 +255,7 @@ def main() -> None:
         f"Python {platform.python_version()}, NumPy {np.__version__}, "
         f"PyTorch {torch_version or 'not installed'}"
     )
+    print("\n".join(machine_report()))
     print(
         "run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/generate.py"
         + (" --window" if args.window else "")

@@ -33,7 +33,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ["TINYATTN_KEEP_FREED_MEMORY"] = "1"  # as compiled.py's children
 
-import platform  # noqa: E402
 import statistics  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -43,7 +42,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import compiled  # noqa: E402
-from common import blas_info  # noqa: E402
+from common import machine_report  # noqa: E402
 
 REPEATS = 60
 
@@ -178,20 +177,8 @@ def _times(run, repeats: int = REPEATS) -> list[float]:
 
 def main() -> None:
     names = sys.argv[1:] or ["small", "bench", "gpt"]
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    import numpy as np
-
-    print(
-        f"CPU: {cpu}; {os.cpu_count()} cores; 1 BLAS thread; Python {platform.python_version()}"
-        f", NumPy {np.__version__}"
-    )
-    for info in blas_info():
-        print(f"BLAS: {info}")
+    print("\n".join(machine_report()))
+    print("measured with 1 BLAS thread (OPENBLAS_NUM_THREADS=1)")
     for name in names:
         profile_compiled(name)
         profile_eager(name)
