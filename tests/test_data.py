@@ -126,10 +126,31 @@ def test_default_collation_follows_torch():
     assert str(ours["named"].y.numpy().dtype) == "float32"
 
 
+class Stream(data.IterableDataset):
+    def __iter__(self):
+        return iter(range(3))
+
+
+def test_workers_give_the_batches_of_the_main_process():
+    """A map-style dataset with num_workers > 0 yields PyTorch's batches (the sampler runs in
+    the main process): the same as num_workers=0 from the same seed."""
+    dataset = data.TensorDataset(ta.arange(10), ta.arange(10) * 2)
+    batches = []
+    for workers in (0, 3):
+        ta.manual_seed(5)
+        loader = data.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=workers)
+        batches.append([[t.numpy().tolist() for t in batch] for batch in loader])
+    assert batches[0] == batches[1] and len(batches[0]) == 3
+
+
 def test_loader_errors():
     dataset = data.TensorDataset(ta.arange(4))
-    with pytest.raises(ValueError, match="num_workers=2 is not supported"):
-        data.DataLoader(dataset, num_workers=2)
+    with pytest.raises(ValueError, match="num_workers=2 with an IterableDataset"):
+        data.DataLoader(Stream(), num_workers=2)
+    with pytest.raises(ValueError, match="worker_init_fn"):
+        data.DataLoader(dataset, num_workers=1, worker_init_fn=print)
+    with pytest.raises(ValueError, match="non-negative"):
+        data.DataLoader(dataset, num_workers=-1)
     with pytest.raises(ValueError, match="mutually exclusive"):
         data.DataLoader(dataset, shuffle=True, sampler=data.SequentialSampler(dataset))
     with pytest.raises(ValueError, match="batch_size"):

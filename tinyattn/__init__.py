@@ -76,6 +76,9 @@ int32 = int = "int32"  # noqa: A001
 int16 = short = "int16"
 int8 = "int8"
 uint8 = "uint8"
+# PyTorch's name, so programs that mention it load; a tensor made with it is refused (NumPy and
+# CuPy have no bfloat16 arrays) with an error naming the dtype.
+bfloat16 = "bfloat16"
 bool = bool_ = "bool"  # noqa: A001
 
 # tinyattn.exp(x), tinyattn.sin(x), tinyattn.pow(x, 2), tinyattn.topk(x, k) ...: each is the
@@ -154,6 +157,9 @@ __all__ = [
     "LongTensor",
     "finfo",
     "iinfo",
+    "bfloat16",
+    "get_default_device",
+    "set_default_device",
     # `from tinyattn import *` must not replace Python's own max, sum, round, float, ...
     *(name for name in FUNCTIONS if not hasattr(_builtins, name)),
 ]
@@ -167,6 +173,11 @@ _LAZY = {
     "viz": ("tinyattn.viz", None),
     "utils": ("tinyattn.utils", None),
     "cuda": ("tinyattn.cuda", None),
+    "amp": ("tinyattn.amp", None),
+    "autocast": ("tinyattn.amp", "autocast"),
+    "backends": ("tinyattn.backends", None),
+    "distributed": ("tinyattn.distributed", None),
+    "accelerator": ("tinyattn.accelerator", None),
     "GradcheckError": ("tinyattn.checking", "GradcheckError"),
     "gradcheck": ("tinyattn.checking", "gradcheck"),
     "gradgradcheck": ("tinyattn.checking", "gradgradcheck"),
@@ -177,6 +188,22 @@ _LAZY = {
     "save": ("tinyattn.serialization", "save"),
 }
 __all__ += [name for name in _LAZY if name != "viz"]
+
+
+def set_default_device(device: str | None) -> None:
+    """PyTorch's default device for new tensors: tinyattn's is always the CPU, so ``"cpu"`` (or
+    None) is accepted and any other device raises NotImplementedError; pass ``device=`` to the
+    factory or move with ``.to(device)``."""
+    if device is not None and str(device) != "cpu":
+        raise NotImplementedError(
+            f"set_default_device({device!r}): tinyattn makes new tensors on the CPU unless a "
+            "call passes device=; pass device= or move tensors and modules with .to(device)"
+        )
+
+
+def get_default_device() -> str:
+    """'cpu': where factories put a tensor made without ``device=``."""
+    return "cpu"
 
 
 def __getattr__(name: str):

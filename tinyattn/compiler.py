@@ -404,6 +404,47 @@ class CompiledStep:
         return recorder, result
 
 
+class CompiledModule(CompiledStep):
+    """What `compile` returns for a module: PyTorch's ``OptimizedModule`` names. Its module is
+    ``_orig_mod``, so ``state_dict()``, ``named_parameters()`` and ``named_buffers()`` name every
+    entry ``_orig_mod.<name>``, as PyTorch's do; ``load_state_dict`` takes those keys (and, where
+    PyTorch would refuse them, the module's own keys too). Other attributes are the module's."""
+
+    _PREFIX = "_orig_mod"
+
+    @property
+    def _orig_mod(self) -> Any:
+        return self.step
+
+    def state_dict(
+        self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Any]:
+        return self.step.state_dict(destination, f"{prefix}{self._PREFIX}.", keep_vars)
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        start = f"{self._PREFIX}."
+        own = {k.removeprefix(start): v for k, v in state_dict.items()}
+        return self.step.load_state_dict(own, strict)
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Any:
+        inner = f"{prefix}.{self._PREFIX}" if prefix else self._PREFIX
+        return self.step.named_parameters(inner, recurse, remove_duplicate)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Any:
+        inner = f"{prefix}.{self._PREFIX}" if prefix else self._PREFIX
+        return self.step.named_buffers(inner, recurse)
+
+
+def _is_module(step: Any) -> bool:
+    """A module by what it answers (this layer does not import `nn`)."""
+    return all(
+        callable(getattr(step, name, None))
+        for name in ("state_dict", "load_state_dict", "named_parameters", "named_buffers")
+    )
+
+
 def _verify_every(value: int | None) -> int:
     """`verify_every`, or TINYATTN_COMPILE_VERIFY where it is None; 0 turns verification off."""
     if value is None:
@@ -452,7 +493,9 @@ def compile(  # noqa: A001
     signature run eagerly while recording and checking (three, when the first call differs
     from the second through state made on first use); later calls replay the recording.
     ``cm = ta.compile(model)``: a function or module that runs no backward itself returns
-    tensors in the caller's graph, whose backward replays the recorded backward. On CuPy, with
+    tensors in the caller's graph, whose backward replays the recorded backward. A module's
+    compiled form is a `CompiledModule`, whose state-dict keys start ``_orig_mod.`` as
+    PyTorch's. On CuPy, with
     `cuda_graphs`, each run of array work between Python calls (the optimizer's step) is
     captured once as a CUDA graph and then launched as one. `verify_every` = N records every
     N-th replayed call again and raises `CompileError` if it differs from the tape (None: the
@@ -460,8 +503,11 @@ def compile(  # noqa: A001
     fast path works".
     """
     if step is None:
-        return lambda f: CompiledStep(f, max_signatures, cuda_graphs, verify_every)
-    return CompiledStep(step, max_signatures, cuda_graphs, verify_every)
+        return lambda f: compile(
+            f, max_signatures=max_signatures, cuda_graphs=cuda_graphs, verify_every=verify_every
+        )
+    kind = CompiledModule if _is_module(step) else CompiledStep
+    return kind(step, max_signatures, cuda_graphs, verify_every)
 
 
-__all__ = ["CompileError", "CompiledStep", "Recorder", "compile"]
+__all__ = ["CompileError", "CompiledModule", "CompiledStep", "Recorder", "compile"]

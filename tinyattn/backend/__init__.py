@@ -110,6 +110,13 @@ def cupy_status() -> tuple[Any, str]:
 
 
 @functools.cache
+def synchronize() -> None:
+    """Wait until the current CuPy device has finished its queued work (None: nothing queued)."""
+    cupy = cupy_status()[0]
+    if cupy is not None:
+        cupy.cuda.Device().synchronize()
+
+
 def _compat():
     """array-api-compat, imported on first use: NumPy arrays never need it (import time)."""
     import array_api_compat  # noqa: PLC0415
@@ -584,6 +591,11 @@ def device_of(array: Any) -> Any:
 
 
 def dtype_of_name(xp: Any, name: str) -> Any:
+    if name == "bfloat16":
+        raise TinyattnError(
+            "dtype bfloat16 is not supported: NumPy and CuPy have no bfloat16 arrays; "
+            "use float32 or float16"
+        )
     if name not in DTYPE_NAMES:
         raise TinyattnError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPE_NAMES)}")
     return getattr(xp, name)

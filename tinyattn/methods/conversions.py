@@ -107,21 +107,43 @@ class ConversionMethods(TensorBase):
         check_host_read("conversion to a NumPy array")
         return self.array if dtype is None else self.array.astype(dtype)
 
-    def to(self, target: Any) -> Tensor:
+    def to(
+        self,
+        *args: Any,
+        device: Any = None,
+        dtype: Any = None,
+        non_blocking: bool = False,
+        copy: bool = False,
+    ) -> Tensor:
         """A copy on another device (``'cpu'``, ``'cuda'``, ``'cuda:1'``) or with another dtype.
 
-        Both are differentiable: the gradient flows back to this tensor's device and dtype.
+        PyTorch's forms: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(other)``
+        (`other`'s device and dtype), the same as keywords, and ``copy=True`` for a new tensor
+        even when nothing changes. `non_blocking` is accepted; every copy has finished when
+        `to` returns, one of the orders a non-blocking copy allows. Both moves are
+        differentiable: the gradient flows back to this tensor's device and dtype.
         """
-        if isinstance(target, str) and target not in backend.DTYPE_NAMES:
-            if target == self.device or backend.is_on(self.array, target):
-                return self  # already there, as PyTorch returns the tensor itself
-            return ToDevice.apply(self, device=target)
-        if isinstance(target, bool | int | float) or target is None:
-            raise TypeError(
-                f"to: expected a device ('cpu', 'cuda', 'cuda:N') or a dtype name "
-                f"({', '.join(backend.DTYPE_NAMES)}), got {target!r}"
+        device, dtype, copy = _to_targets(args, device, dtype, copy)
+        result = self if device is None else self._to_device(device)
+        if dtype is not None:
+            result = result._cast(dtype)
+        return result.clone() if copy and result is self else result
+
+    def _to_device(self, device: Any) -> Tensor:
+        if device == self.device or backend.is_on(self.array, device):
+            return self  # already there, as PyTorch returns the tensor itself
+        return ToDevice.apply(self, device=device)
+
+    def pin_memory(self, device: Any = None) -> Tensor:
+        """A host copy for fast transfers to the GPU, as PyTorch's; refused without one (as
+        PyTorch refuses). The copy is ordinary host memory: pinning only changes speed."""
+        if backend.cupy_status()[0] is None:
+            raise RuntimeError(
+                "pin_memory: cannot access an accelerator device when none is available"
             )
-        return self._cast(target)
+        if self.device != "cpu":
+            raise RuntimeError(f"pin_memory: cannot pin a tensor on '{self.device}', only CPU ones")
+        return self.clone()
 
     def _cast(self, dtype: Any) -> Tensor:
         xp = backend.namespace(self.array)
@@ -154,8 +176,8 @@ class ConversionMethods(TensorBase):
         """``to('cpu')``: this tensor itself when it is there already."""
         return self.to("cpu")
 
-    def cuda(self, device: Any = None) -> Tensor:
-        """``to('cuda')``; an int `device` is ``'cuda:N'``."""
+    def cuda(self, device: Any = None, non_blocking: bool = False) -> Tensor:
+        """``to('cuda')``; an int `device` is ``'cuda:N'``; `non_blocking` as in `to`."""
         return self.to(f"cuda:{device}" if isinstance(device, int) else device or "cuda")
 
     def new_full(
@@ -238,3 +260,32 @@ _TYPE_NAMES = {
     "uint8": "ByteTensor",
     "bool": "BoolTensor",
 }
+
+
+def _is_dtype(target: Any) -> bool:
+    """A dtype name ('float32', and 'bfloat16' so that it is refused as a dtype) or object."""
+    if isinstance(target, str):
+        return target in backend.DTYPE_NAMES or target == "bfloat16"
+    return not isinstance(target, bool | int | float) and target is not None
+
+
+def _to_targets(args: tuple, device: Any, dtype: Any, copy: bool) -> tuple[Any, Any, bool]:
+    """(device, dtype, copy) from `to`'s positional forms and keywords; None where unchanged.
+    Positional flags come after the targets: non_blocking, then copy."""
+    flags = [target for target in args if isinstance(target, bool)]
+    copy = copy or (len(flags) > 1 and flags[1])
+    for target in args:
+        if isinstance(target, Tensor):
+            device, dtype = target.device, target.dtype
+        elif isinstance(target, bool):
+            continue
+        elif isinstance(target, str) and not _is_dtype(target):
+            device = target
+        elif _is_dtype(target):
+            dtype = target
+        else:
+            raise TypeError(
+                f"to: expected a device ('cpu', 'cuda', 'cuda:N') or a dtype name "
+                f"({', '.join(backend.DTYPE_NAMES)}), got {target!r}"
+            )
+    return device, dtype, copy

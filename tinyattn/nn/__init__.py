@@ -10,7 +10,7 @@ PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` 
 `functional`, never `optim`.
 """
 
-from . import functional, init, utils
+from . import functional, init, parallel, utils
 from .activation import GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish, ReLU6, Softmin, Softsign
 from .attention import KVCache, MultiHeadAttention, MultiheadAttention
 from .conv import (
@@ -138,6 +138,7 @@ __all__ = [
     "TransformerEncoderLayer",
     "functional",
     "init",
+    "parallel",
     "utils",
 ]
 __all__ += [

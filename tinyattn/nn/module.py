@@ -275,20 +275,28 @@ class Module(HookMethods):
         ``set_to_none=False`` zero it in place, as PyTorch does."""
         zero_grads(self.parameters(), set_to_none)
 
-    def to(self, target: Any) -> Module:
-        """Move every parameter and buffer to a device ("cpu", "cuda", "strict") or cast the
-        floating ones to a dtype ("float64"), in place: the Parameter objects stay the same."""
-        is_dtype = not (isinstance(target, str) and target not in backend.DTYPE_NAMES)
+    def to(
+        self, *args: Any, device: Any = None, dtype: Any = None, non_blocking: bool = False
+    ) -> Module:
+        """Move every parameter and buffer to a device ("cpu", "cuda", "strict") and/or cast the
+        floating ones to a dtype ("float64"), in place: the Parameter objects stay the same.
+        PyTorch's forms: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, keywords;
+        `non_blocking` as in ``Tensor.to``."""
+        for target in args:
+            if isinstance(target, str) and target not in backend.DTYPE_NAMES + ("bfloat16",):
+                device = target
+            elif not isinstance(target, bool):
+                dtype = target
         tensors = {id(t): t for _, t in self.named_parameters()}
         tensors.update({id(t): t for _, t in self.named_buffers()})
         with no_grad():
             for tensor in tensors.values():
                 xp = backend.namespace(tensor.array)
-                if is_dtype and not backend.is_floating(xp, tensor.dtype):
-                    continue  # integer buffers keep their dtype
-                tensor.array = tensor.to(target).array
+                # integer buffers keep their dtype
+                cast = dtype if backend.is_floating(xp, tensor.dtype) else None
+                tensor.array = tensor.to(device=device, dtype=cast).array
                 if tensor.grad is not None:
-                    tensor.grad = tensor.grad.to(target)
+                    tensor.grad = tensor.grad.to(device=device, dtype=cast)
         return self
 
     def double(self) -> Module:

@@ -406,11 +406,16 @@ class SGD(Optimizer):
         lr: float,
         momentum: float = 0.0,
         dampening: float = 0.0,
-        nesterov: bool = False,
         weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
         foreach: bool | None = None,
-        **flags: Any,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ) -> None:
+        # PyTorch's order and keywords: `fused` and `differentiable` pick a kernel, not a result.
+        flags = dict(maximize=maximize, differentiable=differentiable, fused=fused)
         _check_flags(type(self).__name__, flags)
         defaults = dict(
             lr=lr,
@@ -495,9 +500,24 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
         foreach: bool | None = None,
-        **flags: Any,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
     ) -> None:
+        # PyTorch's keywords: the kernel hints are accepted, the result flags checked.
+        flags = dict(
+            amsgrad=amsgrad,
+            maximize=maximize,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+            decoupled_weight_decay=decoupled_weight_decay or self.decoupled,
+        )
         _check_flags(type(self).__name__, flags, decoupled=self.decoupled)
         defaults = dict(
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, foreach=foreach
@@ -599,9 +619,27 @@ class AdamW(Adam):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
-        **flags: Any,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **flags)
+        super().__init__(
+            params,
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            foreach=foreach,
+            maximize=maximize,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+        )
 
 
 # ---------------------------------------------------------------------------------- clipping

@@ -1,6 +1,9 @@
 """tinyattn.utils.data.dataloader: default collation and PyTorch's DataLoader.
 
-Everything runs in the calling process (``num_workers > 0`` is refused). Default collation
+Everything runs in the calling process. A map-style dataset with ``num_workers > 0`` gives the
+batches PyTorch's workers give (the sampler runs in the main process either way), loaded here
+one after another; an IterableDataset, which PyTorch copies into each worker, and a
+``worker_init_fn`` are refused with workers. Default collation
 follows PyTorch's: Tensors and arrays are stacked along a new first axis, Python ints become an
 int64 tensor, floats float64, bools bool, strings stay a list, and tuples, lists and dicts are
 collated element by element (a tuple or list gives a list, a dict a dict). Imports `tensor` and
@@ -71,6 +74,18 @@ def default_collate(batch: Sequence[Any]) -> Any:
 
 
 # ---------------------------------------------------------------------------------- DataLoader
+def _check_workers(op: str, dataset: Any, num_workers: int, worker_init_fn: Any) -> None:
+    """Workers change only where batches are loaded for a map-style dataset; what they would
+    change (a copy of an iterable dataset per worker, code run in each worker) is refused."""
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise TinyattnError(f"{op}: num_workers option should be non-negative, got {num_workers!r}")
+    if num_workers and (isinstance(dataset, IterableDataset) or worker_init_fn is not None):
+        raise TinyattnError(
+            f"{op}: num_workers={num_workers} with an IterableDataset or a worker_init_fn is "
+            "not supported; tinyattn loads in the calling process, so use num_workers=0"
+        )
+
+
 class DataLoader:
     """Iterate over a dataset in batches: ``for x, y in DataLoader(ds, batch_size=32,
     shuffle=True)``. A fresh order is drawn each time iteration starts."""
@@ -95,11 +110,7 @@ class DataLoader:
         persistent_workers: bool = False,
     ) -> None:
         op = "DataLoader"
-        if num_workers != 0:
-            raise TinyattnError(
-                f"{op}: num_workers={num_workers} is not supported; tinyattn loads in the "
-                "calling process, so use num_workers=0"
-            )
+        _check_workers(op, dataset, num_workers, worker_init_fn)
         if generator is not None:
             raise NotImplementedError(
                 f"{op}: generator= is not supported; shuffling draws from the host RNG seeded "

@@ -10,8 +10,9 @@ them silently there, and the host RNG is what tinyattn's GPU runs use anyway).
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from . import backend
+from .. import backend
 
 
 def is_available() -> bool:
@@ -46,9 +47,38 @@ def current_device() -> int:
     return 0
 
 
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """False: tinyattn has no bfloat16 dtype on any device (NumPy and CuPy have none)."""
+    return False
+
+
+def synchronize(device: Any = None) -> None:
+    """Wait for the GPU's queued work to finish (PyTorch's ``torch.cuda.synchronize``)."""
+    if not is_available():
+        raise RuntimeError("cuda.synchronize: no usable CUDA device (" + status() + ")")
+    backend.synchronize()
+
+
+def __getattr__(name: str) -> Any:
+    # `torch.cuda.amp.GradScaler` reads the submodule as an attribute; load it on first use.
+    if name == "amp":
+        import importlib
+
+        return importlib.import_module(".amp", __name__)
+    raise AttributeError(f"module 'tinyattn.cuda' has no attribute {name!r}")
+
+
 def status() -> str:
     """The backend probe's reason: why CUDA is or is not usable."""
     return backend.cupy_status()[1]
 
 
-__all__ = ["current_device", "device_count", "is_available", "manual_seed", "manual_seed_all"]
+__all__ = [
+    "current_device",
+    "device_count",
+    "is_available",
+    "is_bf16_supported",
+    "manual_seed",
+    "manual_seed_all",
+    "synchronize",
+]
