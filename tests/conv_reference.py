@@ -158,11 +158,14 @@ def fold(columns, output_size, kernel, stride=1) -> np.ndarray:
 
 
 def adaptive_avg_pool(x, output_size) -> np.ndarray:
-    """Cell (i, j) averages rows floor(i H / h) .. ceil((i + 1) H / h) - 1, columns alike."""
-    (h, w), (rows, cols) = output_size, x.shape[2:]
-    y = np.zeros(x.shape[:2] + (h, w))
-    for i, j in itertools.product(range(h), range(w)):
-        r0, r1 = i * rows // h, -(-(i + 1) * rows // h)
-        c0, c1 = j * cols // w, -(-(j + 1) * cols // w)
-        y[:, :, i, j] = x[:, :, r0:r1, c0:c1].mean((-1, -2))
+    """Cell (i, j, ...) averages, along each axis of size n cut into m cells, positions
+    floor(i n / m) .. ceil((i + 1) n / m) - 1."""
+    sizes = x.shape[2:]
+    y = np.zeros(x.shape[:2] + tuple(output_size))
+    for cell in itertools.product(*(range(m) for m in output_size)):
+        window = tuple(
+            slice(i * n // m, -(-(i + 1) * n // m))
+            for i, n, m in zip(cell, sizes, output_size, strict=True)
+        )
+        y[(..., *cell)] = x[(..., *window)].mean(tuple(range(2, x.ndim)))
     return y

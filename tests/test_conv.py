@@ -109,6 +109,46 @@ def test_conv_transpose2d_equals_pytorch(kwargs, shape):
     _compare(ours, theirs, shape)
 
 
+THREE_D = [  # (ours, theirs, args, kwargs, input shape)
+    (nn.Conv3d, torch.nn.Conv3d, (4, 6, (2, 3, 2)),
+     {"stride": (1, 2, 1), "padding": (1, 0, 1), "dilation": (1, 1, 2), "groups": 2},
+     (2, 4, 5, 6, 7)),
+    (nn.Conv3d, torch.nn.Conv3d, (4, 2, 3), {"padding": "same", "padding_mode": "reflect"},
+     (4, 4, 5, 6)),
+    (nn.ConvTranspose3d, torch.nn.ConvTranspose3d, (4, 2, 2),
+     {"stride": 2, "padding": (0, 1, 0), "output_padding": (1, 0, 1)}, (2, 4, 3, 4, 3)),
+    (nn.MaxPool3d, torch.nn.MaxPool3d, (2,),
+     {"stride": (1, 2, 2), "padding": 1, "ceil_mode": True, "return_indices": True},
+     (2, 3, 5, 6, 7)),
+    (nn.AvgPool3d, torch.nn.AvgPool3d, ((2, 3, 2),),
+     {"stride": 1, "padding": (1, 1, 0), "count_include_pad": False}, (2, 3, 5, 6, 7)),
+    (nn.AdaptiveAvgPool3d, torch.nn.AdaptiveAvgPool3d, ((2, None, 3),), {}, (2, 3, 5, 6, 7)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ours, theirs, args, kwargs, shape", THREE_D, ids=[f"{c[0].__name__}-{c[3]}" for c in THREE_D]
+)
+def test_three_d_modules_equal_pytorch(ours, theirs, args, kwargs, shape):
+    ta.manual_seed(0)
+    ours, theirs = ours(*args, **kwargs), theirs(*args, **kwargs)
+    if list(theirs.state_dict()):
+        _copy_weights(ours, theirs)
+    _compare(ours, theirs, shape)
+
+
+def test_batch_norm3d_equals_pytorch_over_training_steps():
+    ours, theirs = nn.BatchNorm3d(3, momentum=0.2), torch.nn.BatchNorm3d(3, momentum=0.2)
+    _copy_weights(ours, theirs)
+    for step in range(3):
+        _compare(ours, theirs, (2, 3, 2, 3, 2), seed=step)
+        np.testing.assert_allclose(
+            ours.running_var.numpy(), theirs.running_var.numpy(), **TOLERANCE
+        )
+        ours.zero_grad()
+        theirs.zero_grad()
+
+
 def test_conv_transpose1d_equals_pytorch():
     ta.manual_seed(0)
     ours = nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1)

@@ -93,7 +93,7 @@ class _ConvNd(Module):
         return text
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        conv = F.conv1d if self.spatial == 1 else F.conv2d
+        conv = (F.conv1d, F.conv2d, F.conv3d)[self.spatial - 1]
         padding = self.padding
         if self.padding_mode != "zeros":
             # PyTorch's order: pad by the mode first, then convolve without padding.
@@ -116,6 +116,13 @@ class Conv2d(_ConvNd):
     C_in / groups, kh, kw). Each output size is Conv1d's formula along its axis."""
 
     spatial = 2
+
+
+class Conv3d(_ConvNd):
+    """3-d convolution over (N, C_in, D, H, W) -> (N, C_out, D_out, H_out, W_out); weight
+    (C_out, C_in / groups, kd, kh, kw). Each output size is Conv1d's formula along its axis."""
+
+    spatial = 3
 
 
 class _ConvTransposeNd(_ConvNd):
@@ -162,7 +169,7 @@ class _ConvTransposeNd(_ConvNd):
             raise NotImplementedError(
                 f"{type(self).__name__}: output_size= is not supported; set output_padding"
             )
-        conv = F.conv_transpose1d if self.spatial == 1 else F.conv_transpose2d
+        conv = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[self.spatial - 1]
         return conv(
             input,
             self.weight,
@@ -186,6 +193,13 @@ class ConvTranspose2d(_ConvTransposeNd):
     """(N, C_in, H, W) -> (N, C_out, H_out, W_out), each size ConvTranspose1d's formula."""
 
     spatial = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """(N, C_in, D, H, W) -> (N, C_out, D_out, H_out, W_out), each size ConvTranspose1d's
+    formula."""
+
+    spatial = 3
 
 
 # ------------------------------------------------------------------------------------ pooling
@@ -232,6 +246,12 @@ class MaxPool2d(MaxPool1d):
     """The largest value of each window. Shapes: (N, C, H, W) -> (N, C, H_out, W_out)."""
 
     _function = staticmethod(F.max_pool2d)
+
+
+class MaxPool3d(MaxPool1d):
+    """The largest value of each window. Shapes: (N, C, D, H, W) -> (N, C, D_out, H_out, W_out)."""
+
+    _function = staticmethod(F.max_pool3d)
 
 
 class AvgPool1d(_Pool):
@@ -293,6 +313,14 @@ class AvgPool2d(_Pool):
         )
 
 
+class AvgPool3d(AvgPool2d):
+    """The mean of each window. Shapes: (N, C, D, H, W) -> (N, C, D_out, H_out, W_out)."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        args = (self.kernel_size, self.stride, self.padding, self.ceil_mode)
+        return F.avg_pool3d(input, *args, self.count_include_pad, self.divisor_override)
+
+
 class AdaptiveAvgPool1d(_Pool):
     """Average over output_size windows that tile the input: (N, C, L) -> (N, C, output_size)."""
 
@@ -311,6 +339,13 @@ class AdaptiveAvgPool2d(AdaptiveAvgPool1d):
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return F.adaptive_avg_pool2d(input, self.output_size)
+
+
+class AdaptiveAvgPool3d(AdaptiveAvgPool1d):
+    """Average over windows that tile the input: (N, C, D, H, W) -> (N, C, *output_size)."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.adaptive_avg_pool3d(input, self.output_size)
 
 
 # --------------------------------------------------------------------------------- batch norm
@@ -390,6 +425,12 @@ class BatchNorm2d(_BatchNorm):
     """Batch norm over (N, C, H, W), statistics per channel C."""
 
     dims = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch norm over (N, C, D, H, W), statistics per channel C."""
+
+    dims = (5,)
 
 
 class Unflatten(Module):

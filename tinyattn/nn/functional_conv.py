@@ -217,6 +217,20 @@ def conv2d(
     return _conv("conv2d", input, weight, bias, stride, padding, dilation, groups, 2)
 
 
+def conv3d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
+    """3-d convolution (cross-correlation, as PyTorch).
+    Shapes: (N, C_in, D, H, W) -> (N, C_out, D_out, H_out, W_out)."""
+    return _conv("conv3d", input, weight, bias, stride, padding, dilation, groups, 3)
+
+
 def _conv_transpose(
     op: str,
     input: Tensor,
@@ -320,6 +334,22 @@ def conv_transpose2d(
         dilation,
         2,
     )
+
+
+def conv_transpose3d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> Tensor:
+    """3-d transposed convolution (conv3d's input gradient).
+    Shapes: (N, C_in, D, H, W) -> (N, C_out, D_out, H_out, W_out)."""
+    args = (stride, padding, output_padding, groups, dilation, 3)
+    return _conv_transpose("conv_transpose3d", input, weight, bias, *args)
 
 
 # ------------------------------------------------------------------------------------ pooling
@@ -435,6 +465,21 @@ def max_pool2d(
     )
 
 
+def max_pool3d(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """The largest value of each window. Shapes: (N, C, D, H, W) -> (N, C, D_out, H_out, W_out)."""
+    return _max_pool(
+        "max_pool3d", input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3
+    )
+
+
 def _avg_pool(
     op: str,
     input: Tensor,
@@ -507,6 +552,20 @@ def avg_pool2d(
     )
 
 
+def avg_pool3d(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
+    """The mean of each window. Shapes: (N, C, D, H, W) -> (N, C, D_out, H_out, W_out)."""
+    args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3)
+    return _avg_pool("avg_pool3d", input, *args)
+
+
 def _averaging(n: int, out: int, like: Tensor) -> Tensor:
     """(out, n): row i averages positions floor(i n / out) .. ceil((i + 1) n / out) - 1."""
     rows = []
@@ -545,6 +604,12 @@ def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:
     """Average over output_size[0] x output_size[1] windows that tile the input.
     Shapes: (N, C, H, W) -> (N, C, *output_size)."""
     return _adaptive_avg_pool("adaptive_avg_pool2d", input, output_size, 2)
+
+
+def adaptive_avg_pool3d(input: Tensor, output_size: Any) -> Tensor:
+    """Average over windows that tile the input into output_size cells.
+    Shapes: (N, C, D, H, W) -> (N, C, *output_size)."""
+    return _adaptive_avg_pool("adaptive_avg_pool3d", input, output_size, 3)
 
 
 # -------------------------------------------------------------------------------- unfold, fold
@@ -664,15 +729,20 @@ def batch_norm(
 __all__ = [
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
     "batch_norm",
     "conv1d",
     "conv2d",
+    "conv3d",
     "conv_transpose1d",
     "conv_transpose2d",
+    "conv_transpose3d",
     "fold",
     "max_pool1d",
     "max_pool2d",
+    "max_pool3d",
     "unfold",
 ]
