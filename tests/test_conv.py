@@ -206,6 +206,47 @@ def test_pooling_equals_pytorch(ours, theirs, kwargs, shape):
     _compare(ours(**kwargs), theirs(**kwargs), shape)
 
 
+UNPOOLS = [  # (spatial, kernel, stride, padding, input shape, output_size)
+    (1, 3, 2, 1, (2, 3, 9), None),
+    (2, 2, None, 0, (2, 3, 6, 8), None),
+    (2, 3, 1, 1, (2, 3, 6, 8), None),  # overlapping windows: one place chosen twice
+    (2, 3, 2, 1, (3, 6, 8), (6, 8)),  # unbatched, the pooled input's own size back
+    (3, 2, (1, 2, 2), 0, (1, 2, 4, 6, 6), None),
+]
+
+
+@pytest.mark.parametrize("spatial, kernel, stride, padding, shape, size", UNPOOLS)
+def test_max_unpool_equals_pytorch(spatial, kernel, stride, padding, shape, size):
+    """Values back at max_pool's indices, zeros elsewhere, and each pooled value's gradient
+    gathered from its place, as PyTorch's MaxUnpool; the module and the function alike."""
+    pool = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)[spatial - 1]
+    unpool = (nn.MaxUnpool1d, nn.MaxUnpool2d, nn.MaxUnpool3d)[spatial - 1]
+    their_pool = getattr(torch.nn, pool.__name__)(kernel, stride, padding, return_indices=True)
+    their_unpool = getattr(torch.nn, unpool.__name__)(kernel, stride, padding)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    x_ours, x_theirs = ta.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    values, indices = pool(kernel, stride, padding, return_indices=True)(x_ours)
+    expected = their_unpool(*their_pool(x_theirs), output_size=size)
+    y = unpool(kernel, stride, padding)(values, indices, output_size=size)
+    np.testing.assert_array_equal(y.detach().numpy(), expected.detach().numpy())
+    g = np.random.default_rng(1).standard_normal(y.shape).astype(np.float32)
+    (y * ta.tensor(g)).sum().backward()
+    (expected * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(x_ours.grad.numpy(), x_theirs.grad.numpy(), **TOLERANCE)
+
+
+def test_max_unpool_gradient_checks_and_refuses_bad_indices_and_sizes():
+    values = ta.tensor(np.random.default_rng(2).standard_normal((1, 2, 2, 3)), requires_grad=True)
+    _, indices = F.max_pool2d(ta.randn(1, 2, 4, 6, dtype="float64"), 2, return_indices=True)
+    assert ta.gradcheck(lambda v: F.max_unpool2d(v, indices, 2), [values])
+    with pytest.raises(RuntimeError, match="max_unpool2d: found an index out of the output plane"):
+        F.max_unpool2d(values, indices + 100, 2)
+    with pytest.raises(ValueError, match=r"max_unpool2d: output_size \(9, 6\) must be 2 sizes"):
+        F.max_unpool2d(values, indices, 2, output_size=(9, 6))
+    with pytest.raises(RuntimeError, match="indices must be an integer tensor"):
+        F.max_unpool2d(values, indices.float(), 2)
+
+
 def test_max_pool_gradient_goes_to_the_first_largest_value():
     """PyTorch routes a tie's gradient to one element, the first in the window."""
     x = ta.tensor([[[1.0, 3.0, 3.0, 0.0]]], requires_grad=True)

@@ -32,6 +32,9 @@ from .conv import (
     MaxPool1d,
     MaxPool2d,
     MaxPool3d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+    MaxUnpool3d,
     Unflatten,
 )
 from .encoder_decoder import (
@@ -166,6 +169,9 @@ __all__ += [
     "MaxPool1d",
     "MaxPool2d",
     "MaxPool3d",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
+    "MaxUnpool3d",
     "Unflatten",
 ]
 __all__ += ["Upsample"]

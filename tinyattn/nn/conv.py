@@ -254,6 +254,40 @@ class MaxPool3d(MaxPool1d):
     _function = staticmethod(F.max_pool3d)
 
 
+class MaxUnpool1d(_Pool):
+    """max_pool1d's inverse on its indices. Shapes: (N, C, L) -> (N, C, L_out)."""
+
+    _arguments = ("kernel_size", "stride", "padding")
+    _function = staticmethod(F.max_unpool1d)
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding = padding
+
+    def forward(
+        self,
+        input: Tensor,  # noqa: A002
+        indices: Tensor,
+        output_size: Any = None,
+    ) -> Tensor:
+        args = (self.kernel_size, self.stride, self.padding, output_size)
+        return self._function(input, indices, *args)
+
+
+class MaxUnpool2d(MaxUnpool1d):
+    """max_pool2d's inverse on its indices. Shapes: (N, C, H, W) -> (N, C, H_out, W_out)."""
+
+    _function = staticmethod(F.max_unpool2d)
+
+
+class MaxUnpool3d(MaxUnpool1d):
+    """max_pool3d's inverse on its indices. Shapes: (N, C, D, H, W) -> (N, C, D_out, H_out,
+    W_out)."""
+
+    _function = staticmethod(F.max_unpool3d)
+
+
 class AvgPool1d(_Pool):
     """The mean of each window. Shapes: (N, C, L) -> (N, C, L_out)."""
 

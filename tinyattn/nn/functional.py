@@ -688,6 +688,9 @@ from .functional_conv import (  # noqa: E402
     max_pool1d,
     max_pool2d,
     max_pool3d,
+    max_unpool1d,
+    max_unpool2d,
+    max_unpool3d,
     unfold,
 )
 
@@ -709,6 +712,9 @@ __all__ += [
     "max_pool1d",
     "max_pool2d",
     "max_pool3d",
+    "max_unpool1d",
+    "max_unpool2d",
+    "max_unpool3d",
     "unfold",
 ]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..autograd import no_grad
 from ..backend import check_floating, dtype_name, window_counts
-from ..creation import ones
+from ..creation import arange, ones, zeros
 from ..errors import TinyattnError
 from ..ops import Fold, Unfold
 from ..tensor import Tensor
@@ -480,6 +480,96 @@ def max_pool3d(
     )
 
 
+def _max_unpool(
+    op: str,
+    input: Tensor,
+    indices: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    output_size: Any,
+    spatial: int,
+) -> Tensor:
+    """The max pool's values put back at their `indices` (flat positions in each output plane,
+    as max_pool's return_indices gives them), zeros elsewhere. A place named twice (overlapping
+    windows that chose one element) is written with that one value; each input gets the
+    gradient of its place: dL/dx = g at indices.
+
+    Shapes: input and indices (N, C, *size) -> (N, C, *out), out = (size - 1) stride - 2
+    padding + kernel unless output_size is given (within stride of that)."""
+    x, unbatched = _batched(op, input, spatial)
+    index, _ = _batched(op, indices, spatial)
+    if index.shape != x.shape or not dtype_name(index.dtype).startswith("int"):
+        raise RuntimeError(
+            f"{op}: indices must be an integer tensor of the input's shape {x.shape}, got "
+            f"shape {index.shape} and dtype {dtype_name(index.dtype)}"
+        )
+    kernel = int_tuple(op, "kernel_size", kernel_size, spatial)
+    stride = kernel if stride is None else int_tuple(op, "stride", stride, spatial)
+    pads = int_tuple(op, "padding", padding, spatial, minimum=0)
+    default = tuple(
+        (n - 1) * s - 2 * p + k for n, s, p, k in zip(x.shape[2:], stride, pads, kernel)
+    )
+    size = default if output_size is None else tuple(output_size)[-spatial:]
+    if len(size) != spatial or not all(
+        d - s < n < d + s for n, d, s in zip(size, default, stride, strict=True)
+    ):
+        raise TinyattnError(
+            f"{op}: output_size {output_size!r} must be {spatial} sizes, each within its stride "
+            f"{stride} of the default size {default}"
+        )
+    n, c, plane = x.shape[0], x.shape[1], math.prod(size)
+    flat = index.reshape(n, c, -1)
+    if flat.numel() and bool(((flat < 0) | (flat >= plane)).any()):
+        raise RuntimeError(f"{op}: found an index out of the output plane of size {size}")
+    out = zeros(n, c, plane, dtype=x.dtype, device=x.device)
+    rows = arange(n, device=x.device).reshape(n, 1, 1)
+    channels = arange(c, device=x.device).reshape(1, c, 1)
+    out[rows, channels, flat] = x.reshape(n, c, -1)
+    out = out.reshape(n, c, *size)
+    return out.squeeze(0) if unbatched else out
+
+
+def max_unpool1d(
+    input: Tensor,
+    indices: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    output_size: Any = None,
+) -> Tensor:
+    """max_pool1d's inverse on its indices. Shapes: (N, C, L) -> (N, C, L_out)."""
+    args = (kernel_size, stride, padding, output_size, 1)
+    return _max_unpool("max_unpool1d", input, indices, *args)
+
+
+def max_unpool2d(
+    input: Tensor,
+    indices: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    output_size: Any = None,
+) -> Tensor:
+    """max_pool2d's inverse on its indices. Shapes: (N, C, H, W) -> (N, C, H_out, W_out)."""
+    args = (kernel_size, stride, padding, output_size, 2)
+    return _max_unpool("max_unpool2d", input, indices, *args)
+
+
+def max_unpool3d(
+    input: Tensor,
+    indices: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    output_size: Any = None,
+) -> Tensor:
+    """max_pool3d's inverse on its indices. Shapes: (N, C, D, H, W) -> (N, C, D_out, H_out,
+    W_out)."""
+    args = (kernel_size, stride, padding, output_size, 3)
+    return _max_unpool("max_unpool3d", input, indices, *args)
+
+
 def _avg_pool(
     op: str,
     input: Tensor,
@@ -744,5 +834,8 @@ __all__ = [
     "max_pool1d",
     "max_pool2d",
     "max_pool3d",
+    "max_unpool1d",
+    "max_unpool2d",
+    "max_unpool3d",
     "unfold",
 ]
