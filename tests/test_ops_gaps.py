@@ -579,3 +579,25 @@ def test_in_place_division_forms_match_torch():
     assert ints.tolist() == [-4, 3]
     with pytest.raises(RuntimeError, match="div_"):
         ta.tensor([-7, 7]).div_(2)  # a float result does not fit an integer tensor
+
+
+def test_scatter_and_index_writes_refuse_another_dtype_as_pytorch():
+    """scatter, scatter_add, scatter_reduce, index_add and index_put cast neither way: a src of
+    another dtype is a RuntimeError in PyTorch and here (``x[key] = v`` does cast, as there)."""
+    torch = pytest.importorskip("torch")
+    calls = [
+        lambda m, x, i, s: x.scatter(0, i, s),
+        lambda m, x, i, s: x.scatter_add(0, i, s),
+        lambda m, x, i, s: x.scatter_reduce(0, i, s, reduce="amax"),
+        lambda m, x, i, s: x.index_add(0, i, s),
+        lambda m, x, i, s: x.index_put((i,), s),
+    ]
+    for call in calls:
+        for m in (ta, torch):
+            x, i = m.zeros(3, dtype=m.float16), m.tensor([2, 0])
+            with pytest.raises(RuntimeError):
+                call(m, x, i, m.ones(2, dtype=m.float32))
+            assert call(m, x, i, m.ones(2, dtype=m.float16)).dtype == m.float16
+    x = ta.zeros(3, dtype=ta.float16)
+    x[ta.tensor([1])] = ta.ones(1, dtype=ta.float64)
+    assert x.dtype == ta.float16 and x.tolist() == [0.0, 1.0, 0.0]

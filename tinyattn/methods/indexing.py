@@ -145,6 +145,11 @@ class IndexingMethods(TensorBase):
         positions = computed(_flat_positions, index, shape=self.shape, axis=axis).array
         if isinstance(src, Tensor):
             src = self._operand(src, op)
+            if src.dtype != self.dtype:  # PyTorch casts neither way
+                raise RuntimeError(
+                    f"{op}: expected src's dtype {backend.dtype_name(src.dtype)} to equal this "
+                    f"tensor's, {backend.dtype_name(self.dtype)}"
+                )
             if src.ndim != index.ndim or any(n > m for n, m in zip(index.shape, src.shape)):
                 raise TinyattnError(
                     f"{op}: src of shape {src.shape} is smaller than index of shape "
@@ -161,6 +166,11 @@ class IndexingMethods(TensorBase):
 
         Shapes: x (..., n, ...), index (k,) integers, source (..., k, ...) -> x's shape."""
         index, source = self._operand(index, "index_add"), self._operand(source, "index_add")
+        if source.dtype != self.dtype:  # PyTorch casts neither way
+            raise RuntimeError(
+                f"index_add: source ({backend.dtype_name(source.dtype)}) and this tensor "
+                f"({backend.dtype_name(self.dtype)}) must have the same dtype"
+            )
         axis = normalize_axes("index_add", dim, self.ndim)[0]
         name = backend.dtype_name(index.dtype)
         if not name.startswith(("int", "uint")) or index.ndim != 1:

@@ -379,7 +379,13 @@ class ReductionMethods(TensorBase):
             )
         key = tuple(indices)
         target = self[key]  # the checks (IndexError) and the shape values broadcast to
-        values = self._operand(values, "index_put").to(self.dtype).broadcast_to(target.shape)
+        values = self._operand(values, "index_put")
+        if values.dtype != self.dtype:  # PyTorch casts neither way (x[key] = v does cast)
+            raise RuntimeError(
+                f"index_put: values ({backend.dtype_name(values.dtype)}) and this tensor "
+                f"({backend.dtype_name(self.dtype)}) must have the same dtype"
+            )
+        values = values.broadcast_to(target.shape)
         if not accumulate:
             out = self.clone()
             out[key] = values
@@ -487,6 +493,11 @@ def _scatter_operands(op: str, x: Tensor, dim: int, index: Any, src: Any) -> tup
     if not isinstance(src, Tensor):
         raise TypeError(f"{op}: src must be a Tensor, got {describe(src)}")
     src = x._operand(src, op)
+    if src.dtype != x.dtype:  # PyTorch casts neither way
+        raise RuntimeError(
+            f"{op}: expected src's dtype {backend.dtype_name(src.dtype)} to equal this tensor's, "
+            f"{backend.dtype_name(x.dtype)}"
+        )
     if not backend.dtype_name(index.dtype).startswith(("int", "uint")):
         raise RuntimeError(f"{op}: index must be an int64 tensor, got {describe(index)}")
     fits = index.ndim == x.ndim == src.ndim and all(
