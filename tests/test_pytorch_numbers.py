@@ -353,9 +353,10 @@ def test_decoupled_weight_decay_is_adamw_own_rule():
     weight = torch.nn.Parameter(torch.ones(2))
     state = torch.optim.AdamW([weight]).state_dict()
     assert state["param_groups"][0]["decoupled_weight_decay"] is True
-    ta.optim.AdamW([ta.nn.Parameter(ta.ones(2))], decoupled_weight_decay=True).load_state_dict(
-        state
-    )
+    ta.optim.AdamW([ta.nn.Parameter(ta.ones(2))]).load_state_dict(state)
+    for lib, param in ((torch, weight), (ta, ta.nn.Parameter(ta.ones(2)))):
+        with pytest.raises(TypeError):  # not one of AdamW's arguments in either library
+            lib.optim.AdamW([param], decoupled_weight_decay=True)
     with pytest.raises(NotImplementedError, match="use AdamW"):
         ta.optim.Adam([ta.nn.Parameter(ta.ones(2))]).load_state_dict(state)
 
