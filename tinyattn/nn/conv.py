@@ -15,7 +15,8 @@ from ..creation import ones, zeros
 from ..errors import TinyattnError
 from ..tensor import Tensor
 from . import functional_conv as F
-from .layers import _check_sizes, _place, uniform
+from . import init
+from .layers import _check_sizes, _place, redraw_uniform, uniform
 from .module import Module, Parameter
 
 
@@ -74,6 +75,12 @@ class _ConvNd(Module):
             "bias", Parameter(uniform((out_channels,), bound)) if bias else None
         )
         _place(self, device, dtype)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise weight and bias in place, as the constructor does:
+        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = weight.shape[1] * prod(kernel_size)."""
+        fan_in = self.weight.shape[1] * math.prod(self.kernel_size)
+        redraw_uniform(self.weight, self.bias, 1.0 / math.sqrt(fan_in))
 
     def extra_repr(self) -> str:
         text = (
@@ -415,6 +422,20 @@ class _BatchNorm(Module):
         count = Tensor(0, dtype="int64") if tracked else None
         self.register_buffer("num_batches_tracked", count)
         _place(self, device, dtype)
+
+    def reset_running_stats(self) -> None:
+        """running_mean to zeros, running_var to ones, num_batches_tracked to 0, in place."""
+        if self.track_running_stats:
+            init.zeros_(self.running_mean)
+            init.ones_(self.running_var)
+            init.zeros_(self.num_batches_tracked)
+
+    def reset_parameters(self) -> None:
+        """The running statistics reset, weight back to ones and bias to zeros, in place."""
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
 
     def extra_repr(self) -> str:
         return (

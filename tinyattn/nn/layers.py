@@ -39,6 +39,13 @@ def uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     return ((rand(*shape, dtype="float64") * 2.0 - 1.0) * bound).to("float32")
 
 
+def redraw_uniform(weight: Tensor, bias: Tensor | None, bound: float) -> None:
+    """Refill weight, then bias, in place with U(-bound, bound) (the constructors' draw order)."""
+    init._write(weight, uniform(tuple(weight.shape), bound))
+    if bias is not None:
+        init._write(bias, uniform(tuple(bias.shape), bound))
+
+
 class Linear(Module):
     """y = x @ weight^T + bias, weight (out, in) and bias (out,) as in PyTorch.
 
@@ -63,6 +70,10 @@ class Linear(Module):
             "bias", Parameter(uniform((out_features,), bound)) if bias else None
         )
         _place(self, device, dtype)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise weight and bias in place, as the constructor does."""
+        redraw_uniform(self.weight, self.bias, 1.0 / math.sqrt(self.in_features))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -139,6 +150,14 @@ class Embedding(Module):
         rows, columns = embeddings.shape
         return cls(rows, columns, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze)
 
+    def reset_parameters(self) -> None:
+        """Re-initialise the table in place with N(0, 1), the padding row zero (PyTorch's; a
+        from_pretrained table is redrawn too, as PyTorch's is)."""
+        table = randn(*self.weight.shape, dtype="float32").numpy()
+        if self.padding_idx is not None:
+            table[self.padding_idx] = 0.0
+        init._write(self.weight, table)
+
     def forward(self, indices: Any) -> Tensor:
         if self.padding_idx is None:
             return F.embedding(indices, self.weight)
@@ -176,6 +195,13 @@ class LayerNorm(Module):
             "bias", Parameter(zeros(*shape)) if elementwise_affine and bias else None
         )
         _place(self, device, dtype)
+
+    def reset_parameters(self) -> None:
+        """Weight back to ones and bias to zeros, in place."""
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -328,5 +354,6 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
+    "redraw_uniform",
     "uniform",
 ]
