@@ -92,11 +92,35 @@ def test_every_torch_layer_with_reset_parameters_has_it():
         "Conv2d",
         "ConvTranspose1d",
         "ConvTranspose2d",
+        "Conv3d",
+        "ConvTranspose3d",
         "BatchNorm1d",
         "BatchNorm2d",
+        "BatchNorm3d",
         "RNN",
         "LSTM",
         "GRU",
     ):
         assert hasattr(getattr(torch.nn, name), "reset_parameters")
         assert callable(getattr(getattr(nn, name), "reset_parameters", None)), name
+
+
+@pytest.mark.parametrize(
+    "base, args",
+    [(nn.Linear, (3, 2)), (nn.Embedding, (5, 3, 1)), (nn.Conv2d, (2, 3, 3))],
+    ids=["Linear", "Embedding", "Conv2d"],
+)
+def test_the_constructor_calls_reset_parameters_so_a_subclass_override_runs(base, args):
+    """As in PyTorch: the constructor initialises by calling reset_parameters, so a subclass's
+    own init is what a new module holds; the built-in draws come from the same seed as ever."""
+
+    class Zeroed(base):
+        def reset_parameters(self) -> None:
+            nn.init.zeros_(self.weight)
+
+    assert not Zeroed(*args).weight.detach().numpy().any()
+    ta.manual_seed(1)
+    first = base(*args).weight.detach().numpy().copy()
+    ta.manual_seed(1)
+    np.testing.assert_array_equal(base(*args).weight.detach().numpy(), first)
+    assert first.any()

@@ -16,7 +16,7 @@ from ..errors import TinyattnError
 from ..tensor import Tensor
 from . import functional_conv as F
 from . import init
-from .layers import _check_sizes, _place, redraw_uniform, uniform
+from .layers import _check_sizes, _place, redraw_uniform
 from .module import Module, Parameter
 
 
@@ -69,11 +69,9 @@ class _ConvNd(Module):
             shape = (in_channels, out_channels // groups, *self.kernel_size)
         else:
             shape = (out_channels, in_channels // groups, *self.kernel_size)
-        bound = 1.0 / math.sqrt(shape[1] * math.prod(self.kernel_size))
-        self.weight = Parameter(uniform(shape, bound))
-        self.register_parameter(
-            "bias", Parameter(uniform((out_channels,), bound)) if bias else None
-        )
+        self.weight = Parameter(zeros(*shape))
+        self.register_parameter("bias", Parameter(zeros(out_channels)) if bias else None)
+        self.reset_parameters()  # as PyTorch: a subclass's own reset_parameters runs here
         _place(self, device, dtype)
 
     def reset_parameters(self) -> None:

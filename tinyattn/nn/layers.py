@@ -64,11 +64,9 @@ class Linear(Module):
         super().__init__()
         _check_sizes("Linear", in_features=in_features, out_features=out_features)
         self.in_features, self.out_features = in_features, out_features
-        bound = 1.0 / math.sqrt(in_features)
-        self.weight = Parameter(uniform((out_features, in_features), bound))
-        self.register_parameter(
-            "bias", Parameter(uniform((out_features,), bound)) if bias else None
-        )
+        self.weight = Parameter(zeros(out_features, in_features))
+        self.register_parameter("bias", Parameter(zeros(out_features)) if bias else None)
+        self.reset_parameters()  # as PyTorch: a subclass's own reset_parameters runs here
         _place(self, device, dtype)
 
     def reset_parameters(self) -> None:
@@ -116,11 +114,8 @@ class Embedding(Module):
             self.weight.data = _weight.detach()  # shares the table's memory, as PyTorch does
             _place(self, device, dtype)
             return
-        self.weight = Parameter(randn(num_embeddings, embedding_dim))
-        if padding_idx is not None:
-            table = self.weight.detach().numpy().copy()
-            table[padding_idx] = 0.0
-            init._write(self.weight, table)
+        self.weight = Parameter(zeros(num_embeddings, embedding_dim))
+        self.reset_parameters()  # as PyTorch: a subclass's own reset_parameters runs here
         _place(self, device, dtype)
 
     @classmethod
