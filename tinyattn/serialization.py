@@ -23,47 +23,21 @@ import os
 from typing import Any, BinaryIO
 
 from . import backend
+from .checkpoint_tree import (
+    TreeReader,
+    TreeWriter,
+    UnsafeGlobalError,
+    add_safe_globals,
+    clear_safe_globals,
+    get_safe_globals,
+    safe_globals,
+)
 from .errors import TinyattnError
 from .tensor import Tensor
 
-# The format: an uncompressed .npz. Each Tensor is an entry named by its dotted path in the
-# nested structure ("q_proj.weight", "state.0.exp_avg"), so `numpy.load(path)` reads the arrays
-# without tinyattn. The entry "__metadata__" holds UTF-8 JSON {"format": FORMAT, "version":
-# VERSION, "tree": node}, where a node is {"dict": [[key, node], ...]} (str or int keys, order
-# kept), {"list": [node, ...]}, {"tuple": [...]}, {"value": number | str | bool | None} or
-# {"tensor": entry name}. The file is written exactly at `path` (no suffix is added).
 FORMAT = "tinyattn-checkpoint"
-VERSION = 1
-
-
-def _encode(value: Any, path: str, arrays: dict[str, Any]) -> Any:
-    """The JSON tree of `value`, putting its arrays into `arrays` under dotted names."""
-    if isinstance(value, Tensor) or backend.is_host_array(value):
-        name = path or "tensor"
-        if name in arrays or name == backend.NPZ_METADATA_ENTRY:
-            raise TinyattnError(f"save: two entries would share the name {name!r}; rename a key")
-        arrays[name] = value.array if isinstance(value, Tensor) else value
-        return {"tensor": name}
-    if isinstance(value, dict):
-        items = []
-        for key, item in value.items():
-            if not isinstance(key, str | int) or isinstance(key, bool):
-                raise TypeError(f"save: key {key!r} at {path or 'the top'!r} is not a str or int")
-            items.append([key, _encode(item, f"{path}.{key}" if path else str(key), arrays)])
-        return {"dict": items}
-    if isinstance(value, list | tuple):
-        kind = "list" if isinstance(value, list) else "tuple"
-        return {
-            kind: [
-                _encode(v, f"{path}.{i}" if path else str(i), arrays) for i, v in enumerate(value)
-            ]
-        }
-    if value is None or isinstance(value, bool | int | float | str):
-        return {"value": value}
-    raise TypeError(
-        f"save: cannot save a {type(value).__name__} at {path or 'the top'!r}; expected Tensors, "
-        "numbers, strings, None, and dicts, lists or tuples of them"
-    )
+VERSION = 2  # the newest version written; version 1 files (and trees) read as before
+_VERSIONS = (1, 2)
 
 
 def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
@@ -107,11 +81,11 @@ def _save_path(f: Any) -> str:
 
 def _npz_payload(obj: Any) -> bytes:
     """The bytes of a tinyattn .npz checkpoint of `obj`."""
-    arrays: dict[str, Any] = {}
-    tree = _encode(obj, "", arrays)  # all type errors surface before any file is touched
-    metadata = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
+    writer = TreeWriter(reserved=backend.NPZ_METADATA_ENTRY)
+    tree = writer.node(obj, "")  # all type errors surface before any file is touched
+    metadata = json.dumps({"format": FORMAT, "version": writer.version, "tree": tree})
     buffer = io.BytesIO()
-    backend.save_npz(buffer, arrays, metadata)
+    backend.save_npz(buffer, writer.arrays, metadata)
     return buffer.getvalue()
 
 
@@ -196,41 +170,6 @@ def _write_atomically(path: str, write: Any) -> None:
         raise
 
 
-def _well_formed(kind: str, body: Any) -> bool:
-    if kind == "tensor":
-        return isinstance(body, str)
-    if kind == "dict":
-        return isinstance(body, list) and all(
-            isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str | int)
-            for pair in body
-        )
-    if kind in ("list", "tuple"):
-        return isinstance(body, list)
-    return kind != "value" or body is None or isinstance(body, bool | int | float | str)
-
-
-def _decode(tree: Any, arrays: dict[str, Any], device: Any, path: str) -> Any:
-    if not isinstance(tree, dict) or len(tree) != 1:
-        raise TinyattnError(f"load: {path}: malformed manifest node {tree!r}")
-    ((kind, body),) = tree.items()
-    if not _well_formed(kind, body):  # a damaged manifest must not fail with a raw TypeError
-        raise TinyattnError(f"load: {path}: malformed manifest node {tree!r:.80}")
-    if kind == "tensor":
-        if body not in arrays:
-            raise TinyattnError(
-                f"load: {path}: the manifest names entry {body!r}, which is missing"
-            )
-        return Tensor(arrays[body], device=device)
-    if kind == "dict":
-        return {key: _decode(item, arrays, device, path) for key, item in body}
-    if kind in ("list", "tuple"):
-        items = [_decode(item, arrays, device, path) for item in body]
-        return items if kind == "list" else tuple(items)
-    if kind == "value":
-        return body
-    raise TinyattnError(f"load: {path}: unknown manifest node kind {kind!r}")
-
-
 def load(
     f: str | os.PathLike | BinaryIO,
     device: Any = None,
@@ -244,17 +183,21 @@ def load(
     ``ta.device``), else the CPU.
 
     A .safetensors file gives a flat ``{name: Tensor}`` dict; bfloat16 tensors in it (as
-    PyTorch writes them) load as float32, exactly. ``weights_only`` and ``mmap`` are accepted
-    for PyTorch's sake and change nothing: these files hold only tensors, numbers and
-    containers, never pickled objects. A truncated, corrupt or foreign file raises ValueError
+    PyTorch writes them) load as float32, exactly. ``weights_only`` has PyTorch's meaning for
+    the classes and functions a .npz checkpoint names (a saved Module): with True (the default,
+    also for None) only tinyattn's plain-data classes and the globals allowed by
+    `add_safe_globals` or a `safe_globals` block load, any other raises `UnsafeGlobalError`
+    naming it; with False the modules the file names are imported. ``mmap`` is accepted for
+    PyTorch's sake and changes nothing. A truncated, corrupt or foreign file raises ValueError
     naming the path and the reason.
     """
     device = _load_device(device, map_location)
+    allow_only_safe = weights_only is not False
     if hasattr(f, "read"):
         data, shown = f.read(), "the file object"
         if not data.startswith(b"PK"):
             return _from_safetensors(data, shown, device)
-        return _from_npz(io.BytesIO(data), shown, device)
+        return _from_npz(io.BytesIO(data), shown, device, allow_only_safe)
     shown = os.fspath(f)
     if _is_safetensors(shown):
         try:
@@ -263,7 +206,7 @@ def load(
         except FileNotFoundError:
             raise FileNotFoundError(f"load: no file at {shown!r}") from None
         return _from_safetensors(data, repr(shown), device)
-    return _from_npz(shown, repr(shown), device)
+    return _from_npz(shown, repr(shown), device, allow_only_safe)
 
 
 def _load_device(device: Any, map_location: Any) -> Any:
@@ -296,7 +239,7 @@ def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]
     return {name: Tensor(array, device=device) for name, array in arrays.items()}
 
 
-def _from_npz(source: Any, shown: str, device: Any) -> Any:
+def _from_npz(source: Any, shown: str, device: Any, weights_only: bool) -> Any:
     try:
         arrays, metadata = backend.load_npz(source)
     except FileNotFoundError:
@@ -314,12 +257,17 @@ def _from_npz(source: Any, shown: str, device: Any) -> Any:
         raise TinyattnError(f"load: {shown} has a corrupt manifest ({exc})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TinyattnError(f"load: {shown} is not a tinyattn checkpoint (format {header!r:.80})")
-    if header.get("version") != VERSION:
+    version = header.get("version")
+    if type(version) is not int or version not in _VERSIONS:
         raise TinyattnError(
-            f"load: {shown} has checkpoint version {header.get('version')!r}; this tinyattn "
-            f"reads version {VERSION}"
+            f"load: {shown} has checkpoint version {version!r}; this tinyattn reads versions "
+            f"{' and '.join(map(str, _VERSIONS))}"
         )
-    return _decode(header.get("tree"), arrays, device, shown)
+    reader = TreeReader(arrays, device, version, weights_only)
+    try:
+        return reader.node(header.get("tree"))
+    except TinyattnError as exc:  # the same type (UnsafeGlobalError stays one), with the file
+        raise type(exc)(f"load: {shown}: {exc}") from None
 
 
 def _is_safetensors(path: str) -> bool:
@@ -334,4 +282,12 @@ def _is_safetensors(path: str) -> bool:
     return len(start) == 9 and start[8:9] == b"{" and not start.startswith(b"PK")
 
 
-__all__ = ["load", "save"]
+__all__ = [
+    "UnsafeGlobalError",
+    "add_safe_globals",
+    "clear_safe_globals",
+    "get_safe_globals",
+    "load",
+    "safe_globals",
+    "save",
+]
