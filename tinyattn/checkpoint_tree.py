@@ -141,6 +141,24 @@ def resolve_global(name: str, weights_only: bool) -> Any:
     )
 
 
+def globals_in(tree: Any) -> set[str]:
+    """Every class and function name in a manifest tree (walked without recursion)."""
+    found, stack = set(), [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("class", "global") and isinstance(value, str):
+                    found.add(value)
+                elif key == "tensor" and isinstance(value, list) and len(value) == 3:
+                    found.add(str(value[1]))
+                else:
+                    stack.append(value)
+    return found
+
+
 # ------------------------------------------------------------------------------------ writing
 def _rebuildable(cls: type) -> bool:
     """A class whose instances pickle rebuilds from attributes alone: made by `class`
@@ -555,5 +573,6 @@ __all__ = [
     "clear_safe_globals",
     "get_safe_globals",
     "global_name",
+    "globals_in",
     "safe_globals",
 ]

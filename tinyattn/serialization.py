@@ -24,12 +24,14 @@ from typing import Any, BinaryIO
 
 from . import backend
 from .checkpoint_tree import (
+    PLAIN_GLOBALS,
     TreeReader,
     TreeWriter,
     UnsafeGlobalError,
     add_safe_globals,
     clear_safe_globals,
     get_safe_globals,
+    globals_in,
     safe_globals,
 )
 from .errors import TinyattnError
@@ -239,7 +241,35 @@ def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]
     return {name: Tensor(array, device=device) for name, array in arrays.items()}
 
 
+def get_unsafe_globals_in_checkpoint(f: str | os.PathLike | BinaryIO) -> list[str]:
+    """The classes and functions a checkpoint names that a weights_only load refuses unless
+    they are allowed, as ``"module.qualname"`` strings (PyTorch's function of that name): what
+    to pass to `safe_globals` for a trusted file. Nothing is imported."""
+    if hasattr(f, "read"):
+        data, shown = f.read(), "the file object"
+        if not data.startswith(b"PK"):
+            return []  # safetensors: tensors only
+        header = _header(io.BytesIO(data), shown)[1]
+    else:
+        shown = os.fspath(f)
+        if _is_safetensors(shown):
+            return []
+        header = _header(shown, repr(shown))[1]
+    names = globals_in(header.get("tree")) - PLAIN_GLOBALS
+    return sorted(name.replace(":", ".") for name in names)
+
+
 def _from_npz(source: Any, shown: str, device: Any, weights_only: bool) -> Any:
+    arrays, header = _header(source, shown)
+    reader = TreeReader(arrays, device, header["version"], weights_only)
+    try:
+        return reader.node(header.get("tree"))
+    except TinyattnError as exc:  # the same type (UnsafeGlobalError stays one), with the file
+        raise type(exc)(f"load: {shown}: {exc}") from None
+
+
+def _header(source: Any, shown: str) -> tuple[dict, dict]:
+    """The arrays and the checked manifest header of a tinyattn .npz checkpoint."""
     try:
         arrays, metadata = backend.load_npz(source)
     except FileNotFoundError:
@@ -263,11 +293,7 @@ def _from_npz(source: Any, shown: str, device: Any, weights_only: bool) -> Any:
             f"load: {shown} has checkpoint version {version!r}; this tinyattn reads versions "
             f"{' and '.join(map(str, _VERSIONS))}"
         )
-    reader = TreeReader(arrays, device, version, weights_only)
-    try:
-        return reader.node(header.get("tree"))
-    except TinyattnError as exc:  # the same type (UnsafeGlobalError stays one), with the file
-        raise type(exc)(f"load: {shown}: {exc}") from None
+    return arrays, header
 
 
 def _is_safetensors(path: str) -> bool:
@@ -287,6 +313,7 @@ __all__ = [
     "add_safe_globals",
     "clear_safe_globals",
     "get_safe_globals",
+    "get_unsafe_globals_in_checkpoint",
     "load",
     "safe_globals",
     "save",
