@@ -1,17 +1,61 @@
-"""Serialization layer: ta.save / ta.load of state dicts as .npz or .safetensors files.
+"""Serialization layer: ta.save / ta.load of tensors, state dicts and whole modules.
 
-Imports `backend` and `tensor`; the file formats are read and written by `backend`. Invariants:
-pickle is never written or accepted (arrays only, plus a JSON manifest); a save to a path is
-atomic (a temp file in the same directory, fsync, os.replace), so a failed save leaves the old
-file intact; a save through a symbolic link replaces the link's target (the link keeps pointing
-at the new weights); a special file (a device, a FIFO, a directory) is refused, never replaced; a
-new file gets the permissions the umask allows, an existing one keeps its own.
+Imports `backend`, `tensor` and `checkpoint_tree` (the manifest tree and the allowlist); the file
+formats are read and written by `backend`. Invariants: pickle is never written or accepted
+(arrays only, plus a JSON manifest); a save to a path is atomic (a temp file in the same
+directory, fsync, os.replace), so a failed save leaves the old file intact; a save through a
+symbolic link replaces the link's target (the link keeps pointing at the new weights); a special
+file (a device, a FIFO, a directory) is refused, never replaced; a new file gets the permissions
+the umask allows, an existing one keeps its own.
 
 Two formats, chosen by the file name: ``.safetensors`` (a flat ``{name: Tensor}`` state dict, the
 format PyTorch programs exchange weights in, read by ``safetensors.torch.load_file``) and, for
-everything else, tinyattn's .npz checkpoint (any nesting of dicts, lists, tensors and numbers,
-such as an optimizer state dict). A file object (``io.BytesIO``) is written as an .npz
+everything else, tinyattn's .npz checkpoint. A file object (``io.BytesIO``) is written as an .npz
 checkpoint; `load` tells the formats apart by their first bytes.
+
+The .npz checkpoint is an uncompressed NumPy .npz archive, written exactly at the path given.
+Each tensor is one array entry, named by its dotted path in the saved value ("q_proj.weight",
+"state.0.exp_avg"; inside a Module, the state_dict key: its ``_parameters``, ``_buffers`` and
+``_modules`` add no name part; "#2", "#3" is appended where a name repeats), so
+``numpy.load(path)`` reads the arrays without tinyattn. The entry "__metadata__" holds UTF-8
+JSON ``{"format": "tinyattn-checkpoint", "version": 1 or 2, "tree": node}``. A node is a JSON
+object with one key, its kind:
+
+- version 1 (how a tree of dicts, lists, tuples, plain values and plain tensors is written):
+  ``{"dict": [[key, node], ...]}`` (str or int keys, order kept), ``{"list": [node, ...]}``,
+  ``{"tuple": [node, ...]}``, ``{"value": number | str | bool | null}`` and
+  ``{"tensor": entry}`` (a Tensor that requires no grad; the same entry named twice is one
+  tensor, so a tensor saved in two places loads as one object).
+- version 2 adds: ``{"tensor": [entry, class, requires_grad]}`` (a Parameter, a Tensor subclass,
+  or a tensor that requires grad); ``{"items": [[key_node, node], ...]}`` (a dict with other
+  keys); ``{"ordered_dict": [[key_node, node], ...]}``; ``{"set": [...]}``,
+  ``{"frozenset": [...]}``; ``{"complex": [real, imag]}``; ``{"bytes": hex}``;
+  ``{"device": name}``; ``{"global": class}`` (a class or function, by import path);
+  ``{"object": {"id": n, "class": class, "dict": [[name, node], ...], "slots": [[name, node],
+  ...], "state": node}}`` (an instance; "dict", "slots" and "state" are each optional) and
+  ``{"ref": n}`` (the object with that id again, written earlier in depth-first order).
+
+A class is written ``"module:qualname"``. An object is saved as pickle saves a plain instance:
+its ``__getstate__()``, or its instance dict and set ``__slots__`` (a Module drops only the cache
+its `_replay_key` rebuilds); it is rebuilt as pickle rebuilds one, without ``__init__``:
+``cls.__new__(cls)``, then ``__setstate__(state)`` where the class defines it, else the dict is
+put into ``__dict__`` and each slot set. Objects and tensors keep their identity within a file
+(shared submodules, weight tying, an object that refers to itself); a list, dict or set is
+stored by value, so one reached twice loads as two equal containers, and one inside itself is
+refused. Views are not kept: a tensor that viewed another loads with its own memory. Tensors
+load on `device` (default the CPU), without gradients. Refused at save: functions and classes not
+reachable by their import path (lambdas, local functions), bound methods, and instances of
+builtin or extension types or of classes with their own ``__reduce__`` (a generator, a file, an
+Enum); the error names the value's path.
+
+Loading follows PyTorch's ``weights_only=True`` (the default): besides the plain node kinds, only
+`checkpoint_tree.PLAIN_GLOBALS` (Tensor, Parameter, the hook lists of a Module) and the globals
+allowed with `add_safe_globals` or inside a `safe_globals` block are resolved, by name and
+without importing anything; any other class or function raises `UnsafeGlobalError` (a
+``pickle.UnpicklingError`` and a ValueError) naming it and how to allow it.
+``weights_only=False`` imports each module the file names. That runs the module's top-level
+code and the class's ``__new__`` and ``__setstate__``, so load such files only from sources you
+trust, as with PyTorch; no pickle bytecode is ever run.
 """
 
 from __future__ import annotations
