@@ -186,6 +186,8 @@ _LAZY = {
     "CompileError": ("tinyattn.compiler", "CompileError"),
     "load": ("tinyattn.serialization", "load"),
     "save": ("tinyattn.serialization", "save"),
+    "serialization": ("tinyattn.serialization", None),
+    "onnx": ("tinyattn.onnx", None),
 }
 __all__ += [name for name in _LAZY if name != "viz"]
 

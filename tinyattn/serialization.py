@@ -1,17 +1,61 @@
-"""Serialization layer: ta.save / ta.load of state dicts as .npz or .safetensors files.
+"""Serialization layer: ta.save / ta.load of tensors, state dicts and whole modules.
 
-Imports `backend` and `tensor`; the file formats are read and written by `backend`. Invariants:
-pickle is never written or accepted (arrays only, plus a JSON manifest); a save to a path is
-atomic (a temp file in the same directory, fsync, os.replace), so a failed save leaves the old
-file intact; a save through a symbolic link replaces the link's target (the link keeps pointing
-at the new weights); a special file (a device, a FIFO, a directory) is refused, never replaced; a
-new file gets the permissions the umask allows, an existing one keeps its own.
+Imports `backend`, `tensor` and `checkpoint_tree` (the manifest tree and the allowlist); the file
+formats are read and written by `backend`. Invariants: pickle is never written or accepted
+(arrays only, plus a JSON manifest); a save to a path is atomic (a temp file in the same
+directory, fsync, os.replace), so a failed save leaves the old file intact; a save through a
+symbolic link replaces the link's target (the link keeps pointing at the new weights); a special
+file (a device, a FIFO, a directory) is refused, never replaced; a new file gets the permissions
+the umask allows, an existing one keeps its own.
 
 Two formats, chosen by the file name: ``.safetensors`` (a flat ``{name: Tensor}`` state dict, the
 format PyTorch programs exchange weights in, read by ``safetensors.torch.load_file``) and, for
-everything else, tinyattn's .npz checkpoint (any nesting of dicts, lists, tensors and numbers,
-such as an optimizer state dict). A file object (``io.BytesIO``) is written as an .npz
+everything else, tinyattn's .npz checkpoint. A file object (``io.BytesIO``) is written as an .npz
 checkpoint; `load` tells the formats apart by their first bytes.
+
+The .npz checkpoint is an uncompressed NumPy .npz archive, written exactly at the path given.
+Each tensor is one array entry, named by its dotted path in the saved value ("q_proj.weight",
+"state.0.exp_avg"; inside a Module, the state_dict key: its ``_parameters``, ``_buffers`` and
+``_modules`` add no name part; "#2", "#3" is appended where a name repeats), so
+``numpy.load(path)`` reads the arrays without tinyattn. The entry "__metadata__" holds UTF-8
+JSON ``{"format": "tinyattn-checkpoint", "version": 1 or 2, "tree": node}``. A node is a JSON
+object with one key, its kind:
+
+- version 1 (how a tree of dicts, lists, tuples, plain values and plain tensors is written):
+  ``{"dict": [[key, node], ...]}`` (str or int keys, order kept), ``{"list": [node, ...]}``,
+  ``{"tuple": [node, ...]}``, ``{"value": number | str | bool | null}`` and
+  ``{"tensor": entry}`` (a Tensor that requires no grad; the same entry named twice is one
+  tensor, so a tensor saved in two places loads as one object).
+- version 2 adds: ``{"tensor": [entry, class, requires_grad]}`` (a Parameter, a Tensor subclass,
+  or a tensor that requires grad); ``{"items": [[key_node, node], ...]}`` (a dict with other
+  keys); ``{"ordered_dict": [[key_node, node], ...]}``; ``{"set": [...]}``,
+  ``{"frozenset": [...]}``; ``{"complex": [real, imag]}``; ``{"bytes": hex}``;
+  ``{"device": name}``; ``{"global": class}`` (a class or function, by import path);
+  ``{"object": {"id": n, "class": class, "dict": [[name, node], ...], "slots": [[name, node],
+  ...], "state": node}}`` (an instance; "dict", "slots" and "state" are each optional) and
+  ``{"ref": n}`` (the object with that id again, written earlier in depth-first order).
+
+A class is written ``"module:qualname"``. An object is saved as pickle saves a plain instance:
+its ``__getstate__()``, or its instance dict and set ``__slots__`` (a Module drops only the cache
+its `_replay_key` rebuilds); it is rebuilt as pickle rebuilds one, without ``__init__``:
+``cls.__new__(cls)``, then ``__setstate__(state)`` where the class defines it, else the dict is
+put into ``__dict__`` and each slot set. Objects and tensors keep their identity within a file
+(shared submodules, weight tying, an object that refers to itself); a list, dict or set is
+stored by value, so one reached twice loads as two equal containers, and one inside itself is
+refused. Views are not kept: a tensor that viewed another loads with its own memory. Tensors
+load on `device` (default the CPU), without gradients. Refused at save: functions and classes not
+reachable by their import path (lambdas, local functions), bound methods, and instances of
+builtin or extension types or of classes with their own ``__reduce__`` (a generator, a file, an
+Enum); the error names the value's path.
+
+Loading follows PyTorch's ``weights_only=True`` (the default): besides the plain node kinds, only
+`checkpoint_tree.PLAIN_GLOBALS` (Tensor, Parameter, the hook lists of a Module) and the globals
+allowed with `add_safe_globals` or inside a `safe_globals` block are resolved, by name and
+without importing anything; any other class or function raises `UnsafeGlobalError` (a
+``pickle.UnpicklingError`` and a ValueError) naming it and how to allow it.
+``weights_only=False`` imports each module the file names. That runs the module's top-level
+code and the class's ``__new__`` and ``__setstate__``, so load such files only from sources you
+trust, as with PyTorch; no pickle bytecode is ever run.
 """
 
 from __future__ import annotations
@@ -23,47 +67,23 @@ import os
 from typing import Any, BinaryIO
 
 from . import backend
+from .checkpoint_tree import (
+    PLAIN_GLOBALS,
+    TreeReader,
+    TreeWriter,
+    UnsafeGlobalError,
+    add_safe_globals,
+    clear_safe_globals,
+    get_safe_globals,
+    globals_in,
+    safe_globals,
+)
 from .errors import TinyattnError
 from .tensor import Tensor
 
-# The format: an uncompressed .npz. Each Tensor is an entry named by its dotted path in the
-# nested structure ("q_proj.weight", "state.0.exp_avg"), so `numpy.load(path)` reads the arrays
-# without tinyattn. The entry "__metadata__" holds UTF-8 JSON {"format": FORMAT, "version":
-# VERSION, "tree": node}, where a node is {"dict": [[key, node], ...]} (str or int keys, order
-# kept), {"list": [node, ...]}, {"tuple": [...]}, {"value": number | str | bool | None} or
-# {"tensor": entry name}. The file is written exactly at `path` (no suffix is added).
 FORMAT = "tinyattn-checkpoint"
-VERSION = 1
-
-
-def _encode(value: Any, path: str, arrays: dict[str, Any]) -> Any:
-    """The JSON tree of `value`, putting its arrays into `arrays` under dotted names."""
-    if isinstance(value, Tensor) or backend.is_host_array(value):
-        name = path or "tensor"
-        if name in arrays or name == backend.NPZ_METADATA_ENTRY:
-            raise TinyattnError(f"save: two entries would share the name {name!r}; rename a key")
-        arrays[name] = value.array if isinstance(value, Tensor) else value
-        return {"tensor": name}
-    if isinstance(value, dict):
-        items = []
-        for key, item in value.items():
-            if not isinstance(key, str | int) or isinstance(key, bool):
-                raise TypeError(f"save: key {key!r} at {path or 'the top'!r} is not a str or int")
-            items.append([key, _encode(item, f"{path}.{key}" if path else str(key), arrays)])
-        return {"dict": items}
-    if isinstance(value, list | tuple):
-        kind = "list" if isinstance(value, list) else "tuple"
-        return {
-            kind: [
-                _encode(v, f"{path}.{i}" if path else str(i), arrays) for i, v in enumerate(value)
-            ]
-        }
-    if value is None or isinstance(value, bool | int | float | str):
-        return {"value": value}
-    raise TypeError(
-        f"save: cannot save a {type(value).__name__} at {path or 'the top'!r}; expected Tensors, "
-        "numbers, strings, None, and dicts, lists or tuples of them"
-    )
+VERSION = 2  # the newest version written; version 1 files (and trees) read as before
+_VERSIONS = (1, 2)
 
 
 def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
@@ -107,11 +127,11 @@ def _save_path(f: Any) -> str:
 
 def _npz_payload(obj: Any) -> bytes:
     """The bytes of a tinyattn .npz checkpoint of `obj`."""
-    arrays: dict[str, Any] = {}
-    tree = _encode(obj, "", arrays)  # all type errors surface before any file is touched
-    metadata = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
+    writer = TreeWriter(reserved=backend.NPZ_METADATA_ENTRY)
+    tree = writer.node(obj, "")  # all type errors surface before any file is touched
+    metadata = json.dumps({"format": FORMAT, "version": writer.version, "tree": tree})
     buffer = io.BytesIO()
-    backend.save_npz(buffer, arrays, metadata)
+    backend.save_npz(buffer, writer.arrays, metadata)
     return buffer.getvalue()
 
 
@@ -196,41 +216,6 @@ def _write_atomically(path: str, write: Any) -> None:
         raise
 
 
-def _well_formed(kind: str, body: Any) -> bool:
-    if kind == "tensor":
-        return isinstance(body, str)
-    if kind == "dict":
-        return isinstance(body, list) and all(
-            isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str | int)
-            for pair in body
-        )
-    if kind in ("list", "tuple"):
-        return isinstance(body, list)
-    return kind != "value" or body is None or isinstance(body, bool | int | float | str)
-
-
-def _decode(tree: Any, arrays: dict[str, Any], device: Any, path: str) -> Any:
-    if not isinstance(tree, dict) or len(tree) != 1:
-        raise TinyattnError(f"load: {path}: malformed manifest node {tree!r}")
-    ((kind, body),) = tree.items()
-    if not _well_formed(kind, body):  # a damaged manifest must not fail with a raw TypeError
-        raise TinyattnError(f"load: {path}: malformed manifest node {tree!r:.80}")
-    if kind == "tensor":
-        if body not in arrays:
-            raise TinyattnError(
-                f"load: {path}: the manifest names entry {body!r}, which is missing"
-            )
-        return Tensor(arrays[body], device=device)
-    if kind == "dict":
-        return {key: _decode(item, arrays, device, path) for key, item in body}
-    if kind in ("list", "tuple"):
-        items = [_decode(item, arrays, device, path) for item in body]
-        return items if kind == "list" else tuple(items)
-    if kind == "value":
-        return body
-    raise TinyattnError(f"load: {path}: unknown manifest node kind {kind!r}")
-
-
 def load(
     f: str | os.PathLike | BinaryIO,
     device: Any = None,
@@ -244,17 +229,21 @@ def load(
     ``ta.device``), else the CPU.
 
     A .safetensors file gives a flat ``{name: Tensor}`` dict; bfloat16 tensors in it (as
-    PyTorch writes them) load as float32, exactly. ``weights_only`` and ``mmap`` are accepted
-    for PyTorch's sake and change nothing: these files hold only tensors, numbers and
-    containers, never pickled objects. A truncated, corrupt or foreign file raises ValueError
+    PyTorch writes them) load as float32, exactly. ``weights_only`` has PyTorch's meaning for
+    the classes and functions a .npz checkpoint names (a saved Module): with True (the default,
+    also for None) only tinyattn's plain-data classes and the globals allowed by
+    `add_safe_globals` or a `safe_globals` block load, any other raises `UnsafeGlobalError`
+    naming it; with False the modules the file names are imported. ``mmap`` is accepted for
+    PyTorch's sake and changes nothing. A truncated, corrupt or foreign file raises ValueError
     naming the path and the reason.
     """
     device = _load_device(device, map_location)
+    allow_only_safe = weights_only is not False
     if hasattr(f, "read"):
         data, shown = f.read(), "the file object"
         if not data.startswith(b"PK"):
             return _from_safetensors(data, shown, device)
-        return _from_npz(io.BytesIO(data), shown, device)
+        return _from_npz(io.BytesIO(data), shown, device, allow_only_safe)
     shown = os.fspath(f)
     if _is_safetensors(shown):
         try:
@@ -263,7 +252,7 @@ def load(
         except FileNotFoundError:
             raise FileNotFoundError(f"load: no file at {shown!r}") from None
         return _from_safetensors(data, repr(shown), device)
-    return _from_npz(shown, repr(shown), device)
+    return _from_npz(shown, repr(shown), device, allow_only_safe)
 
 
 def _load_device(device: Any, map_location: Any) -> Any:
@@ -296,7 +285,35 @@ def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]
     return {name: Tensor(array, device=device) for name, array in arrays.items()}
 
 
-def _from_npz(source: Any, shown: str, device: Any) -> Any:
+def get_unsafe_globals_in_checkpoint(f: str | os.PathLike | BinaryIO) -> list[str]:
+    """The classes and functions a checkpoint names that a weights_only load refuses unless
+    they are allowed, as ``"module.qualname"`` strings (PyTorch's function of that name): what
+    to pass to `safe_globals` for a trusted file. Nothing is imported."""
+    if hasattr(f, "read"):
+        data, shown = f.read(), "the file object"
+        if not data.startswith(b"PK"):
+            return []  # safetensors: tensors only
+        header = _header(io.BytesIO(data), shown)[1]
+    else:
+        shown = os.fspath(f)
+        if _is_safetensors(shown):
+            return []
+        header = _header(shown, repr(shown))[1]
+    names = globals_in(header.get("tree")) - PLAIN_GLOBALS
+    return sorted(name.replace(":", ".") for name in names)
+
+
+def _from_npz(source: Any, shown: str, device: Any, weights_only: bool) -> Any:
+    arrays, header = _header(source, shown)
+    reader = TreeReader(arrays, device, header["version"], weights_only)
+    try:
+        return reader.node(header.get("tree"))
+    except TinyattnError as exc:  # the same type (UnsafeGlobalError stays one), with the file
+        raise type(exc)(f"load: {shown}: {exc}") from None
+
+
+def _header(source: Any, shown: str) -> tuple[dict, dict]:
+    """The arrays and the checked manifest header of a tinyattn .npz checkpoint."""
     try:
         arrays, metadata = backend.load_npz(source)
     except FileNotFoundError:
@@ -314,12 +331,13 @@ def _from_npz(source: Any, shown: str, device: Any) -> Any:
         raise TinyattnError(f"load: {shown} has a corrupt manifest ({exc})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TinyattnError(f"load: {shown} is not a tinyattn checkpoint (format {header!r:.80})")
-    if header.get("version") != VERSION:
+    version = header.get("version")
+    if type(version) is not int or version not in _VERSIONS:
         raise TinyattnError(
-            f"load: {shown} has checkpoint version {header.get('version')!r}; this tinyattn "
-            f"reads version {VERSION}"
+            f"load: {shown} has checkpoint version {version!r}; this tinyattn reads versions "
+            f"{' and '.join(map(str, _VERSIONS))}"
         )
-    return _decode(header.get("tree"), arrays, device, shown)
+    return arrays, header
 
 
 def _is_safetensors(path: str) -> bool:
@@ -334,4 +352,13 @@ def _is_safetensors(path: str) -> bool:
     return len(start) == 9 and start[8:9] == b"{" and not start.startswith(b"PK")
 
 
-__all__ = ["load", "save"]
+__all__ = [
+    "UnsafeGlobalError",
+    "add_safe_globals",
+    "clear_safe_globals",
+    "get_safe_globals",
+    "get_unsafe_globals_in_checkpoint",
+    "load",
+    "safe_globals",
+    "save",
+]

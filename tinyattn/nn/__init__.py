@@ -7,7 +7,8 @@ activations) -> activation (more activations: ReLU6, SELU, Mish, GLU, ...) -> at
 TransformerBlock) -> encoder_decoder (PyTorch's Transformer, TransformerEncoder(Layer),
 TransformerDecoder(Layer)) -> loss. `nn.functional`, `nn.init` and `nn.utils` are
 PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` and
-`functional`, never `optim`.
+`functional`, never `optim`. `nn.modules` (PyTorch's class paths, such as
+``nn.modules.linear.Linear``) is loaded on first use.
 """
 
 from . import functional, init, parallel, utils
@@ -175,3 +176,12 @@ __all__ += [
     "Unflatten",
 ]
 __all__ += ["Upsample"]
+
+
+def __getattr__(name: str):
+    # PEP 562: `nn.modules` loads on first use (re-exports only; most programs never touch it).
+    if name == "modules":
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module("tinyattn.nn.modules")
+    raise AttributeError(f"module 'tinyattn.nn' has no attribute {name!r}")

@@ -22,7 +22,7 @@ from ..creation import arange, zeros
 from ..errors import TinyattnError
 from ..methods.common import where
 from ..tensor import Tensor
-from .layers import Linear, uniform
+from .layers import Linear, NonDynamicallyQuantizableLinear, uniform
 from .module import Module, Parameter
 
 
@@ -435,7 +435,7 @@ class MultiheadAttention(Module):
         bound = math.sqrt(6.0 / (embed_dim + 3 * embed_dim))  # Xavier: fan_in E, fan_out 3E
         self.in_proj_weight = Parameter(uniform((3 * embed_dim, embed_dim), bound))
         self.register_parameter("in_proj_bias", Parameter(zeros(3 * embed_dim)) if bias else None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias)
         if bias:
             self.out_proj.bias = Parameter(zeros(embed_dim))
         if dtype is not None:

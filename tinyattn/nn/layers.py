@@ -81,6 +81,12 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}"
 
 
+class NonDynamicallyQuantizableLinear(Linear):
+    """PyTorch's Linear subclass for `MultiheadAttention.out_proj` (a name that keeps the layer out
+    of PyTorch's dynamic quantization): the same layer, the same state_dict keys. As in PyTorch
+    it lives only at ``nn.modules.linear``, where saved modules name it."""
+
+
 class Embedding(Module):
     """A (V, D) table of learned vectors looked up by integer index; init N(0, 1) (PyTorch's).
     With padding_idx, that row starts at zero and gets no gradient (PyTorch's meaning).
@@ -344,6 +350,7 @@ __all__ = [
     "LeakyReLU",
     "Linear",
     "LogSoftmax",
+    "NonDynamicallyQuantizableLinear",
     "ReLU",
     "SiLU",
     "Sigmoid",

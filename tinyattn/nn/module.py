@@ -401,6 +401,13 @@ class Module(HookMethods):
             object.__setattr__(self, "_held_key", cached)
         return self.training, cached[1]
 
+    def __getstate__(self) -> dict:
+        """What `ta.save` (and copy, pickle) keep of a module: its attributes, less the cache
+        that `_replay_key` rebuilds (it holds ids, which mean nothing in another object)."""
+        state = dict(self.__dict__)
+        state.pop("_held_key", None)
+        return state
+
     def extra_repr(self) -> str:
         return ""
 

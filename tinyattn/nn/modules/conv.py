@@ -1,0 +1,13 @@
+"""PyTorch's ``torch.nn.modules.conv``: the same classes as ``tinyattn.nn``, under the path
+PyTorch programs and saved modules name them by. Defines nothing."""
+
+from ..conv import (
+    Conv1d,
+    Conv2d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    _ConvNd,
+    _ConvTransposeNd,
+)
+
+__all__ = ["Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "_ConvNd", "_ConvTransposeNd"]

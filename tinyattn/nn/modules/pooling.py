@@ -1,0 +1,20 @@
+"""PyTorch's ``torch.nn.modules.pooling``: the same classes as ``tinyattn.nn``, under the path
+PyTorch programs and saved modules name them by. Defines nothing."""
+
+from ..conv import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
+
+__all__ = [
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "MaxPool1d",
+    "MaxPool2d",
+]
