@@ -98,6 +98,11 @@ def _example(cls):
     x = ta.randn(2, 3, 4)
     features = ta.randn(4, 4)
     image = ta.randn(1, 2, 6, 6)
+    volume = ta.randn(1, 2, 4, 4, 4)
+
+    def pooled(pool, input):  # noqa: A002  (an unpool's arguments: values and indices)
+        return pool(2, return_indices=True)(input)
+
     probs = ta.rand(4, 4) * 0.8 + 0.1
     classes = ta.tensor([0, 2, 1, 3])
     table = {
@@ -118,6 +123,15 @@ def _example(cls):
         nn.AvgPool2d: (lambda: nn.AvgPool2d(2), (image,)),
         nn.AdaptiveAvgPool1d: (lambda: nn.AdaptiveAvgPool1d(2), (x,)),
         nn.AdaptiveAvgPool2d: (lambda: nn.AdaptiveAvgPool2d(2), (image,)),
+        nn.BatchNorm3d: (lambda: nn.BatchNorm3d(2), (volume,)),
+        nn.Conv3d: (lambda: nn.Conv3d(2, 3, 2), (volume,)),
+        nn.ConvTranspose3d: (lambda: nn.ConvTranspose3d(2, 3, 2), (volume,)),
+        nn.MaxPool3d: (lambda: nn.MaxPool3d(2), (volume,)),
+        nn.AvgPool3d: (lambda: nn.AvgPool3d(2), (volume,)),
+        nn.AdaptiveAvgPool3d: (lambda: nn.AdaptiveAvgPool3d(2), (volume,)),
+        nn.MaxUnpool1d: (lambda: nn.MaxUnpool1d(2), pooled(nn.MaxPool1d, x)),
+        nn.MaxUnpool2d: (lambda: nn.MaxUnpool2d(2), pooled(nn.MaxPool2d, image)),
+        nn.MaxUnpool3d: (lambda: nn.MaxUnpool3d(2), pooled(nn.MaxPool3d, volume)),
         nn.Unflatten: (lambda: nn.Unflatten(2, (2, 2)), (x,)),
         nn.Flatten: (lambda: nn.Flatten(), (x,)),
         nn.Linear: (lambda: nn.Linear(4, 3), (x,)),
