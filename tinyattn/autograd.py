@@ -146,6 +146,8 @@ class Function(torch_protocol.ContextMethods):
         cls._checks_versions = bool(cls.backward_reads) or cls.grad_reads is not None
         if torch_protocol.is_ctx_protocol(cls):
             torch_protocol.adopt(cls)
+            if "apply" not in vars(cls):  # PyTorch's door: apply runs the static forward
+                cls.apply = classmethod(_apply_ctx)
 
     def forward(self, *arrays: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
@@ -157,8 +159,6 @@ class Function(torch_protocol.ContextMethods):
     def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
         """Run forward on the inputs' arrays and, if grad mode is on, record the node."""
         fn = cls.__new__(cls)
-        if cls._ctx_protocol:
-            return _apply_ctx_protocol(fn, inputs, kwargs)
         fn.inputs = inputs
         if _recorder is not None:  # ta.compile is recording a step: it runs and notes forward
             data = _recorder.forward(fn, inputs, kwargs)
@@ -187,8 +187,10 @@ class Function(torch_protocol.ContextMethods):
         if recorded:
             fn._seq = _next_seq()
             fn._outputs = None
-            counters = (out._version_counter,)  # None: a rule reading only shapes (common)
-            fn._versions = _versions_read(fn, counters) if cls._checks_versions else None
+            if cls._checks_versions:
+                fn._versions = _versions_read(fn, (out._version_counter,))
+            else:
+                fn._versions = None  # a rule reading only shapes (common)
         return out
 
     def save_for_backward(self, *values: Any) -> None:
@@ -234,11 +236,11 @@ class Function(torch_protocol.ContextMethods):
         """Drop what backward needed, keeping the skeleton; a second backward then raises."""
         inputs = self.inputs
         if inputs is not None:
-            self._released_inputs = (
-                (_skeleton_of(inputs[0]),)  # the common unary case, without a loop
-                if len(inputs) == 1
-                else tuple([_skeleton_of(t) for t in inputs])
-            )
+            if len(inputs) == 1:  # the common unary case, and its input's producer, without calls
+                producer = inputs[0]._ctx
+                self._released_inputs = (_skeleton_of(inputs[0]) if producer is None else producer,)
+            else:
+                self._released_inputs = tuple([_skeleton_of(t) for t in inputs])
         self._saved = None
         self.inputs = None
 
@@ -332,6 +334,11 @@ def _record_outputs(fn: Function, data: tuple, recorded: bool, like: tuple = ())
         fn._outputs = _Outputs(outputs)
         fn._versions = _versions_read(fn, fn._outputs.counters)
     return outputs
+
+
+def _apply_ctx(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """`Function.apply` of a class written in PyTorch's protocol (`torch_protocol`)."""
+    return _apply_ctx_protocol(cls.__new__(cls), args, kwargs)
 
 
 def _apply_ctx_protocol(fn: Function, args: tuple, kwargs: dict) -> Any:
@@ -460,13 +467,12 @@ def run_backward(
             if tensor._hooks or wanted is not None or observer is not None:
                 grad = _received(tensor, grad, wanted, captured, observer)
             fn = tensor._ctx
-            if fn._outputs is None:
+            if fn._outputs is not None:  # every output of fn waiting now has its complete gradient
+                tensor, grad = _gather(fn, entry, grad, ready, pending, wanted, captured, observer)
+            if fn._versions is None and _recorder is None and fn.inputs is not None:
+                input_grads = _run_lent(fn, tensor, grad)  # nothing to check first (common)
+            else:
                 input_grads = _call_backward(fn, tensor, grad)
-            else:  # every output of fn waiting now has its complete gradient too
-                outputs, grads = _gather(
-                    fn, entry, grad, ready, pending, wanted, captured, observer
-                )
-                input_grads = _call_backward(fn, outputs, grads)
             for position, parent in enumerate(fn.inputs):
                 if parent._rebased is not None:  # written in place after fn read it
                     parent = _as_of(parent, fn._seq)
@@ -721,92 +727,33 @@ _recording_lock = threading.Lock()  # two threads starting or ending recordings 
 _recorder: Any = None
 
 
+def _report(name: str, plain: Callable | None = None) -> Any:
+    """One of `_ThisThread`'s reports: to the calling thread's recorder's method `name`, or, on a
+    thread that records nothing, `plain` (the plain thing to do; None: nothing)."""
+
+    def report(*args: Any) -> Any:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None:
+            return getattr(recorder, name)(*args)
+        return None if plain is None else plain(*args)
+
+    return staticmethod(report)
+
+
 class _ThisThread:
     """Hands a report to the current thread's recorder, or runs it plainly when it has none."""
 
-    @staticmethod
-    def forward(fn: Any, inputs: tuple, kwargs: dict) -> Any:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            return recorder.forward(fn, inputs, kwargs)
-        return fn.forward(*[t.array for t in inputs], **kwargs)
-
-    @staticmethod
-    def rule(fn: Any, grad: Any, output: Any, run: Callable[[], tuple]) -> tuple:
-        recorder = _recording.get(threading.get_ident())
-        return run() if recorder is None else recorder.rule(fn, grad, output, run)
-
-    @staticmethod
-    def call(function: Callable, args: tuple, kwargs: dict) -> Any:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is None:
-            return function(*args, **kwargs)
-        return recorder.call(function, args, kwargs)
-
-    @staticmethod
-    def set_grad(leaf: Any, grad: Any) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.set_grad(leaf, grad)
-
-    @staticmethod
-    def read_grad(leaf: Any, grad: Any) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.read_grad(leaf, grad)
-
-    @staticmethod
-    def hook(hook: Callable, grad: Any) -> Any:
-        recorder = _recording.get(threading.get_ident())
-        return hook(grad) if recorder is None else recorder.hook(hook, grad)
-
-    @staticmethod
-    def created(array: Any) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.created(array)
-
-    @staticmethod
-    def grad_set(tensor: Any) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.grad_set(tensor)
-
-    @staticmethod
-    def draw(function: Any, args: tuple, result: Any) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.draw(function, args, result)
-
-    @staticmethod
-    def store(target: Any, source: Any, op: str) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.store(target, source, op)
-
-    @staticmethod
-    def host_read(what: str) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.host_read(what)
-
-    @staticmethod
-    def python_write(what: str) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.python_write(what)
-
-    @staticmethod
-    def module_hooks(module: str) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.module_hooks(module)
-
-    @staticmethod
-    def mode(owner: Any, name: str) -> None:
-        recorder = _recording.get(threading.get_ident())
-        if recorder is not None:
-            recorder.mode(owner, name)
+    forward = _report(
+        "forward", lambda fn, inputs, kwargs: fn.forward(*[t.array for t in inputs], **kwargs)
+    )
+    rule = _report("rule", lambda fn, grad, output, run: run())
+    call = _report("call", lambda function, args, kwargs: function(*args, **kwargs))
+    hook = _report("hook", lambda hook, grad: hook(grad))
+    set_grad, read_grad = _report("set_grad"), _report("read_grad")
+    created, grad_set, draw = _report("created"), _report("grad_set"), _report("draw")
+    store, host_read = _report("store"), _report("host_read")
+    python_write, module_hooks = _report("python_write"), _report("module_hooks")
+    mode = _report("mode")
 
 
 def set_recorder(recorder: Any) -> Any:
