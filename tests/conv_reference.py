@@ -169,3 +169,14 @@ def adaptive_avg_pool(x, output_size) -> np.ndarray:
         )
         y[(..., *cell)] = x[(..., *window)].mean(tuple(range(2, x.ndim)))
     return y
+
+
+def max_unpool(values, indices, size) -> np.ndarray:
+    """Each value written at its flat index in its (N, C) plane of `size`, zeros elsewhere; a
+    place named twice keeps the last value written there."""
+    n, c = values.shape[:2]
+    y = np.zeros((n, c, int(np.prod(size))))
+    for i, j in itertools.product(range(n), range(c)):
+        for value, place in zip(values[i, j].reshape(-1), indices[i, j].reshape(-1)):
+            y[i, j, place] = value
+    return y.reshape(n, c, *size)

@@ -691,6 +691,10 @@ ROWS = ROWS + TABLE_ROWS
 # --------------------------------------------------------- convolution, pooling, batch norm
 # References in tests/conv_reference.py: loops over output positions, one window at a time.
 C = conv_reference
+# max_pool2d(kernel 2, stride 1)'s indices into a 3x3 plane, all distinct: where two windows
+# choose one place, each value written there gets its gradient (PyTorch's rule, compared with torch
+# in test_conv.py), which a finite difference of the last write cannot see.
+UNPOOL_INDEX = Const(np.array([[[[4, 2], [3, 8]], [[0, 5], [7, 8]]]], np.int64))
 RUNNING = [Const(np.array([0.5, -1.0], np.float32)), Const(np.array([2.0, 0.5], np.float32))]
 # fmt: off
 CONV_ROWS = [
@@ -731,6 +735,8 @@ CONV_ROWS = [
         count_include_pad=False), [(1, 1, 2, 3, 2)]),
     Row("adaptive_avg_pool3d", lambda x: F.adaptive_avg_pool3d(x, (2, 1, 3)),
         lambda x: C.adaptive_avg_pool(x, (2, 1, 3)), [(1, 2, 3, 2, 4)]),
+    Row("max_unpool2d", lambda v, i: F.max_unpool2d(v, i, 2, stride=1),
+        lambda v, i: C.max_unpool(v, i, (3, 3)), [(1, 2, 2, 2), UNPOOL_INDEX]),
     Row("unfold", lambda x: F.unfold(x, 2, padding=1, stride=2),
         lambda x: C.unfold(x, 2, padding=1, stride=2), [(1, 2, 4, 3)]),
     Row("fold", lambda c: F.fold(c, (3, 5), 2, stride=(1, 2)),
