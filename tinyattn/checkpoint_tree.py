@@ -27,7 +27,8 @@ from .tensor import Tensor
 _VALUES = (bool, int, float, str, type(None))
 # A Module's registries: their entries get state_dict-style names ("encoder.weight").
 _REGISTRIES = ("_parameters", "_buffers", "_modules")
-_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: made at run time (a `class` statement, or C code)
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: set on C types, never on `class` ones
 
 # Globals every load accepts: tinyattn's plain-data classes (PyTorch's weights_only set holds
 # its tensor classes and containers the same way). Module classes are not among them.
@@ -164,7 +165,9 @@ def _rebuildable(cls: type) -> bool:
     """A class whose instances pickle rebuilds from attributes alone: made by `class`
     statements down to `object` (no builtin base holding hidden contents), no own __reduce__."""
     for base in cls.__mro__[:-1]:
-        if not base.__flags__ & _HEAP_TYPE:
+        # Since Python 3.12 some C types (io.BytesIO) are heap types too; only the
+        # immutable flag tells them from classes written in Python.
+        if not base.__flags__ & _HEAP_TYPE or base.__flags__ & _IMMUTABLE_TYPE:
             return False
         if "__reduce__" in vars(base) or "__reduce_ex__" in vars(base):
             return False
