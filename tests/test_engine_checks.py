@@ -84,6 +84,33 @@ def test_overlapping_no_grad_blocks_in_two_threads_never_leave_grad_mode_off():
     assert ta.is_grad_enabled()
 
 
+def test_the_count_of_threads_with_grad_off_follows_every_way_of_switching():
+    # The hot path trusts grad mode is on everywhere while the count is 0: it must count every
+    # switch, undo it on the way back, and stay above 0 while any thread's mode is off.
+    from tinyattn import grad_mode  # noqa: PLC0415
+
+    w = _leaf([1.0], None)
+    start = grad_mode._grad_off_threads
+    with ta.no_grad():
+        assert grad_mode._grad_off_threads == start + 1 and not (w * 2.0).requires_grad
+        with ta.enable_grad():
+            assert grad_mode._grad_off_threads == start and (w * 2.0).requires_grad
+        with ta.no_grad(), ta.inference_mode():  # no change, no second count
+            assert grad_mode._grad_off_threads == start + 1
+    ta.set_grad_enabled(False)  # called alone: switches at once
+    assert grad_mode._grad_off_threads == start + 1 and not ta.is_grad_enabled()
+    ta.set_grad_enabled(True)
+    assert grad_mode._grad_off_threads == start
+
+    def leaves_it_off():
+        ta.set_grad_enabled(False)
+
+    _run_threads(leaves_it_off)  # a thread that ends with its mode off: counted, harmless
+    assert grad_mode._grad_off_threads == start + 1
+    assert ta.is_grad_enabled() and (w * 2.0).requires_grad
+    grad_mode._grad_off_threads = start  # that thread is gone: its count with it
+
+
 def test_a_new_thread_starts_with_grad_on_and_anomaly_off():
     seen = {}
 

@@ -115,6 +115,7 @@ class Function(torch_protocol.ContextMethods):
     _all_reads: tuple | None = None  # grad_reads' union, for the common case (set per subclass)
     _ctx_protocol = False  # PyTorch's protocol: forward is a staticmethod taking ctx
     _checks_versions = True  # backward_reads or grad_reads name a value (set per subclass)
+    _plain = False  # neither shares_storage nor _checks_versions: apply's short path
 
     def reads_host(self) -> bool:
         """Whether the last forward read values back to the host (an index range check): on a
@@ -144,6 +145,7 @@ class Function(torch_protocol.ContextMethods):
             cls._all_reads = (sorted(p for p in union if p != "output"), "output" in union)
             cls._reads_by_need = {}  # the same for each pattern of inputs needing a gradient
         cls._checks_versions = bool(cls.backward_reads) or cls.grad_reads is not None
+        cls._plain = not cls.shares_storage and not cls._checks_versions
         if torch_protocol.is_ctx_protocol(cls):
             torch_protocol.adopt(cls)
             if "apply" not in vars(cls):  # PyTorch's door: apply runs the static forward
@@ -169,7 +171,7 @@ class Function(torch_protocol.ContextMethods):
         if grad_mode._anomaly_threads and _modes.anomaly:
             _check_forward(fn, data)
         recorded = False
-        if _modes.grad_enabled:
+        if grad_mode._grad_off_threads == 0 or _modes.grad_enabled:
             for t in inputs:
                 if t.requires_grad:
                     recorded = True
@@ -178,19 +180,12 @@ class Function(torch_protocol.ContextMethods):
                     view_refresher(t)  # its base was written in place since: history again
         if type(data) is tuple:
             return _record_outputs(fn, data, recorded)
-        out = inputs[0]._from_op(data, fn if recorded else None)
-        if cls.shares_storage and backend.is_view_of(data, inputs[0].array):
-            # A view: an in-place change through either bumps both (a copy keeps its own).
-            out._version_counter = counter = inputs[0]._version_counter
-            base = inputs[0] if inputs[0]._view is None else inputs[0]._view[0]
-            out._view = (base, counter[0])  # a write through it reaches the base's history
-        if recorded:
+        out = _wrap(data, fn if recorded else None)
+        if not cls._plain:
+            return _view_or_versions(fn, out, recorded)
+        if recorded:  # a node that makes no view and whose rule reads only shapes (common)
             fn._seq = _next_seq()
-            fn._outputs = None
-            if cls._checks_versions:
-                fn._versions = _versions_read(fn, (out._version_counter,))
-            else:
-                fn._versions = None  # a rule reading only shapes (common)
+            fn._outputs = fn._versions = None
         return out
 
     def save_for_backward(self, *values: Any) -> None:
@@ -307,6 +302,21 @@ class _Outputs:
             if ref() is tensor:
                 return k
         raise RuntimeError("a tensor names a node with several outputs but is none of them")
+
+
+def _view_or_versions(fn: Function, out: Any, recorded: bool) -> Any:
+    """The rest of `Function.apply` for an op that may make a view or whose rule reads values."""
+    source = fn.inputs[0]
+    if type(fn).shares_storage and backend.is_view_of(out.array, source.array):
+        # A view: an in-place change through either bumps both (a copy keeps its own).
+        out._version_counter = counter = source._version_counter
+        base = source if source._view is None else source._view[0]
+        out._view = (base, counter[0])  # a write through it reaches the base's history
+    if recorded:
+        fn._seq = _next_seq()
+        fn._outputs = None
+        fn._versions = _versions_read(fn, (out._version_counter,))
+    return out
 
 
 def _record_outputs(fn: Function, data: tuple, recorded: bool, like: tuple = ()) -> tuple:
@@ -428,6 +438,9 @@ def _freed_message(fn: Function) -> str:
 # Creation numbers of recorded Functions. A Function is recorded after its inputs were made, so
 # every node's number is larger than the numbers of the nodes it was computed from.
 _next_seq = itertools.count().__next__
+# Installed by the tensor layer: Tensor._from_op, which wraps an op's array (a plain function
+# here, so that apply's call to it is the interpreter's fast one, not a staticmethod lookup).
+_wrap: Callable[[Any, Any], Any]
 # Installed by the tensor layer (methods/inplace_graph.py): gives a view whose base was written
 # in place after the view was made the base's new history, before an op reads the view.
 view_refresher: Callable[[Any], None] = lambda tensor: None  # noqa: E731
@@ -469,11 +482,12 @@ def run_backward(
             fn = tensor._ctx
             if fn._outputs is not None:  # every output of fn waiting now has its complete gradient
                 tensor, grad = _gather(fn, entry, grad, ready, pending, wanted, captured, observer)
-            if fn._versions is None and _recorder is None and fn.inputs is not None:
-                input_grads = _run_lent(fn, tensor, grad)  # nothing to check first (common)
+            inputs = fn.inputs
+            if fn._versions is None and _recorder is None and inputs is not None:
+                input_grads = _run_lent(fn, inputs, tensor, grad)  # nothing to check (common)
             else:
                 input_grads = _call_backward(fn, tensor, grad)
-            for position, parent in enumerate(fn.inputs):
+            for position, parent in enumerate(inputs):
                 if parent._rebased is not None:  # written in place after fn read it
                     parent = _as_of(parent, fn._seq)
                 parent_grad = input_grads[position]
@@ -551,24 +565,26 @@ def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
         raise RuntimeError(_freed_message(fn))
     if fn._versions is not None:
         _check_versions(fn, output)
+    inputs = fn.inputs
     if _recorder is not None:
-        return _recorder.rule(fn, grad, output, lambda: _run_lent(fn, output, grad))
-    return _run_lent(fn, output, grad)
+        return _recorder.rule(fn, grad, output, lambda: _run_lent(fn, inputs, output, grad))
+    return _run_lent(fn, inputs, output, grad)
 
 
-def _run_lent(fn: Function, output: Any, grad: Any) -> tuple:
+def _run_lent(fn: Function, inputs: tuple, output: Any, grad: Any) -> tuple:
+    """Run fn's rule on `grad` (a list, one per output, for a node with several outputs)."""
     fn.output = output  # lent to the rule for this call only: no lasting cycle
     try:
         anomaly = grad_mode._anomaly_threads and _modes.anomaly
-        if fn._outputs is not None:  # several outputs: one gradient each
+        if type(grad) is list:  # several outputs (`_gather`): one gradient each
             grads = fn.backward(*grad) if not anomaly else _run_rule(fn, *grad)
         else:
             grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
     finally:
         fn.output = None
-    if type(grads) is tuple and len(grads) == len(fn.inputs):
+    if type(grads) is tuple and len(grads) == len(inputs):
         return grads
-    if len(fn.inputs) == 1 and hasattr(grads, "_ctx"):  # a unary rule's one Tensor (common)
+    if len(inputs) == 1 and hasattr(grads, "_ctx"):  # a unary rule's one Tensor (common)
         return (grads,)
     return _as_gradient_tuple(fn, grads)
 
@@ -593,7 +609,10 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
             f"{fn.name}.backward returned a gradient of shape {grad.shape} for input {position} "
             f"of shape {parent.shape}"
         )
-    if grad.array.dtype != parent.array.dtype:
+    # NumPy's dtypes of one kind are one object, so `is` settles the common case without
+    # the slower comparison.
+    dtype = parent.array.dtype
+    if grad.array.dtype is not dtype and grad.array.dtype != dtype:
         grad = grad.to(parent.dtype)
     if grad_mode._anomaly_threads and _modes.anomaly:
         _check_backward(fn, position, grad)

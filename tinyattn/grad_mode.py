@@ -27,14 +27,36 @@ class _Modes(threading.local):
 
 
 _modes = _Modes()
-# How many threads are inside detect_anomaly: while none is (almost always), the hot paths skip
-# the thread-local lookup with one test of this plain global.
+# How many threads are inside detect_anomaly, and how many have grad mode off: while none is
+# (almost always, and grad mode is on in every thread while a model trains), the hot paths skip
+# the thread-local lookup (about 100 ns) with one test of a plain global. A thread changes only
+# its own mode, so the count is right whenever a thread reads it about itself. (A thread that
+# ends with grad mode off leaves the count above 0: every op then reads the thread-local, as
+# right as before, only slower.)
 _anomaly_threads = 0
+_grad_off_threads = 0
 _anomaly_lock = threading.Lock()  # `+= 1` on a global is not atomic between threads
 
 
 def is_grad_enabled() -> bool:
-    return _modes.grad_enabled
+    return _grad_off_threads == 0 or _modes.grad_enabled
+
+
+def _set_grad_mode(mode: bool) -> bool:
+    """Set this thread's grad mode and return the one before, keeping `_grad_off_threads`."""
+    global _grad_off_threads
+    previous = _modes.grad_enabled
+    if mode != previous:
+        with _anomaly_lock:
+            # Counted before the mode goes off and after it comes back on: the count is never
+            # 0 while this thread's mode is off.
+            if mode:
+                _modes.grad_enabled = True
+                _grad_off_threads -= 1
+            else:
+                _grad_off_threads += 1
+                _modes.grad_enabled = False
+    return previous
 
 
 class set_grad_enabled(contextlib.ContextDecorator):  # noqa: N801  (PyTorch's name)
@@ -45,18 +67,17 @@ class set_grad_enabled(contextlib.ContextDecorator):  # noqa: N801  (PyTorch's n
 
     def __init__(self, mode: bool) -> None:
         self._mode = bool(mode)
-        self._previous = _modes.grad_enabled
-        _modes.grad_enabled = self._mode
+        self._previous = _set_grad_mode(self._mode)
 
     def __call__(self, function: Callable) -> Callable:
-        _modes.grad_enabled = self._previous  # used as a decorator: change nothing until a call
+        _set_grad_mode(self._previous)  # used as a decorator: change nothing until a call
         return super().__call__(function)
 
     def __enter__(self) -> None:
         pass
 
     def __exit__(self, *exc: object) -> None:
-        _modes.grad_enabled = self._previous
+        _set_grad_mode(self._previous)
 
     def _recreate_cm(self) -> set_grad_enabled:  # a decorated function gets a fresh one per call
         return type(self)(self._mode)
@@ -68,10 +89,10 @@ class no_grad(contextlib.ContextDecorator):  # noqa: N801  (named like the PyTor
     _mode = False
 
     def __enter__(self) -> None:
-        self._previous, _modes.grad_enabled = _modes.grad_enabled, self._mode
+        self._previous = _set_grad_mode(self._mode)
 
     def __exit__(self, *exc: object) -> None:
-        _modes.grad_enabled = self._previous
+        _set_grad_mode(self._previous)
 
     def _recreate_cm(self) -> no_grad:  # one decorated function may run in two threads at once
         return type(self)()

@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import backend, devices
+from . import autograd, backend, devices
 from .autograd import (
     RETAIN_GRAD,
     RemovableHandle,
@@ -471,6 +471,11 @@ class Tensor(
     # ----------------------------------------------------------------------- dtypes and values
 
     # -------------------------------------------------- PyTorch's spellings of composed calls
+
+
+# The engine wraps each op's result with this; a plain function of autograd's own, its call is
+# cheaper than looking up a staticmethod on the input Tensor.
+autograd._wrap = Tensor._from_op
 
 
 # ------------------------------------------------------------------------------------- helpers
