@@ -438,9 +438,15 @@ def _freed_message(fn: Function) -> str:
 # Creation numbers of recorded Functions. A Function is recorded after its inputs were made, so
 # every node's number is larger than the numbers of the nodes it was computed from.
 _next_seq = itertools.count().__next__
-# Installed by the tensor layer: Tensor._from_op, which wraps an op's array (a plain function
-# here, so that apply's call to it is the interpreter's fast one, not a staticmethod lookup).
-_wrap: Callable[[Any, Any], Any]
+
+
+def _wrap(data: Any, ctx: Any) -> Any:
+    """Replaced by the tensor layer with Tensor._from_op, which wraps an op's array: a plain
+    function of this module, so that apply's call is the interpreter's fast one, not a
+    staticmethod looked up on the input."""
+    raise RuntimeError("the tensor layer is not loaded")
+
+
 # Installed by the tensor layer (methods/inplace_graph.py): gives a view whose base was written
 # in place after the view was made the base's new history, before an op reads the view.
 view_refresher: Callable[[Any], None] = lambda tensor: None  # noqa: E731
