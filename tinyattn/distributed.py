@@ -1,6 +1,6 @@
 """PyTorch's ``torch.distributed`` names, so that programs that import them load.
 
-Imports nothing. tinyattn trains in one process: ``is_available()`` and ``is_initialized()``
+Imports `errors` only. tinyattn trains in one process: ``is_available()`` and ``is_initialized()``
 answer False, and every call that would start or use a process group raises
 NotImplementedError naming the call. Programs that check ``is_available()`` or an environment
 variable such as ``RANK`` before they call these run unchanged.
@@ -9,6 +9,8 @@ variable such as ``RANK`` before they call these run unchanged.
 from __future__ import annotations
 
 from typing import Any
+
+from .errors import refusing
 
 
 def is_available() -> bool:
@@ -21,16 +23,14 @@ def is_initialized() -> bool:
     return False
 
 
-def _unsupported(name: str) -> Any:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(
-            f"torch.distributed.{name}: distributed training is not supported by tinyattn, "
-            "which runs in one process; run the program without torchrun (no RANK variable)"
-        )
+_REASON = (
+    "distributed training is not supported by tinyattn, which runs in one process; run the "
+    "program without torchrun (no RANK variable)"
+)
 
-    refuse.__name__ = refuse.__qualname__ = name
-    refuse.__doc__ = f"Raises NotImplementedError: tinyattn has no ``{name}``."
-    return refuse
+
+def _unsupported(name: str) -> Any:
+    return refusing(f"torch.distributed.{name}", _REASON)
 
 
 init_process_group = _unsupported("init_process_group")

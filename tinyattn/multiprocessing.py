@@ -1,11 +1,11 @@
 """PyTorch's ``torch.multiprocessing`` names, so that programs that import them load.
 
-Imports the standard library only. PyTorch's module is Python's ``multiprocessing`` whose
-tensors travel to child processes through shared memory, so that a child's in-place writes
-reach the parent. tinyattn tensors have no shared-memory transport: a pickled copy would
-change that meaning silently, so every call that starts or talks to another process raises
-NotImplementedError naming the call. ``cpu_count`` and ``current_process`` answer as
-Python's do.
+Imports the standard library and `errors` only. PyTorch's module is Python's
+``multiprocessing`` whose tensors travel to child processes through shared memory, so that a
+child's in-place writes reach the parent. tinyattn tensors have no shared-memory transport: a
+pickled copy would change that meaning silently, so every call that starts or talks to another
+process raises NotImplementedError naming the call. ``cpu_count`` and ``current_process``
+answer as Python's do.
 """
 
 from __future__ import annotations
@@ -13,21 +13,20 @@ from __future__ import annotations
 import multiprocessing as _stdlib
 from typing import Any
 
+from .errors import refusing
+
 cpu_count = _stdlib.cpu_count
 current_process = _stdlib.current_process
 
 
-def _unsupported(name: str) -> Any:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(
-            f"torch.multiprocessing.{name}: tinyattn runs in one process and cannot share "
-            "tensors with other processes; call the worker function directly (for example "
-            "fn(0, *args) in place of spawn(fn, args, nprocs=1))"
-        )
+_REASON = (
+    "tinyattn runs in one process and cannot share tensors with other processes; call the "
+    "worker function directly (for example fn(0, *args) in place of spawn(fn, args, nprocs=1))"
+)
 
-    refuse.__name__ = refuse.__qualname__ = name
-    refuse.__doc__ = f"Raises NotImplementedError: tinyattn has no ``{name}``."
-    return refuse
+
+def _unsupported(name: str) -> Any:
+    return refusing(f"torch.multiprocessing.{name}", _REASON)
 
 
 spawn = _unsupported("spawn")
