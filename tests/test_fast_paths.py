@@ -454,3 +454,79 @@ def test_backend_reshape_is_the_namespaces_reshape(device):
     if device == "cpu":
         assert np.shares_memory(backend.reshape(x, (6, 4)), x)
         assert not np.shares_memory(got, x)
+
+
+# The first-order rules on arrays (kernels.*_grads) against the Tensor-op rules they replace,
+# which run when a graph is recorded (create_graph=True). Each case: a function of tensors made
+# from the listed shapes, and the kernel its rule calls.
+RULE_CASES = {
+    "linear": (lambda x, w, b: F.linear(x, w, b), [(2, 3, 4), (5, 4), (5,)], "linear_grads"),
+    "linear-no-bias": (lambda x, w: F.linear(x, w), [(6, 4), (5, 4)], "linear_grads"),
+    "matmul-2d": (lambda a, b: a @ b, [(3, 4), (4, 5)], "matmul_grads"),
+    "matmul-stacks": (lambda a, b: a @ b, [(2, 3, 4, 5), (2, 3, 5, 6)], "matmul_grads"),
+    "matmul-stack-by-matrix": (lambda a, b: a @ b, [(2, 3, 4), (4, 5)], "matmul_grads"),
+    "layer-norm": (
+        lambda x, w, b: F.layer_norm(x, (4,), w, b),
+        [(2, 3, 4), (4,), (4,)],
+        "layer_norm_grads",
+    ),
+    "layer-norm-two-axes": (
+        lambda x, w: F.layer_norm(x, (3, 4), w),
+        [(2, 3, 4), (3, 4)],
+        "layer_norm_grads",
+    ),
+    "layer-norm-bias-only": (
+        lambda x, b: F.layer_norm(x, (4,), None, b),
+        [(3, 4), (4,)],
+        "layer_norm_grads",
+    ),
+    "layer-norm-plain": (lambda x: F.layer_norm(x, (4,)), [(3, 4)], "layer_norm_grads"),
+    "gelu": (lambda x: F.gelu(x), [(3, 7)], "gelu_grad"),
+    "softmax-last": (lambda x: F.softmax(x, dim=-1), [(3, 5)], "softmax_grad"),
+    "softmax-first": (lambda x: F.softmax(x, dim=0), [(3, 5)], "softmax_grad"),
+    "log-softmax": (lambda x: F.log_softmax(x, dim=-1), [(3, 5)], "log_softmax_grad"),
+    "log-softmax-middle": (lambda x: F.log_softmax(x, dim=1), [(2, 3, 5)], "log_softmax_grad"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("frozen", [None, 0, 1], ids=["all", "first-frozen", "second-frozen"])
+@pytest.mark.parametrize("case", RULE_CASES)
+def test_rules_on_arrays_match_the_tensor_op_rules(device, monkeypatch, case, frozen, dtype):
+    function, shapes, kernel = RULE_CASES[case]
+    if frozen is not None and (frozen >= len(shapes) or len(shapes) == 1):
+        pytest.skip("the case has no such input, or no other input to differentiate")
+    rng = np.random.default_rng(1)
+    inputs = [
+        ta.tensor(rng.standard_normal(s).astype(dtype), device=device, requires_grad=k != frozen)
+        for k, s in enumerate(shapes)
+    ]
+    out = function(*inputs)
+    seed = ta.tensor(rng.standard_normal(out.shape).astype(dtype), device=device)
+    wrt = [t for t in inputs if t.requires_grad]
+    calls = []
+    real = getattr(kernels, kernel)
+    monkeypatch.setattr(kernels, kernel, lambda *a: calls.append(1) or real(*a))
+    on_arrays = ta.grad(out, wrt, grad_outputs=seed, retain_graph=True)
+    assert calls, f"{case}: the rule did not take {kernel}"
+    calls.clear()
+    with_graph = ta.grad(out, wrt, grad_outputs=seed, create_graph=True)
+    assert not calls, f"{case}: create_graph must take the Tensor-op rule"
+    tolerance = 2e-5 if dtype == "float32" else 1e-12
+    for got, want, t in zip(on_arrays, with_graph, wrt):
+        assert got.shape == t.shape and got.dtype == t.dtype
+        assert not got.requires_grad
+        np.testing.assert_allclose(
+            got.numpy(), want.detach().numpy(), rtol=tolerance, atol=tolerance
+        )
+
+
+def test_matmul_rule_leaves_broadcast_batches_to_the_tensor_ops(device):
+    """Shapes the array rule does not cover (a 1-D operand, a batch that broadcasts) give None,
+    and the rule's own Tensor ops compute them: checked against finite differences."""
+    rng = np.random.default_rng(2)
+    for a_shape, b_shape in [((4,), (4, 5)), ((2, 3, 4), (4,)), ((1, 3, 4), (2, 4, 5))]:
+        assert kernels.matmul_grads(None, None, None, (a_shape, b_shape), (True, True)) is None
+        a = ta.tensor(rng.standard_normal(a_shape), device=device, requires_grad=True)
+        b = ta.tensor(rng.standard_normal(b_shape), device=device, requires_grad=True)
+        assert ta.gradcheck(lambda a, b: a @ b, (a, b))

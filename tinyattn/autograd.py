@@ -197,6 +197,18 @@ class Function(torch_protocol.ContextMethods):
 
     @property
     def saved_tensors(self) -> tuple:
+        saved = self._unchanged_saved()
+        anchor = self.inputs[0]
+        return tuple(v if v is None or hasattr(v, "_ctx") else anchor.constant(v) for v in saved)
+
+    @property
+    def saved_arrays(self) -> tuple:
+        """The saved values as arrays, checked as `saved_tensors` checks them: for a rule that
+        computes on arrays (no graph being recorded)."""
+        return tuple(v.array if hasattr(v, "_ctx") else v for v in self._unchanged_saved())
+
+    def _unchanged_saved(self) -> tuple:
+        """The saved values, after checking that no saved tensor was modified in place."""
         if self.inputs is None:
             raise RuntimeError(_freed_message(self))
         saved = getattr(self, "_saved", None) or ()
@@ -206,8 +218,7 @@ class Function(torch_protocol.ContextMethods):
                 what = f"saved tensor {position}"
                 current = value._version_counter[0]
                 raise RuntimeError(_modified_message(self, what, value.shape, current, version))
-        anchor = self.inputs[0]
-        return tuple(v if v is None or hasattr(v, "_ctx") else anchor.constant(v) for v in saved)
+        return saved
 
     @property
     def needs_input_grad(self) -> tuple[bool, ...]:

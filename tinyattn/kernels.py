@@ -241,6 +241,137 @@ def in_pieces(function: Callable[[Any], Any], x: Any, elements: int = 32768) -> 
     return xp.reshape(out, x.shape)
 
 
+# ----------------------------------------------------------------- first-order backward rules
+# Every rule in ops/ is written with Tensor ops, so that under ``create_graph`` its gradient is a
+# graph of its own. Without one (every ordinary training step), those ops only cost dispatch:
+# LayerNorm's rule is eleven ops, each a Function.apply of its own, and a matrix product's is a
+# reshape, a transpose, a product and a sum per operand. The functions below compute the same
+# gradients on arrays, in fewer passes; a rule calls one when no graph is being recorded. Each
+# returns arrays (None for a gradient not `wanted`), which the engine wraps as it wraps any
+# rule's arrays.
+
+
+def linear_grads(grad: Any, x: Any, weight: Any, wanted: tuple[bool, ...]) -> tuple:
+    """dL/dx = g W, dL/dW = g^T x, dL/db = sum of g over rows, with the leading axes as rows.
+
+    Replaces: `ops.Linear.backward`'s Tensor ops (reshape, product, transpose, sum).
+    Folding the leading axes into rows makes each product one GEMM. `x` is read only for dL/dW,
+    `weight` only for dL/dx (the op keeps no more).
+    Shapes: grad (..., out), x (..., in), weight (out, in) -> (..., in), (out, in), (out,).
+    """
+    xp = namespace(grad)
+    rows = reshape(grad, (-1, grad.shape[-1]))  # (..., out) -> (N, out)
+    grad_x = grad_w = grad_b = None
+    if wanted[0]:
+        grad_x = reshape(rows @ weight, (*grad.shape[:-1], weight.shape[1]))
+    if wanted[1]:
+        grad_w = xp.matrix_transpose(rows) @ reshape(x, (-1, x.shape[-1]))  # (out, N) @ (N, in)
+    if len(wanted) == 3 and wanted[2]:
+        grad_b = sum_array(rows, (0,))
+    return (grad_x, grad_w, grad_b)[: len(wanted)]
+
+
+def matmul_grads(
+    grad: Any, a: Any, b: Any, shapes: tuple[tuple, tuple], wanted: tuple[bool, bool]
+) -> tuple | None:
+    """dL/da = g b^T, dL/db = a^T g, for matrices or stacks of them with the same leading axes,
+    or a stack times one matrix (its rows folded into one GEMM); None for any other `shapes` of
+    a and b (1-D operands, broadcast batches), which the rule's own Tensor ops handle. `a` is
+    read only for dL/db and `b` only for dL/da (the op keeps no more).
+
+    Replaces: `ops.MatMul.backward`'s Tensor ops for those shapes.
+    Shapes: grad (..., n, m), a (..., n, k), b (..., k, m) or (k, m) -> a's and b's shapes.
+    """
+    a_shape, b_shape = shapes
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        return None
+    if len(b_shape) != 2 and a_shape[:-2] != b_shape[:-2]:
+        return None
+    xp = namespace(grad)
+    grad_a = grad_b = None
+    if wanted[0]:
+        grad_a = grad @ xp.matrix_transpose(b)
+    if wanted[1]:
+        if len(b_shape) == 2 and len(a_shape) > 2:  # the stack met one b: one GEMM sums them
+            rows = reshape(a, (-1, a_shape[-1]))  # (..., n, k) -> (N, k)
+            grad_b = xp.matrix_transpose(rows) @ reshape(grad, (-1, grad.shape[-1]))
+        else:
+            grad_b = xp.matrix_transpose(a) @ grad
+    return grad_a, grad_b
+
+
+def layer_norm_grads(
+    grad: Any, x_hat: Any, rstd: Any, weight: Any, axes: tuple[int, ...], wanted: tuple
+) -> tuple:
+    """dL/dx = rstd * (h - mean(h) - x_hat * mean(h * x_hat)) with h = g * w (g without a
+    weight), means over the normalised `axes`; dL/dw = sum(g * x_hat), dL/db = sum(g) over the
+    other axes.
+
+    Replaces: `ops.LayerNorm.backward`'s eleven Tensor ops.
+    `wanted` flags (dL/dx, dL/dw, dL/db); the means and sums go through `sum_array`.
+    Shapes: grad and x_hat (..., *normalized), rstd (..., 1, ...), weight (*normalized) or None
+    -> (dL/dx like x_hat, dL/dw and dL/db (*normalized), None where not wanted).
+    """
+    axes = tuple(sorted(a % x_hat.ndim for a in axes))
+    others = tuple(a for a in range(x_hat.ndim) if a not in axes)
+    count = math.prod(x_hat.shape[a] for a in axes)
+    grad_x = grad_w = grad_b = None
+    if wanted[0]:
+        h = grad * weight if weight is not None else grad
+        mean_h = sum_array(h, axes, keepdims=True) / count
+        mean_hx = sum_array(h * x_hat, axes, keepdims=True) / count
+        grad_x = h - mean_h  # a new array: the in-place steps below never touch grad
+        grad_x -= x_hat * mean_hx
+        grad_x *= rstd
+    if wanted[1]:
+        grad_w = sum_array(grad * x_hat, others)
+    if wanted[2]:
+        grad_b = sum_array(grad, others)
+    return grad_x, grad_w, grad_b
+
+
+def gelu_grad(grad: Any, x: Any, cdf: Any) -> Any:
+    """dL/dx = g * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), from the saved
+    Phi(x) = `cdf`.
+
+    Replaces: `ops.Gelu.backward`'s seven Tensor ops; the same passes, into one new array.
+    Shapes: grad, x, cdf (any, the same) -> x's shape.
+    """
+    xp = namespace(x)
+    pdf = x * x
+    pdf *= -0.5
+    pdf = xp.exp(pdf)
+    pdf *= 1.0 / math.sqrt(2.0 * math.pi)
+    pdf *= x
+    pdf += cdf
+    pdf *= grad
+    return pdf
+
+
+def softmax_grad(grad: Any, y: Any, axis: int) -> Any:
+    """dL/dx = y * (g - sum(g * y)), the sum along `axis`, from the output y.
+
+    Replaces: `ops.Softmax.backward`'s four Tensor ops.
+    Shapes: grad, y (..., N) -> (..., N).
+    """
+    total = sum_array(grad * y, (axis % y.ndim,), keepdims=True)
+    result = grad - total
+    result *= y
+    return result
+
+
+def log_softmax_grad(grad: Any, y: Any, axis: int) -> Any:
+    """dL/dx = g - exp(y) * sum(g), the sum along `axis`, from the output y.
+
+    Replaces: `ops.LogSoftmax.backward`'s four Tensor ops.
+    Shapes: grad, y (..., N) -> (..., N).
+    """
+    xp = namespace(y)
+    scaled = xp.exp(y)
+    scaled *= sum_array(grad, (axis % y.ndim,), keepdims=True)
+    return grad - scaled
+
+
 # ------------------------------------------------------------------- block-wise attention tiles
 # A tile is (queries per block) x (keys per block) for every batch entry. Keys per block is fixed;
 # queries per block follow from the numbers in one tile's scores (batch * Bq * Bk). 2**19 (2 MB

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd import Function
+from .. import kernels
+from ..autograd import Function, is_grad_enabled
 from ..backend import namespace, reshape, to_device
 from ..errors import TinyattnError
 
@@ -148,6 +149,17 @@ class MatMul(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
+        if not is_grad_enabled():  # no graph to record: the same gradients on arrays
+            wanted = (a.requires_grad, b.requires_grad)
+            grads = kernels.matmul_grads(
+                grad.array,
+                a.array if wanted[1] else None,
+                b.array if wanted[0] else None,
+                (a.shape, b.shape),
+                wanted,
+            )
+            if grads is not None:
+                return grads
         # Promote 1-D operands to matrices so one pair of formulas covers every case. (An
         # operand whose gradient is not needed may not be kept: only its shape is used here.)
         a_shape = (1, a.shape[0]) if len(a.shape) == 1 else a.shape

@@ -6,7 +6,8 @@ for float32 precision (within 2 ulp, about 25 passes). GELU's normal CDF, Phi, i
 as (1 + erf(x / sqrt 2)) / 2, which cancels to nothing for negative x: float64 takes Phi(x) for
 x < 0 from Cody's erfc directly, and float32 reads Phi from a table of cubic pieces (within two
 float32 roundings for x > -9, in fewer passes than the rational). The backward needs only exp,
-so it is written with Tensor ops like every other rule.
+so it is written with Tensor ops like every other rule; with no graph being recorded it runs
+the same passes on arrays (`kernels.gelu_grad`).
 """
 
 from __future__ import annotations
@@ -230,9 +231,10 @@ class Gelu(Function):
 
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]
-        if is_grad_enabled():  # create_graph: Phi must carry its dependence on x
-            cdf = (Erf.apply(x * _SQRT_HALF) + 1.0) * 0.5
-        else:
-            (cdf,) = self.saved_tensors
+        if not is_grad_enabled():  # no graph to record: the same gradient on arrays
+            (cdf,) = self.saved_arrays
+            return kernels.gelu_grad(grad.array, x.array, cdf)
+        # create_graph: Phi must carry its dependence on x
+        cdf = (Erf.apply(x * _SQRT_HALF) + 1.0) * 0.5
         pdf = (x * x * -0.5).exp() * _PDF_SCALE
         return grad * (cdf + x * pdf)
