@@ -492,7 +492,10 @@ RULE_CASES = {
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("frozen", [None, 0, 1], ids=["all", "first-frozen", "second-frozen"])
 @pytest.mark.parametrize("case", RULE_CASES)
-def test_rules_on_arrays_match_the_tensor_op_rules(device, monkeypatch, case, frozen, dtype):
+def test_rules_on_arrays_equal_the_tensor_op_rules(device, monkeypatch, case, frozen, dtype):
+    """Bit for bit: the array form makes the Tensor ops' array calls in their order (a compiled
+    step records the Tensor ops and must match eager exactly). Under create_graph the Tensor
+    ops run, and agree to rounding (some rules recompute a saved value there)."""
     function, shapes, kernel = RULE_CASES[case]
     if frozen is not None and (frozen >= len(shapes) or len(shapes) == 1):
         pytest.skip("the case has no such input, or no other input to differentiate")
@@ -510,15 +513,44 @@ def test_rules_on_arrays_match_the_tensor_op_rules(device, monkeypatch, case, fr
     on_arrays = ta.grad(out, wrt, grad_outputs=seed, retain_graph=True)
     assert calls, f"{case}: the rule did not take {kernel}"
     calls.clear()
-    with_graph = ta.grad(out, wrt, grad_outputs=seed, create_graph=True)
+    with_graph = ta.grad(out, wrt, grad_outputs=seed, create_graph=True, retain_graph=True)
     assert not calls, f"{case}: create_graph must take the Tensor-op rule"
+    monkeypatch.setattr(kernels, kernel, lambda *a: calls.append(1))  # declines: Tensor ops
+    with_ops = ta.grad(out, wrt, grad_outputs=seed)
+    assert calls
     tolerance = 2e-5 if dtype == "float32" else 1e-12
-    for got, want, t in zip(on_arrays, with_graph, wrt):
+    for got, ops_grad, graph_grad, t in zip(on_arrays, with_ops, with_graph, wrt):
         assert got.shape == t.shape and got.dtype == t.dtype
         assert not got.requires_grad
+        np.testing.assert_array_equal(got.numpy(), ops_grad.numpy())
         np.testing.assert_allclose(
-            got.numpy(), want.detach().numpy(), rtol=tolerance, atol=tolerance
+            got.numpy(), graph_grad.detach().numpy(), rtol=tolerance, atol=tolerance
         )
+
+
+def test_rules_on_arrays_decline_while_a_step_is_recorded_and_for_other_dtypes(monkeypatch):
+    """A ta.compile recording takes the Tensor ops (its replay makes each an out= call); a
+    float16 gradient is left to them too (their sums accumulate in float32)."""
+    calls = []
+    real = kernels.layer_norm_grads
+    monkeypatch.setattr(kernels, "layer_norm_grads", lambda *a: calls.append(1) or real(*a))
+    norm = ta.nn.LayerNorm(4)
+
+    def step(x):
+        norm.zero_grad()
+        loss = norm(x).sum()
+        loss.backward()
+        return loss
+
+    compiled = ta.compile(step)
+    x = ta.randn(3, 4)
+    for _ in range(3):
+        compiled(x)
+    assert not calls
+    step(x)
+    assert calls
+    half = np.ones((2, 4), dtype="float16")
+    assert kernels.layer_norm_grads(half, half, half[:, :1], None, (-1,), (1, 0, 0)) is None
 
 
 def test_matmul_rule_leaves_broadcast_batches_to_the_tensor_ops(device):
@@ -530,3 +562,30 @@ def test_matmul_rule_leaves_broadcast_batches_to_the_tensor_ops(device):
         a = ta.tensor(rng.standard_normal(a_shape), device=device, requires_grad=True)
         b = ta.tensor(rng.standard_normal(b_shape), device=device, requires_grad=True)
         assert ta.gradcheck(lambda a, b: a @ b, (a, b))
+
+
+def test_view_rules_and_gradient_sums_run_no_op_without_a_graph(device, monkeypatch):
+    """Reshape's and permute's rules give the gradient's view directly, and two gradients of one
+    tensor are added as arrays: no Function runs for them, and the values are the same."""
+    rng = np.random.default_rng(4)
+    x = ta.tensor(rng.standard_normal((2, 3, 4)), device=device, requires_grad=True)
+    seed = ta.tensor(rng.standard_normal((4, 6)), device=device)
+
+    def loss_grad(**kwargs):
+        y = x.reshape(6, 4).permute(1, 0)
+        return ta.grad(y + y, x, grad_outputs=seed, **kwargs)[0]
+
+    applied = []
+    for op in (ops.Reshape, ops.Permute, ops.Add):
+        real = op.forward
+        monkeypatch.setattr(
+            op, "forward", lambda self, *a, real=real, **k: applied.append(1) or real(self, *a, **k)
+        )
+    got = loss_grad()
+    assert len(applied) == 3  # the forward's reshape, permute and add; none in backward
+    want = 2 * seed.numpy().T.reshape(2, 3, 4)
+    np.testing.assert_array_equal(got.numpy(), want)
+    applied.clear()
+    with_graph = loss_grad(create_graph=True)
+    assert len(applied) > 3  # with a graph, the rules' Tensor ops run
+    np.testing.assert_array_equal(with_graph.detach().numpy(), want)

@@ -528,13 +528,21 @@ def _as_of(tensor: Any, seq: int) -> Any:
     return tensor
 
 
+def _sum(total: Any, grad: Any) -> Any:
+    """total + grad, two gradients of one tensor (same shape, dtype and device: `_checked`).
+    Added as arrays when no graph needs the Add op (`rules_on_arrays`): the same addition."""
+    if rules_on_arrays():
+        return _wrap(total.array + grad.array, None)
+    return total + grad
+
+
 def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> None:
     """Add one gradient to what `tensor` has received; a tensor's first one queues it."""
     if tensor._ctx is None:
         previous = leaves.get(tensor)
-        leaves[tensor] = grad if previous is None else previous + grad
+        leaves[tensor] = grad if previous is None else _sum(previous, grad)
     elif tensor in pending:
-        pending[tensor] = pending[tensor] + grad
+        pending[tensor] = _sum(pending[tensor], grad)
     else:
         pending[tensor] = grad
         fn = tensor._ctx
@@ -852,6 +860,15 @@ def note_mode(owner: Any, name: str) -> None:
     that value and records again when it changes (``model.eval()``) instead of replaying."""
     if _recorder is not None:
         _recorder.mode(owner, name)
+
+
+def rules_on_arrays() -> bool:
+    """Whether a built-in backward rule may compute its first-order gradient on arrays
+    (`kernels.*_grads`) instead of with its Tensor ops: grad mode is off (no graph to record)
+    and no thread is recording a step for ``ta.compile``. A recording takes the Tensor ops, so
+    that its replay runs each as an ``out=`` call into a planned buffer; the array form makes
+    the same calls in the same order, so eager and replayed steps agree bit for bit."""
+    return _recorder is None and not is_grad_enabled()
 
 
 def check_host_read(what: str) -> None:

@@ -246,26 +246,53 @@ def in_pieces(function: Callable[[Any], Any], x: Any, elements: int = 32768) -> 
 # graph of its own. Without one (every ordinary training step), those ops only cost dispatch:
 # LayerNorm's rule is eleven ops, each a Function.apply of its own, and a matrix product's is a
 # reshape, a transpose, a product and a sum per operand. The functions below compute the same
-# gradients on arrays, in fewer passes; a rule calls one when no graph is being recorded. Each
-# returns arrays (None for a gradient not `wanted`), which the engine wraps as it wraps any
-# rule's arrays.
+# gradients on arrays, making the array calls the rule's ops make, in the same order, so the
+# bits are the same too; a rule calls one when `autograd.rules_on_arrays()`. Each returns a
+# tuple of arrays (None for a gradient not wanted), or None where it does not apply (another
+# dtype than float32 or float64, or dtypes that differ: the ops would promote or accumulate in
+# float32), and the rule's Tensor ops run instead.
 
 
-def linear_grads(grad: Any, x: Any, weight: Any, wanted: tuple[bool, ...]) -> tuple:
-    """dL/dx = g W, dL/dW = g^T x, dL/db = sum of g over rows, with the leading axes as rows.
+def matmul_array(a: Any, b: Any) -> Any:
+    """a @ b, with a stack of matrices times one matrix as one GEMM over all rows.
 
-    Replaces: `ops.Linear.backward`'s Tensor ops (reshape, product, transpose, sum).
-    Folding the leading axes into rows makes each product one GEMM. `x` is read only for dL/dW,
-    `weight` only for dL/dx (the op keeps no more).
+    Replaces: ``xp.matmul(a, b)``. NumPy loops a small GEMM over the batch of (..., n, k) @
+    (k, m); folding the batch into the rows makes it one (N, k) @ (k, m) call.
+    `ops.MatMul.forward` and the rules below share it, so a product is made one way everywhere.
+    Shapes: a (..., n, k), b (k, m) -> (..., n, m); otherwise as ``xp.matmul``.
+    """
+    xp = namespace(a)
+    if b.ndim == 2 and a.ndim > 2:
+        flat = xp.matmul(reshape(a, (-1, a.shape[-1])), b)  # (..., n, k) -> (N, m)
+        return reshape(flat, (*a.shape[:-1], b.shape[-1]))
+    return xp.asarray(xp.matmul(a, b))
+
+
+def _floats(*arrays: Any) -> bool:
+    """Whether the arrays (None skipped) are all float32 or all float64."""
+    first = next(a for a in arrays if a is not None)
+    xp, dtype = namespace(first), first.dtype
+    if not (dtype == xp.float32 or dtype == xp.float64):
+        return False
+    return all(a is None or a.dtype == dtype for a in arrays)
+
+
+def linear_grads(grad: Any, x: Any, weight: Any, wanted: tuple[bool, ...]) -> tuple | None:
+    """dL/dx = g W, dL/dW = g^T x and dL/db = sum of g, with the leading axes folded into rows.
+
+    Replaces: `ops.Linear.backward`'s Tensor ops. `x` is read only for dL/dW and `weight` only
+    for dL/dx (the op keeps no more); `wanted` has one flag per input.
     Shapes: grad (..., out), x (..., in), weight (out, in) -> (..., in), (out, in), (out,).
     """
+    if not _floats(grad, x, weight):
+        return None
     xp = namespace(grad)
     rows = reshape(grad, (-1, grad.shape[-1]))  # (..., out) -> (N, out)
     grad_x = grad_w = grad_b = None
     if wanted[0]:
-        grad_x = reshape(rows @ weight, (*grad.shape[:-1], weight.shape[1]))
+        grad_x = matmul_array(grad, weight)
     if wanted[1]:
-        grad_w = xp.matrix_transpose(rows) @ reshape(x, (-1, x.shape[-1]))  # (out, N) @ (N, in)
+        grad_w = matmul_array(xp.matrix_transpose(rows), reshape(x, (-1, x.shape[-1])))
     if len(wanted) == 3 and wanted[2]:
         grad_b = sum_array(rows, (0,))
     return (grad_x, grad_w, grad_b)[: len(wanted)]
@@ -274,10 +301,10 @@ def linear_grads(grad: Any, x: Any, weight: Any, wanted: tuple[bool, ...]) -> tu
 def matmul_grads(
     grad: Any, a: Any, b: Any, shapes: tuple[tuple, tuple], wanted: tuple[bool, bool]
 ) -> tuple | None:
-    """dL/da = g b^T, dL/db = a^T g, for matrices or stacks of them with the same leading axes,
-    or a stack times one matrix (its rows folded into one GEMM); None for any other `shapes` of
-    a and b (1-D operands, broadcast batches), which the rule's own Tensor ops handle. `a` is
-    read only for dL/db and `b` only for dL/da (the op keeps no more).
+    """dL/da = g b^T and dL/db = a^T g, for matrices, stacks of them with the same leading axes,
+    or a stack times one matrix (the stack's rows summed by one GEMM); None for other `shapes`
+    of a and b (1-D operands, batches that broadcast). `a` is read only for dL/db and `b` only
+    for dL/da (the op keeps no more).
 
     Replaces: `ops.MatMul.backward`'s Tensor ops for those shapes.
     Shapes: grad (..., n, m), a (..., n, k), b (..., k, m) or (k, m) -> a's and b's shapes.
@@ -285,35 +312,37 @@ def matmul_grads(
     a_shape, b_shape = shapes
     if len(a_shape) < 2 or len(b_shape) < 2:
         return None
-    if len(b_shape) != 2 and a_shape[:-2] != b_shape[:-2]:
+    if (len(b_shape) != 2 and a_shape[:-2] != b_shape[:-2]) or not _floats(grad, a, b):
         return None
     xp = namespace(grad)
     grad_a = grad_b = None
     if wanted[0]:
-        grad_a = grad @ xp.matrix_transpose(b)
+        grad_a = matmul_array(grad, xp.matrix_transpose(b))
     if wanted[1]:
-        if len(b_shape) == 2 and len(a_shape) > 2:  # the stack met one b: one GEMM sums them
+        if len(b_shape) == 2 and len(a_shape) > 2:
             rows = reshape(a, (-1, a_shape[-1]))  # (..., n, k) -> (N, k)
-            grad_b = xp.matrix_transpose(rows) @ reshape(grad, (-1, grad.shape[-1]))
+            grad_rows = reshape(grad, (-1, grad.shape[-1]))
+            grad_b = matmul_array(xp.matrix_transpose(rows), grad_rows)
         else:
-            grad_b = xp.matrix_transpose(a) @ grad
+            grad_b = matmul_array(xp.matrix_transpose(a), grad)
     return grad_a, grad_b
 
 
 def layer_norm_grads(
     grad: Any, x_hat: Any, rstd: Any, weight: Any, axes: tuple[int, ...], wanted: tuple
-) -> tuple:
+) -> tuple | None:
     """dL/dx = rstd * (h - mean(h) - x_hat * mean(h * x_hat)) with h = g * w (g without a
     weight), means over the normalised `axes`; dL/dw = sum(g * x_hat), dL/db = sum(g) over the
-    other axes.
+    other (leading) axes.
 
-    Replaces: `ops.LayerNorm.backward`'s eleven Tensor ops.
-    `wanted` flags (dL/dx, dL/dw, dL/db); the means and sums go through `sum_array`.
+    Replaces: `ops.LayerNorm.backward`'s eleven Tensor ops. `wanted` flags dL/dx, dL/dw, dL/db.
     Shapes: grad and x_hat (..., *normalized), rstd (..., 1, ...), weight (*normalized) or None
-    -> (dL/dx like x_hat, dL/dw and dL/db (*normalized), None where not wanted).
+    -> (dL/dx like x_hat, dL/dw and dL/db (*normalized)).
     """
+    if not _floats(grad, x_hat, rstd, weight):
+        return None
     axes = tuple(sorted(a % x_hat.ndim for a in axes))
-    others = tuple(a for a in range(x_hat.ndim) if a not in axes)
+    leading = tuple(range(x_hat.ndim - len(axes)))
     count = math.prod(x_hat.shape[a] for a in axes)
     grad_x = grad_w = grad_b = None
     if wanted[0]:
@@ -324,19 +353,21 @@ def layer_norm_grads(
         grad_x -= x_hat * mean_hx
         grad_x *= rstd
     if wanted[1]:
-        grad_w = sum_array(grad * x_hat, others)
+        grad_w = sum_array(grad * x_hat, leading)
     if wanted[2]:
-        grad_b = sum_array(grad, others)
+        grad_b = sum_array(grad, leading)
     return grad_x, grad_w, grad_b
 
 
-def gelu_grad(grad: Any, x: Any, cdf: Any) -> Any:
+def gelu_grad(grad: Any, x: Any, cdf: Any) -> tuple | None:
     """dL/dx = g * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), from the saved
     Phi(x) = `cdf`.
 
-    Replaces: `ops.Gelu.backward`'s seven Tensor ops; the same passes, into one new array.
-    Shapes: grad, x, cdf (any, the same) -> x's shape.
+    Replaces: `ops.Gelu.backward`'s seven Tensor ops: the same passes, into one new array.
+    Shapes: grad, x, cdf (any, the same) -> (x's shape,).
     """
+    if not _floats(grad, x, cdf):
+        return None
     xp = namespace(x)
     pdf = x * x
     pdf *= -0.5
@@ -345,31 +376,34 @@ def gelu_grad(grad: Any, x: Any, cdf: Any) -> Any:
     pdf *= x
     pdf += cdf
     pdf *= grad
-    return pdf
+    return (pdf,)
 
 
-def softmax_grad(grad: Any, y: Any, axis: int) -> Any:
+def softmax_grad(grad: Any, y: Any, axis: int) -> tuple | None:
     """dL/dx = y * (g - sum(g * y)), the sum along `axis`, from the output y.
 
     Replaces: `ops.Softmax.backward`'s four Tensor ops.
-    Shapes: grad, y (..., N) -> (..., N).
+    Shapes: grad, y (..., N) -> ((..., N),).
     """
+    if not _floats(grad, y):
+        return None
     total = sum_array(grad * y, (axis % y.ndim,), keepdims=True)
     result = grad - total
     result *= y
-    return result
+    return (result,)
 
 
-def log_softmax_grad(grad: Any, y: Any, axis: int) -> Any:
+def log_softmax_grad(grad: Any, y: Any, axis: int) -> tuple | None:
     """dL/dx = g - exp(y) * sum(g), the sum along `axis`, from the output y.
 
     Replaces: `ops.LogSoftmax.backward`'s four Tensor ops.
-    Shapes: grad, y (..., N) -> (..., N).
+    Shapes: grad, y (..., N) -> ((..., N),).
     """
-    xp = namespace(y)
-    scaled = xp.exp(y)
+    if not _floats(grad, y):
+        return None
+    scaled = namespace(y).exp(y)
     scaled *= sum_array(grad, (axis % y.ndim,), keepdims=True)
-    return grad - scaled
+    return (grad - scaled,)
 
 
 # ------------------------------------------------------------------- block-wise attention tiles

@@ -213,8 +213,6 @@ class Tape:
             else:
                 kernel = lowered(fn, [env[i] for i in in_slots], env[out], kwargs, saved)
                 run = None if kernel is None else kernel_run(kernel, env[out], in_slots)
-                if run is not None and saved and id(fn) in self._ruled:
-                    run = _keeping_saved(run, fn, tuple(saved))
             if run is not None:
                 self.lowered += 1
                 return run
@@ -235,11 +233,11 @@ class Tape:
 
     def _saved_buffers(self, fn: Any, saved_slots: list) -> list | None:
         """The buffers a lowered kernel writes `fn`'s saved values into (none when it saves
-        none), or None when they must come from its `forward`: a buffer is not the array's own
-        memory. (A rule replayed as one call reads them from ``fn._saved``: `_keeping_saved`.)"""
+        none), or None when they must come from its `forward`: a replayed rule reads them from
+        ``fn._saved``, or a buffer is not the array's own memory."""
         if not saved_slots:
             return []
-        if not all(self._fresh(slot) for _, slot in saved_slots):
+        if id(fn) in self._ruled or not all(self._fresh(slot) for _, slot in saved_slots):
             return None
         return [self.env[slot] for _, slot in saved_slots]
 
@@ -630,17 +628,6 @@ def _is_dropped_view(tape: Tape, entry: tuple) -> bool:
     """Whether `Tape._op` drops this entry: a view of arrays that stay where they are."""
     _, _, in_slots, _, dynamic, _, _ = entry
     return _is_view_of_input(tape, entry) and not dynamic and all(tape.static[i] for i in in_slots)
-
-
-def _keeping_saved(run: Callable[[list], None], fn: Any, saved: tuple) -> Callable[[list], None]:
-    """A lowered forward that writes `fn`'s saved values into `saved` (buffers), for a node whose
-    rule is replayed as one call and reads them from ``fn._saved``: point it at the buffers."""
-
-    def run_keeping(env: list) -> None:
-        run(env)
-        fn._saved = saved
-
-    return run_keeping
 
 
 def _then_forget(run: Callable[[list], None], slots: list[int]) -> Callable[[list], None]:

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, is_grad_enabled
+from ..autograd import Function, is_grad_enabled, rules_on_arrays
 from ..backend import is_half, namespace, reshape
 from .reductions import sum_array
 
@@ -41,14 +41,15 @@ class Linear(Function):
 
     def backward(self, grad: Any) -> tuple:
         x, weight = self.inputs[0], self.inputs[1]
-        if not is_grad_enabled():  # no graph to record: the same gradients on arrays
-            wanted = tuple(t.requires_grad for t in self.inputs)
-            return kernels.linear_grads(
+        if rules_on_arrays():  # the same gradients by the same calls, on arrays
+            grads = kernels.linear_grads(
                 grad.array,
                 x.array if weight.requires_grad else None,
                 weight.array if x.requires_grad else None,
-                wanted,
+                tuple(t.requires_grad for t in self.inputs),
             )
+            if grads is not None:
+                return grads
         grad_rows = grad.reshape((-1, weight.shape[0]))  # (..., out) -> (N, out)
         grad_x = grad_w = grad_b = None
         if x.requires_grad:
@@ -114,20 +115,22 @@ class LayerNorm(Function):
 
     def backward(self, grad: Any) -> tuple:
         x = self.inputs[0]
-        if not is_grad_enabled():  # no graph to record: the same gradients on arrays
+        if rules_on_arrays():  # the same gradients by the same calls, on arrays
             x_hat, rstd = self.saved_arrays
-            weight = self.inputs[1].array if self.has_weight else None
             wanted = (
                 x.requires_grad,
                 self.has_weight and self.inputs[1].requires_grad,
                 self.has_bias and self.inputs[-1].requires_grad,
             )
-            grad_x, grad_w, grad_b = kernels.layer_norm_grads(
-                grad.array, x_hat, rstd, weight, self.axes, wanted
-            )
-            return (grad_x, *[grad_w] * self.has_weight, *[grad_b] * self.has_bias)
-        # create_graph: x_hat must carry its dependence on x
-        x_hat, rstd = _normalize(None, x, self.axes, self.eps)
+            weight = self.inputs[1].array if self.has_weight else None
+            grads = kernels.layer_norm_grads(grad.array, x_hat, rstd, weight, self.axes, wanted)
+            if grads is not None:
+                grad_x, grad_w, grad_b = grads
+                return (grad_x, *[grad_w] * self.has_weight, *[grad_b] * self.has_bias)
+        if is_grad_enabled():  # create_graph: x_hat must carry its dependence on x
+            x_hat, rstd = _normalize(None, x, self.axes, self.eps)
+        else:
+            x_hat, rstd = self.saved_tensors
         weight = self.inputs[1] if self.has_weight else None
         h = grad * weight if weight is not None else grad
         grads = [None] * len(self.inputs)

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, is_grad_enabled
+from ..autograd import Function, rules_on_arrays
 from ..backend import namespace, reshape, to_device
 from ..errors import TinyattnError
 
@@ -27,6 +27,8 @@ class Reshape(Function):
         return reshape(x, shape)
 
     def backward(self, grad: Any) -> Any:
+        if rules_on_arrays():  # the same view, without an op's dispatch
+            return reshape(grad.array, self.inputs[0].shape)
         return grad.reshape(self.inputs[0].shape)
 
 
@@ -46,6 +48,8 @@ class Permute(Function):
         inverse = [0] * len(self.axes)
         for position, axis in enumerate(self.axes):
             inverse[axis] = position
+        if rules_on_arrays():  # the same view, without an op's dispatch
+            return namespace(grad.array).permute_dims(grad.array, tuple(inverse))
         return grad.permute(*inverse)
 
 
@@ -140,16 +144,12 @@ class MatMul(Function):
 
     def forward(self, a: Any, b: Any) -> Any:
         matmul_shape(a.shape, b.shape)
-        xp = namespace(a)
-        if b.ndim == 2 and a.ndim > 2:
-            # One (N, k) @ (k, m) GEMM instead of a loop of small ones over the batch dims.
-            flat = xp.matmul(reshape(a, (-1, a.shape[-1])), b)  # (..., n, k) -> (N, m)
-            return reshape(flat, (*a.shape[:-1], b.shape[-1]))
-        return xp.asarray(xp.matmul(a, b))
+        # A stack times one matrix is one (N, k) @ (k, m) GEMM over all rows, not a loop.
+        return kernels.matmul_array(a, b)
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        if not is_grad_enabled():  # no graph to record: the same gradients on arrays
+        if rules_on_arrays():  # the same gradients by the same calls, on arrays
             wanted = (a.requires_grad, b.requires_grad)
             grads = kernels.matmul_grads(
                 grad.array,

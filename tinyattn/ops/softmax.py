@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, is_grad_enabled
+from ..autograd import Function, rules_on_arrays
 from ..backend import is_half, namespace
 
 
@@ -36,8 +36,10 @@ class Softmax(Function):
 
     def backward(self, grad: Any) -> Any:
         y = self.output  # using the output keeps higher-order gradients exact
-        if not is_grad_enabled():  # no graph to record: the same gradient on arrays
-            return kernels.softmax_grad(grad.array, y.array, self.axis)
+        if rules_on_arrays():  # the same gradient by the same calls, on arrays
+            grads = kernels.softmax_grad(grad.array, y.array, self.axis)
+            if grads is not None:
+                return grads
         return y * (grad - (grad * y).sum(axis=self.axis, keepdims=True))
 
 
@@ -60,8 +62,10 @@ class LogSoftmax(Function):
         return _log_softmax(xp, x, axis)
 
     def backward(self, grad: Any) -> Any:
-        if not is_grad_enabled():  # no graph to record: the same gradient on arrays
-            return kernels.log_softmax_grad(grad.array, self.output.array, self.axis)
+        if rules_on_arrays():  # the same gradient by the same calls, on arrays
+            grads = kernels.log_softmax_grad(grad.array, self.output.array, self.axis)
+            if grads is not None:
+                return grads
         return grad - self.output.exp() * grad.sum(axis=self.axis, keepdims=True)
 
 

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, is_grad_enabled
+from ..autograd import Function, is_grad_enabled, rules_on_arrays
 from ..backend import asarray, clip_into, namespace, take_in_range
 
 # W. J. Cody's rational Chebyshev approximations for erf/erfc (Math. Comp. 23, 1969; Netlib
@@ -231,10 +231,13 @@ class Gelu(Function):
 
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]
-        if not is_grad_enabled():  # no graph to record: the same gradient on arrays
-            (cdf,) = self.saved_arrays
-            return kernels.gelu_grad(grad.array, x.array, cdf)
-        # create_graph: Phi must carry its dependence on x
-        cdf = (Erf.apply(x * _SQRT_HALF) + 1.0) * 0.5
+        if rules_on_arrays():  # the same gradient by the same calls, on arrays
+            grads = kernels.gelu_grad(grad.array, x.array, self.saved_arrays[0])
+            if grads is not None:
+                return grads
+        if is_grad_enabled():  # create_graph: Phi must carry its dependence on x
+            cdf = (Erf.apply(x * _SQRT_HALF) + 1.0) * 0.5
+        else:
+            (cdf,) = self.saved_tensors
         pdf = (x * x * -0.5).exp() * _PDF_SCALE
         return grad * (cdf + x * pdf)
