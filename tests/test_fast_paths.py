@@ -18,7 +18,7 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.nn.functional as F
-from tinyattn import backend, kernels, ops
+from tinyattn import autograd, backend, kernels, ops
 
 
 def _array(host, device):
@@ -589,3 +589,54 @@ def test_view_rules_and_gradient_sums_run_no_op_without_a_graph(device, monkeypa
     with_graph = loss_grad(create_graph=True)
     assert len(applied) > 3  # with a graph, the rules' Tensor ops run
     np.testing.assert_array_equal(with_graph.detach().numpy(), want)
+
+
+ELEMENTWISE_RULES = {
+    "mul": (lambda a, b: a * b, [(3, 4), (3, 4)]),
+    "mul-broadcast": (lambda a, b: a * b, [(3, 4), (4,)]),
+    "sub-broadcast": (lambda a, b: a - b, [(2, 1, 4), (3, 4)]),
+    "neg": (lambda a: -a, [(3, 4)]),
+    "exp": (lambda a: a.exp(), [(3, 4)]),
+    "mul-scalar": (lambda a: a * 0.3, [(3, 4)]),
+    "div-scalar": (lambda a: a / 7, [(3, 4)]),
+    "rsub-scalar": (lambda a: 2.0 - a, [(3, 4)]),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", ELEMENTWISE_RULES)
+def test_elementwise_rules_on_arrays_equal_their_tensor_ops_bit_for_bit(
+    device, monkeypatch, case, dtype
+):
+    """The arithmetic rules' array form against their Tensor ops (create_graph runs those):
+    the same bits, no op run by the plain backward, and no graph on the gradient."""
+    function, shapes = ELEMENTWISE_RULES[case]
+    rng = np.random.default_rng(5)
+    inputs = [
+        ta.tensor(rng.standard_normal(s).astype(dtype), device=device, requires_grad=True)
+        for s in shapes
+    ]
+    out = function(*inputs)
+    seed = ta.tensor(rng.standard_normal(out.shape).astype(dtype), device=device)
+    applied = []
+    apply = autograd.Function.apply.__func__
+    counting = classmethod(lambda cls, *a, **k: applied.append(cls) or apply(cls, *a, **k))
+    monkeypatch.setattr(autograd.Function, "apply", counting)
+    plain = ta.grad(out, inputs, grad_outputs=seed, retain_graph=True)
+    assert not applied, f"{case}: the plain backward ran {applied}"
+    monkeypatch.undo()
+    with_graph = ta.grad(out, inputs, grad_outputs=seed, create_graph=True)
+    for got, want, t in zip(plain, with_graph, inputs):
+        assert got.shape == t.shape and got.dtype == t.dtype and not got.requires_grad
+        np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+
+
+def test_a_product_of_two_dtypes_keeps_its_tensor_op_rule():
+    """float32 times float64 promotes as PyTorch does (a Tensor op), which an array product
+    would not: the rule keeps its Tensor ops there, and the gradients keep their dtypes."""
+    a = ta.tensor(np.ones((2, 3), dtype="float32"), requires_grad=True)
+    b = ta.tensor(np.full((), 0.5), requires_grad=True)  # a 0-d float64 tensor
+    (a * b).sum().backward()
+    assert a.grad.dtype == ta.float32 and b.grad.dtype == ta.float64
+    np.testing.assert_array_equal(a.grad.numpy(), np.full((2, 3), 0.5, dtype="float32"))
+    assert float(b.grad.numpy()) == 6.0

@@ -268,8 +268,10 @@ def matmul_array(a: Any, b: Any) -> Any:
     return xp.asarray(xp.matmul(a, b))
 
 
-def _floats(*arrays: Any) -> bool:
-    """Whether the arrays (None skipped) are all float32 or all float64."""
+def same_float(*arrays: Any) -> bool:
+    """Whether the arrays (None skipped) are all float32 or all float64: where an array rule
+    makes the same calls as the Tensor ops (which promote two dtypes as PyTorch does, and sum
+    float16 in float32)."""
     first = next(a for a in arrays if a is not None)
     xp, dtype = namespace(first), first.dtype
     if not (dtype == xp.float32 or dtype == xp.float64):
@@ -284,7 +286,7 @@ def linear_grads(grad: Any, x: Any, weight: Any, wanted: tuple[bool, ...]) -> tu
     for dL/dx (the op keeps no more); `wanted` has one flag per input.
     Shapes: grad (..., out), x (..., in), weight (out, in) -> (..., in), (out, in), (out,).
     """
-    if not _floats(grad, x, weight):
+    if not same_float(grad, x, weight):
         return None
     xp = namespace(grad)
     rows = reshape(grad, (-1, grad.shape[-1]))  # (..., out) -> (N, out)
@@ -312,7 +314,7 @@ def matmul_grads(
     a_shape, b_shape = shapes
     if len(a_shape) < 2 or len(b_shape) < 2:
         return None
-    if (len(b_shape) != 2 and a_shape[:-2] != b_shape[:-2]) or not _floats(grad, a, b):
+    if (len(b_shape) != 2 and a_shape[:-2] != b_shape[:-2]) or not same_float(grad, a, b):
         return None
     xp = namespace(grad)
     grad_a = grad_b = None
@@ -339,7 +341,7 @@ def layer_norm_grads(
     Shapes: grad and x_hat (..., *normalized), rstd (..., 1, ...), weight (*normalized) or None
     -> (dL/dx like x_hat, dL/dw and dL/db (*normalized)).
     """
-    if not _floats(grad, x_hat, rstd, weight):
+    if not same_float(grad, x_hat, rstd, weight):
         return None
     axes = tuple(sorted(a % x_hat.ndim for a in axes))
     leading = tuple(range(x_hat.ndim - len(axes)))
@@ -366,7 +368,7 @@ def gelu_grad(grad: Any, x: Any, cdf: Any) -> tuple | None:
     Replaces: `ops.Gelu.backward`'s seven Tensor ops: the same passes, into one new array.
     Shapes: grad, x, cdf (any, the same) -> (x's shape,).
     """
-    if not _floats(grad, x, cdf):
+    if not same_float(grad, x, cdf):
         return None
     xp = namespace(x)
     pdf = x * x
@@ -385,7 +387,7 @@ def softmax_grad(grad: Any, y: Any, axis: int) -> tuple | None:
     Replaces: `ops.Softmax.backward`'s four Tensor ops.
     Shapes: grad, y (..., N) -> ((..., N),).
     """
-    if not _floats(grad, y):
+    if not same_float(grad, y):
         return None
     total = sum_array(grad * y, (axis % y.ndim,), keepdims=True)
     result = grad - total
@@ -399,7 +401,7 @@ def log_softmax_grad(grad: Any, y: Any, axis: int) -> tuple | None:
     Replaces: `ops.LogSoftmax.backward`'s four Tensor ops.
     Shapes: grad, y (..., N) -> ((..., N),).
     """
-    if not _floats(grad, y):
+    if not same_float(grad, y):
         return None
     scaled = namespace(y).exp(y)
     scaled *= sum_array(grad, (axis % y.ndim,), keepdims=True)

@@ -1,8 +1,9 @@
 """Elementwise primitives: arithmetic with NumPy broadcasting, unary functions, where, clip, cast.
 
 Forward runs on raw arrays through the array API; backward is written with Tensor operations so it
-can itself be differentiated. A broadcast input's gradient is summed back to its shape by
-``Tensor.sum_to`` (the SumTo op): the only place where broadcasting is undone.
+can itself be differentiated (the commonest rules also have their array form, below). A broadcast
+input's gradient is summed back to its shape by ``Tensor.sum_to`` (the SumTo op, or its forward
+`sum_to_array` on arrays): the only place where broadcasting is undone.
 """
 
 from __future__ import annotations
@@ -10,12 +11,27 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd import Function
+from ..autograd import Function, rules_on_arrays
 from ..backend import namespace
 from ..errors import TinyattnError
-from ..kernels import power, relu_array
+from ..kernels import power, relu_array, same_float
+from .reductions import sum_to_array
 
 # ------------------------------------------------------------------------------------ arithmetic
+# The commonest rules also take their Tensor ops' array calls directly when no graph is recorded
+# and no step is compiled (`rules_on_arrays`): the same values, without a dispatch per op. Only
+# where the calls are certainly the same: Python-number constants, and tensors of one float
+# dtype (a Tensor product of two dtypes promotes as PyTorch does, which NumPy does not).
+
+
+def _same_float(grad: Any, *tensors: Any) -> bool:
+    """Whether `grad` is float32 or float64 and the tensors' arrays have its dtype."""
+    return same_float(grad.array, *[t.array for t in tensors])
+
+
+def _scalar(c: Any) -> bool:
+    """Whether c is a Python number: the scalar ops' Tensor methods take exactly those."""
+    return type(c) is float or type(c) is int
 
 
 class Add(Function):
@@ -46,6 +62,12 @@ class Sub(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
+        if rules_on_arrays():  # the same calls on arrays, without the ops' dispatch
+            g = grad.array
+            return (
+                sum_to_array(g, a.shape) if a.requires_grad else None,
+                sum_to_array(-g, b.shape) if b.requires_grad else None,
+            )
         return (
             grad.sum_to(a.shape) if a.requires_grad else None,
             (-grad).sum_to(b.shape) if b.requires_grad else None,
@@ -63,6 +85,13 @@ class Mul(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
+        read = [b] * a.requires_grad + [a] * b.requires_grad
+        if rules_on_arrays() and _same_float(grad, *read):
+            g = grad.array  # the same calls on arrays, without the ops' dispatch
+            return (
+                sum_to_array(g * b.array, a.shape) if a.requires_grad else None,
+                sum_to_array(g * a.array, b.shape) if b.requires_grad else None,
+            )
         return (
             (grad * b).sum_to(a.shape) if a.requires_grad else None,
             (grad * a).sum_to(b.shape) if b.requires_grad else None,
@@ -135,7 +164,7 @@ class Neg(Function):
         return -x
 
     def backward(self, grad: Any) -> Any:
-        return -grad
+        return -grad.array if rules_on_arrays() else -grad
 
 
 class Maximum(Function):
@@ -185,6 +214,8 @@ class Exp(Function):
         return namespace(x).exp(x)
 
     def backward(self, grad: Any) -> Any:
+        if rules_on_arrays() and _same_float(grad, self.output):
+            return grad.array * self.output.array
         return grad * self.output
 
 
@@ -452,6 +483,8 @@ class MulScalar(Function):
         return x * c
 
     def backward(self, grad: Any) -> Any:
+        if rules_on_arrays() and _scalar(self.c):
+            return grad.array * self.c
         return grad * self.c
 
 
@@ -466,6 +499,8 @@ class DivScalar(Function):
         return x / c
 
     def backward(self, grad: Any) -> Any:
+        if rules_on_arrays() and _scalar(self.c):
+            return grad.array / self.c
         return grad / self.c
 
 
@@ -479,7 +514,7 @@ class RSubScalar(Function):
         return c - x
 
     def backward(self, grad: Any) -> Any:
-        return -grad
+        return -grad.array if rules_on_arrays() else -grad
 
 
 class RDivScalar(Function):

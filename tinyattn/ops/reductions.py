@@ -244,6 +244,16 @@ def sum_to_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
     )
 
 
+def sum_to_array(x: Any, shape: tuple) -> Any:
+    """SumTo's forward on arrays: x summed down to `shape` (x itself when it has that shape, as
+    ``Tensor.sum_to`` returns the tensor itself). Rules on arrays call it for the same sums."""
+    if tuple(x.shape) == tuple(shape):
+        return x
+    axes = sum_to_axes(x.shape, shape)
+    summed = sum_array(x, axes, keepdims=True) if axes else x
+    return namespace(x).reshape(summed, shape)
+
+
 class SumTo(Function):
     """y = x summed down to `shape` (the inverse of broadcasting);  dL/dx = g broadcast back."""
 
@@ -251,9 +261,7 @@ class SumTo(Function):
     backward_reads = ()
 
     def forward(self, x: Any, shape: tuple = ()) -> Any:
-        axes = sum_to_axes(x.shape, shape)
-        summed = sum_array(x, axes, keepdims=True) if axes else x
-        return namespace(x).reshape(summed, shape)
+        return sum_to_array(x, shape)
 
     def backward(self, grad: Any) -> Any:
         return grad.broadcast_to(self.inputs[0].shape)
