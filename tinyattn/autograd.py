@@ -607,9 +607,10 @@ def _run_lent(fn: Function, inputs: tuple, output: Any, grad: Any) -> tuple:
             grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
     finally:
         fn.output = None
-    if type(grads) is tuple and len(grads) == len(inputs):
+    kind = type(grads)
+    if kind is tuple and len(grads) == len(inputs):
         return grads
-    if len(inputs) == 1 and hasattr(grads, "_ctx"):  # a unary rule's one Tensor (common)
+    if len(inputs) == 1 and kind is not tuple and kind is not list:  # a unary rule's one (common)
         return (grads,)
     return _as_gradient_tuple(fn, grads)
 
@@ -627,8 +628,8 @@ def _as_gradient_tuple(fn: Function, grads: Any) -> tuple:
 
 def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
     """Wrap arrays, check the shape (a wrong broadcast sum is caught here), match the dtype."""
-    if not hasattr(grad, "_ctx"):
-        grad = parent.constant(grad)
+    if not hasattr(grad, "_ctx"):  # a rule's array: a constant Tensor
+        grad = _wrap(grad, None)
     if grad.array.shape != parent.array.shape:
         raise RuntimeError(
             f"{fn.name}.backward returned a gradient of shape {grad.shape} for input {position} "
@@ -868,7 +869,8 @@ def rules_on_arrays() -> bool:
     and no thread is recording a step for ``ta.compile``. A recording takes the Tensor ops, so
     that its replay runs each as an ``out=`` call into a planned buffer; the array form makes
     the same calls in the same order, so eager and replayed steps agree bit for bit."""
-    return _recorder is None and not is_grad_enabled()
+    # `not is_grad_enabled()`, inlined: this runs once per rule.
+    return _recorder is None and grad_mode._grad_off_threads != 0 and not _modes.grad_enabled
 
 
 def check_host_read(what: str) -> None:
