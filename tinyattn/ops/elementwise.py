@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ..autograd import Function, rules_on_arrays
-from ..backend import namespace
+from ..backend import has_out, namespace
 from ..errors import TinyattnError
 from ..kernels import power, relu_array, same_float
 from .reductions import sum_to_array
@@ -379,10 +379,13 @@ class Relu(Function):
         return relu_array(x)  # maximum, not where: ~10x faster, keeps NaN
 
     def backward(self, grad: Any) -> Any:
+        y = self.output
+        if rules_on_arrays() and has_out(y.array):  # NumPy, CuPy: a bool mask multiplies as is
+            return grad.array * (y.array > 0)
         # The mask as a Tensor op (a bool tensor multiplies as 0 or 1): a compiled step records
         # it and replays the product as one call, where a mask built from the raw array would
         # make the replay call this rule instead.
-        return grad * (self.output > 0)
+        return grad * (y > 0)
 
 
 class Abs(Function):
@@ -431,6 +434,14 @@ class Where(Function):
 
     def backward(self, grad: Any) -> tuple:
         cond, a, b = self.inputs
+        if rules_on_arrays() and has_out(grad.array) and cond.array.dtype == bool:
+            g = grad.array  # NumPy, CuPy: the same product with the bool mask, on arrays
+            chosen = g * cond.array
+            return (
+                None,
+                sum_to_array(chosen, a.shape) if a.requires_grad else None,
+                sum_to_array(g - chosen, b.shape) if b.requires_grad else None,
+            )
         # The mask as a Tensor op (a bool tensor multiplies as 0 or 1), as in Relu: a compiled
         # step records the products and replays them as out= calls, not this rule as a call.
         chosen = grad * cond
