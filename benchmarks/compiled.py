@@ -10,11 +10,13 @@ Three models: "small", a minGPT-sized causal language model written with tinyatt
 AdamW); "gpt", examples/gpt.py's model and training step (vocab 96, T 32, width 64, 4 heads, 2
 blocks, batch 32, AdamW in two groups, clipping, a schedule), run under PyTorch by swapping its
 import lines; and "bench", the model of bench.py's "step" section (vocab 16, T 16, width 64, 4
-heads, 2 post-LN ReLU blocks, MLP 256, batch 64, Adam). For each, four modes: tinyattn eager,
-tinyattn compiled,
-PyTorch eager (the same architecture; left out when PyTorch is not installed), and the NumPy floor:
-every matrix product of the step (forward and backward) on preallocated arrays with ``out=``,
-nothing else.
+heads, 2 post-LN ReLU blocks, MLP 256, batch 64, Adam). For each, these modes: tinyattn eager,
+tinyattn compiled, PyTorch eager (the same architecture; left out when PyTorch is not
+installed), and the NumPy GEMM floor: every matrix product of the step (forward and backward) on
+preallocated arrays with ``out=``, nothing else. The small model has two more: the model
+compiled alone (``ta.compile(model)``, backward and optimizer eager), and the whole step written
+out by hand in NumPy (handwritten_step.py: forward, backward and AdamW with no autograd, its
+losses checked against tinyattn's), the floor of what a replay of NumPy calls could reach.
 
 Every (model, mode, threads) measurement runs in its own process: two libraries' thread pools in
 one process distort each other's timings. Children run with OpenBLAS's native kernel for this CPU
@@ -45,12 +47,14 @@ from common import REMOVED, blas_info, child_env, gpt_example, machine_report, m
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-MODES = ("eager", "compiled", "model", "torch", "floor")
+MODES = ("eager", "compiled", "model", "torch", "numpy", "floor")
+SMALL_ONLY = ("model", "numpy")  # modes measured on the small model only
 MODE_NAMES = {
     "eager": "tinyattn eager",
     "compiled": "tinyattn compiled",
     "model": "compiled model, eager backward",
     "torch": "PyTorch eager",
+    "numpy": "hand-written NumPy step",
     "floor": "NumPy GEMM floor",
 }
 SMALL = {"vocab": 80, "T": 16, "C": 32, "H": 2, "d_ff": 128, "blocks": 2, "batch": 16}
@@ -349,6 +353,15 @@ def worker(model_name: str, mode: str, threads: int, repeats: int, device: str =
     if mode == "floor":
         step, extra["products"] = _floor_step(model_name)
         run = step
+    elif mode == "numpy":  # the small model's step written out in NumPy (handwritten_step.py)
+        import handwritten_step
+
+        step, args = handwritten_step.make_step()
+        counter = [0]
+
+        def run():
+            counter[0] += 1
+            return step(*args[counter[0] % len(args)])
     elif mode == "torch":
         import torch
 
@@ -500,6 +513,11 @@ def main() -> None:
             continue
         same = "bit for bit" if exact else "not bit for bit"
         print(f"  {model_name}: max relative difference {worst:.3g} ({same})")
+    if args.device == "cpu":
+        import handwritten_step
+
+        worst = handwritten_step.check()
+        print(f"hand-written NumPy step vs tinyattn eager (small), 12 steps: {worst:.3g} relative")
 
     rounds = args.rounds or (2 if args.quick else 4)
     repeats = {"small": 60 if args.quick else 300, "gpt": 30 if args.quick else 150}
@@ -517,7 +535,7 @@ def main() -> None:
             for model_name in models:
                 for mode in order:
                     key = (model_name, mode, threads)
-                    if key in errors or (mode == "model" and model_name != "small"):
+                    if key in errors or (mode in SMALL_ONLY and model_name != "small"):
                         continue
                     got = spawn(model_name, mode, threads, repeats[model_name], args.device)
                     if "error" in got:
@@ -538,7 +556,7 @@ def main() -> None:
     for model_name in models:
         print(f"\n### {MODEL_NAMES[model_name]}: ms per step, median over {rounds} rounds\n")
         header = ["threads"] + [MODE_NAMES[m] for m in modes]
-        header += ["eager/PyTorch", "compiled/PyTorch", "compiled/floor"]
+        header += ["eager/PyTorch", "compiled/PyTorch", "compiled/floor", "compiled/NumPy step"]
         print("| " + " | ".join(header) + " |")
         print("|" + "|".join("---" for _ in header) + "|")
         for threads in (1, 2):
@@ -546,7 +564,7 @@ def main() -> None:
             for mode in modes:
                 times = results.get((model_name, mode, threads))
                 if not times:
-                    cells.append("-" if mode == "model" and model_name != "small" else "failed")
+                    cells.append("-" if mode in SMALL_ONLY and model_name != "small" else "failed")
                     continue
                 middle = statistics.median(times)
                 cells.append(
@@ -559,6 +577,7 @@ def main() -> None:
                 ratio(results, key, "compiled", "torch"),
             ]
             cells.append(ratio(results, key, "compiled", "floor"))
+            cells.append(ratio(results, key, "compiled", "numpy"))
             print("| " + " | ".join(cells) + " |")
     for (model_name, mode, threads), message in errors.items():
         print(f"\n{model_name} {mode} at {threads} thread(s) failed: {message}")

@@ -864,11 +864,9 @@ def note_mode(owner: Any, name: str) -> None:
 
 
 def rules_on_arrays() -> bool:
-    """Whether a built-in backward rule may compute its first-order gradient on arrays
-    (`kernels.*_grads`) instead of with its Tensor ops: grad mode is off (no graph to record)
-    and no thread is recording a step for ``ta.compile``. A recording takes the Tensor ops, so
-    that its replay runs each as an ``out=`` call into a planned buffer; the array form makes
-    the same calls in the same order, so eager and replayed steps agree bit for bit."""
+    """Whether a built-in rule may compute its first-order gradient on arrays, with its Tensor
+    ops' array calls in their order (so the same bits): grad mode is off and no thread records
+    a step for ``ta.compile`` (a replay runs each recorded op as an ``out=`` call instead)."""
     # `not is_grad_enabled()`, inlined: this runs once per rule.
     return _recorder is None and grad_mode._grad_off_threads != 0 and not _modes.grad_enabled
 
