@@ -468,6 +468,7 @@ def _assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
 RULE_CASES = {
     "linear": (lambda x, w, b: F.linear(x, w, b), [(2, 3, 4), (5, 4), (5,)], "linear_grads"),
     "linear-no-bias": (lambda x, w: F.linear(x, w), [(6, 4), (5, 4)], "linear_grads"),
+    "linear-one-row": (lambda x, w, b: F.linear(x, w, b), [(4,), (5, 4), (5,)], "linear_grads"),
     "matmul-2d": (lambda a, b: a @ b, [(3, 4), (4, 5)], "matmul_grads"),
     "matmul-stacks": (lambda a, b: a @ b, [(2, 3, 4, 5), (2, 3, 5, 6)], "matmul_grads"),
     "matmul-stack-by-matrix": (lambda a, b: a @ b, [(2, 3, 4), (4, 5)], "matmul_grads"),
