@@ -653,3 +653,20 @@ def test_a_product_of_two_dtypes_keeps_its_tensor_op_rule():
     assert a.grad.dtype == ta.float32 and b.grad.dtype == ta.float64
     np.testing.assert_array_equal(a.grad.numpy(), np.full((2, 3), 0.5, dtype="float32"))
     assert float(b.grad.numpy()) == 6.0
+
+
+def test_a_rule_on_arrays_still_returns_tensors_to_its_caller():
+    """Called by hand under no_grad (an engine of one's own, as in the exercises), a rule that
+    computes on arrays hands back constant Tensors, one per input, as every rule does."""
+    x = ta.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    w = ta.tensor(np.ones((4, 3)), requires_grad=True)
+    for out in (x * 0.5, F.linear(x, w), x.reshape(3, 2), F.softmax(x, dim=-1)):
+        fn = out._ctx
+        fn.output = out
+        with ta.no_grad():
+            grads = fn.backward(ta.ones_like(out))
+        fn.output = None
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        assert len(grads) == len(fn.inputs)
+        for g, t in zip(grads, fn.inputs):
+            assert isinstance(g, ta.Tensor) and not g.requires_grad and g.shape == t.shape

@@ -13,10 +13,9 @@ every Function gets a creation number when it is recorded, and a tensor is alway
 its inputs, so popping the largest number first (a heap) runs each backward rule once, after all
 of its outputs' consumers, with the summed gradients; leaves accumulate at the end. Backward
 rules are written with Tensor operations: under ``create_graph=True`` they record a graph of
-their own (higher-order gradients); otherwise they run with grad mode off and record nothing.
-
-Grad mode and anomaly mode (per thread) live in `grad_mode`, below this module; every public name
-there is importable from here too.
+their own (higher-order gradients); otherwise they run with grad mode off, and the built-in ones
+make their ops' array calls directly (`rules_on_arrays`). Grad mode and anomaly mode (per thread)
+live in `grad_mode`, below this module; its public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -446,20 +445,18 @@ def _freed_message(fn: Function) -> str:
 
 
 # ----------------------------------------------------------------------------------------- engine
-# Creation numbers of recorded Functions. A Function is recorded after its inputs were made, so
-# every node's number is larger than the numbers of the nodes it was computed from.
+# Creation numbers of recorded Functions: a node's is larger than those of the nodes before it.
 _next_seq = itertools.count().__next__
 
 
 def _wrap(data: Any, ctx: Any) -> Any:
-    """Replaced by the tensor layer with Tensor._from_op, which wraps an op's array: a plain
-    function of this module, so that apply's call is the interpreter's fast one, not a
-    staticmethod looked up on the input."""
+    """Tensor._from_op, installed by the tensor layer: a module function, so apply's call is
+    the interpreter's fast one, not a staticmethod looked up on the input."""
     raise RuntimeError("the tensor layer is not loaded")
 
 
-# Installed by the tensor layer (methods/inplace_graph.py): gives a view whose base was written
-# in place after the view was made the base's new history, before an op reads the view.
+# Installed by the tensor layer (methods/inplace_graph.py): before an op reads a view whose base
+# was written in place since, gives it the base's new history.
 view_refresher: Callable[[Any], None] = lambda tensor: None  # noqa: E731
 
 
@@ -529,8 +526,7 @@ def _as_of(tensor: Any, seq: int) -> Any:
 
 
 def _sum(total: Any, grad: Any) -> Any:
-    """total + grad, two gradients of one tensor (same shape, dtype and device: `_checked`).
-    Added as arrays when no graph needs the Add op (`rules_on_arrays`): the same addition."""
+    """total + grad (alike: `_checked`), as arrays where no graph needs Add: the same sum."""
     if rules_on_arrays():
         return _wrap(total.array + grad.array, None)
     return total + grad
@@ -864,11 +860,15 @@ def note_mode(owner: Any, name: str) -> None:
 
 
 def rules_on_arrays() -> bool:
-    """Whether a built-in rule may compute its first-order gradient on arrays, with its Tensor
-    ops' array calls in their order (so the same bits): grad mode is off and no thread records
-    a step for ``ta.compile`` (a replay runs each recorded op as an ``out=`` call instead)."""
-    # `not is_grad_enabled()`, inlined: this runs once per rule.
+    """Whether a built-in rule may make its Tensor ops' array calls itself (the same bits):
+    grad mode is off and no thread records a step for ``ta.compile`` (whose replay runs each
+    recorded op as an ``out=`` call)."""
     return _recorder is None and grad_mode._grad_off_threads != 0 and not _modes.grad_enabled
+
+
+def constants(*arrays: Any) -> tuple:
+    """A rule's gradients made on arrays, as constant Tensors (None stays None)."""
+    return tuple([None if a is None else _wrap(a, None) for a in arrays])  # a list: faster
 
 
 def check_host_read(what: str) -> None:

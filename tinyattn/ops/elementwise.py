@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd import Function, rules_on_arrays
+from ..autograd import Function, constants, rules_on_arrays
 from ..backend import has_out, namespace
 from ..errors import TinyattnError
 from ..kernels import power, relu_array, same_float
@@ -64,7 +64,7 @@ class Sub(Function):
         a, b = self.inputs
         if rules_on_arrays():  # the same calls on arrays, without the ops' dispatch
             g = grad.array
-            return (
+            return constants(
                 sum_to_array(g, a.shape) if a.requires_grad else None,
                 sum_to_array(-g, b.shape) if b.requires_grad else None,
             )
@@ -88,7 +88,7 @@ class Mul(Function):
         read = [b] * a.requires_grad + [a] * b.requires_grad
         if rules_on_arrays() and _same_float(grad, *read):
             g = grad.array  # the same calls on arrays, without the ops' dispatch
-            return (
+            return constants(
                 sum_to_array(g * b.array, a.shape) if a.requires_grad else None,
                 sum_to_array(g * a.array, b.shape) if b.requires_grad else None,
             )
@@ -164,7 +164,7 @@ class Neg(Function):
         return -x
 
     def backward(self, grad: Any) -> Any:
-        return -grad.array if rules_on_arrays() else -grad
+        return constants(-grad.array) if rules_on_arrays() else -grad
 
 
 class Maximum(Function):
@@ -215,7 +215,7 @@ class Exp(Function):
 
     def backward(self, grad: Any) -> Any:
         if rules_on_arrays() and _same_float(grad, self.output):
-            return grad.array * self.output.array
+            return constants(grad.array * self.output.array)
         return grad * self.output
 
 
@@ -381,7 +381,7 @@ class Relu(Function):
     def backward(self, grad: Any) -> Any:
         y = self.output
         if rules_on_arrays() and has_out(y.array):  # NumPy, CuPy: a bool mask multiplies as is
-            return grad.array * (y.array > 0)
+            return constants(grad.array * (y.array > 0))
         # The mask as a Tensor op (a bool tensor multiplies as 0 or 1): a compiled step records
         # it and replays the product as one call, where a mask built from the raw array would
         # make the replay call this rule instead.
@@ -437,7 +437,7 @@ class Where(Function):
         if rules_on_arrays() and has_out(grad.array) and cond.array.dtype == bool:
             g = grad.array  # NumPy, CuPy: the same product with the bool mask, on arrays
             chosen = g * cond.array
-            return (
+            return constants(
                 None,
                 sum_to_array(chosen, a.shape) if a.requires_grad else None,
                 sum_to_array(g - chosen, b.shape) if b.requires_grad else None,
@@ -495,7 +495,7 @@ class MulScalar(Function):
 
     def backward(self, grad: Any) -> Any:
         if rules_on_arrays() and _scalar(self.c):
-            return grad.array * self.c
+            return constants(grad.array * self.c)
         return grad * self.c
 
 
@@ -511,7 +511,7 @@ class DivScalar(Function):
 
     def backward(self, grad: Any) -> Any:
         if rules_on_arrays() and _scalar(self.c):
-            return grad.array / self.c
+            return constants(grad.array / self.c)
         return grad / self.c
 
 
@@ -525,7 +525,7 @@ class RSubScalar(Function):
         return c - x
 
     def backward(self, grad: Any) -> Any:
-        return -grad.array if rules_on_arrays() else -grad
+        return constants(-grad.array) if rules_on_arrays() else -grad
 
 
 class RDivScalar(Function):

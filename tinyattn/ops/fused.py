@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, is_grad_enabled, rules_on_arrays
+from ..autograd import Function, constants, is_grad_enabled, rules_on_arrays
 from ..backend import is_half, namespace, reshape
 from .reductions import sum_array
 
@@ -49,7 +49,7 @@ class Linear(Function):
                 tuple(t.requires_grad for t in self.inputs),
             )
             if grads is not None:
-                return grads
+                return constants(*grads)
         grad_rows = grad.reshape((-1, weight.shape[0]))  # (..., out) -> (N, out)
         grad_x = grad_w = grad_b = None
         if x.requires_grad:
@@ -126,7 +126,7 @@ class LayerNorm(Function):
             grads = kernels.layer_norm_grads(grad.array, x_hat, rstd, weight, self.axes, wanted)
             if grads is not None:
                 grad_x, grad_w, grad_b = grads
-                return (grad_x, *[grad_w] * self.has_weight, *[grad_b] * self.has_bias)
+                return constants(grad_x, *[grad_w] * self.has_weight, *[grad_b] * self.has_bias)
         if is_grad_enabled():  # create_graph: x_hat must carry its dependence on x
             x_hat, rstd = _normalize(None, x, self.axes, self.eps)
         else:

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, rules_on_arrays
+from ..autograd import Function, constants, rules_on_arrays
 from ..backend import namespace, reshape, to_device
 from ..errors import TinyattnError
 
@@ -28,7 +28,7 @@ class Reshape(Function):
 
     def backward(self, grad: Any) -> Any:
         if rules_on_arrays():  # the same view, without an op's dispatch
-            return reshape(grad.array, self.inputs[0].shape)
+            return constants(reshape(grad.array, self.inputs[0].shape))
         return grad.reshape(self.inputs[0].shape)
 
 
@@ -49,7 +49,7 @@ class Permute(Function):
         for position, axis in enumerate(self.axes):
             inverse[axis] = position
         if rules_on_arrays():  # the same view, without an op's dispatch
-            return namespace(grad.array).permute_dims(grad.array, tuple(inverse))
+            return constants(namespace(grad.array).permute_dims(grad.array, tuple(inverse)))
         return grad.permute(*inverse)
 
 
@@ -159,7 +159,7 @@ class MatMul(Function):
                 wanted,
             )
             if grads is not None:
-                return grads
+                return constants(*grads)
         # Promote 1-D operands to matrices so one pair of formulas covers every case. (An
         # operand whose gradient is not needed may not be kept: only its shape is used here.)
         a_shape = (1, a.shape[0]) if len(a.shape) == 1 else a.shape

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, is_grad_enabled, rules_on_arrays
+from ..autograd import Function, constants, is_grad_enabled, rules_on_arrays
 from ..backend import asarray, clip_into, namespace, take_in_range
 
 # W. J. Cody's rational Chebyshev approximations for erf/erfc (Math. Comp. 23, 1969; Netlib
@@ -234,7 +234,7 @@ class Gelu(Function):
         if rules_on_arrays():  # the same gradient by the same calls, on arrays
             grads = kernels.gelu_grad(grad.array, x.array, self.saved_arrays[0])
             if grads is not None:
-                return grads
+                return constants(*grads)
         if is_grad_enabled():  # create_graph: Phi must carry its dependence on x
             cdf = (Erf.apply(x * _SQRT_HALF) + 1.0) * 0.5
         else:
