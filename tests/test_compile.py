@@ -473,6 +473,44 @@ def test_in_place_writes_inside_the_step_replay(device):
     np.testing.assert_array_equal(replayed_model.running.numpy(), eager_model.running.numpy())
 
 
+class _ScaleOnArrays(ta.Function):
+    """y = x * w; a rule on raw arrays, so a compiled step replays it as one call of the rule."""
+
+    def forward(self, x, w):
+        return x * w
+
+    def backward(self, grad):
+        x, w = self.inputs
+        xp = ta.backend.namespace(grad.array)
+        return grad.array * w.array, xp.sum(grad.array * x.array, axis=0)
+
+
+def test_a_rule_replayed_as_a_call_leaves_the_recorded_arguments_alone(device):
+    """Replaying a rule sets its inputs' arrays to this call's for the time of the rule: the
+    tensors given to the recorded calls keep their own values afterwards."""
+    w = ta.tensor(np.ones(3, dtype="float32"), device=device, requires_grad=True)
+
+    def step(x):
+        w.grad = None
+        loss = _ScaleOnArrays.apply(x, w).sum()
+        loss.backward()
+        return loss
+
+    compiled = ta.compile(step)
+    rng = np.random.default_rng(7)
+    batches = [
+        ta.tensor(rng.standard_normal((4, 3)).astype("float32"), device=device) for _ in range(5)
+    ]
+    kept = [x.numpy().copy() for x in batches]
+    for x in batches:
+        compiled(x)
+        np.testing.assert_allclose(w.grad.numpy(), x.numpy().sum(axis=0), rtol=1e-6)
+    labels = next(iter(compiled.tapes.values())).labels
+    assert "_ScaleOnArrays backward" in labels, labels
+    for x, before in zip(batches, kept):
+        np.testing.assert_array_equal(x.numpy(), before)
+
+
 def test_replays_do_not_overwrite_what_they_handed_out(device):
     """The replay writes into the recording's arrays: the losses, gradients and inputs given to
     or by earlier calls must keep their values."""

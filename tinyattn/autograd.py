@@ -246,8 +246,7 @@ class Function(torch_protocol.ContextMethods):
                 self._released_inputs = (_skeleton_of(inputs[0]) if producer is None else producer,)
             else:
                 self._released_inputs = tuple([_skeleton_of(t) for t in inputs])
-        self._saved = None
-        self.inputs = None
+        self._saved = self.inputs = None
 
 
 class ReleasedConstant:
@@ -527,9 +526,7 @@ def _as_of(tensor: Any, seq: int) -> Any:
 
 def _sum(total: Any, grad: Any) -> Any:
     """total + grad (alike: `_checked`), as arrays where no graph needs Add: the same sum."""
-    if rules_on_arrays():
-        return _wrap(total.array + grad.array, None)
-    return total + grad
+    return _wrap(total.array + grad.array, None) if rules_on_arrays() else total + grad
 
 
 def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> None:
@@ -868,7 +865,9 @@ def rules_on_arrays() -> bool:
 
 def constants(*arrays: Any) -> tuple:
     """A rule's gradients made on arrays, as constant Tensors (None stays None)."""
-    return tuple([None if a is None else _wrap(a, None) for a in arrays])  # a list: faster
+    if len(arrays) == 1:  # a unary rule's (the common case), without a loop
+        return (None if arrays[0] is None else _wrap(arrays[0], None),)
+    return tuple([None if a is None else _wrap(a, None) for a in arrays])
 
 
 def check_host_read(what: str) -> None:
