@@ -3,9 +3,9 @@
 Each function here computes exactly what a plain expression computes (named in its docstring as
 "Replaces:"; for the first-order rules, a rule's Tensor ops), only faster on some shapes;
 tests/test_fast_paths.py checks each against that plain code. A learner may read every call
-`kernels.f(...)` as its plain version and skip this file. Imports `backend` only and works on arrays (never Tensors): `ops` and
-`functional` call it. The tuning knobs of the block-wise attention (tile sizes, threads) live
-here too, as module attributes that may be set at run time.
+`kernels.f(...)` as its plain version and skip this file. Imports `backend` only and works on
+arrays (never Tensors): `ops` and `functional` call it. The tuning knobs of the block-wise
+attention (tile sizes, threads) live here too, as module attributes that may be set at run time.
 """
 
 from __future__ import annotations
