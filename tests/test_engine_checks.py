@@ -281,6 +281,31 @@ def test_backward_reads_must_name_inputs_or_output():
             backward_reads = "output"
 
 
+@pytest.mark.parametrize("reads", [("inputs", "output"), ("output",), ("inputs",), ()])
+def test_a_rule_is_lent_its_output_when_backward_reads_names_it(device, reads):
+    """``self.output`` is the output during the rule when ``backward_reads`` names it (the
+    default does), None otherwise; and never kept after the rule (no lasting cycle)."""
+    seen = []
+
+    class Square(ta.Function):
+        backward_reads = reads
+
+        def forward(self, x):
+            return x * x
+
+        def backward(self, grad):
+            seen.append(self.output)
+            return grad * 2.0 * self.inputs[0]
+
+    x = _leaf([1.0, 3.0], device)
+    y = Square.apply(x)
+    node = y._ctx
+    y.sum().backward(retain_graph=True)
+    assert (seen[0] is y) == ("output" in reads) and (seen[0] is None) == ("output" not in reads)
+    assert node.output is None
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 6.0])
+
+
 # --------------------------------------------------------------- the skeleton after release
 def test_release_keeps_a_skeleton_of_leaves_and_functions(device):
     x, w = _leaf([1.0, 2.0], device), _leaf([3.0, 4.0], device)

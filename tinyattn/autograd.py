@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import backend, grad_mode, torch_protocol
-from .errors import TinyattnError
+from .errors import TinyattnError, freed_graph_message, modified_in_place_message
 from .grad_mode import (
     AnomalyError,
     _check_backward,
@@ -56,7 +56,8 @@ class Function(torch_protocol.ContextMethods):
     Subclasses implement ``forward(self, *arrays, **kwargs) -> array`` on raw arrays and
     ``backward(self, grad) -> Tensor | tuple`` with Tensor operations (one gradient per input,
     ``None`` for inputs that need none). Inside backward, ``self.inputs`` are the input Tensors,
-    ``self.output`` is the output Tensor, and ``self.saved_tensors`` what forward saved.
+    ``self.output`` is the output Tensor (None for a rule whose ``backward_reads`` leaves it
+    out), and ``self.saved_tensors`` what forward saved.
     Apply with ``MyOp.apply(*tensors, **kwargs)``: the keyword arguments (constants such as a
     scale or an axis) go to ``forward``, which keeps what backward needs on ``self``. apply
     creates the instance without calling ``__init__``, so defining ``__init__`` is an error.
@@ -184,7 +185,7 @@ class Function(torch_protocol.ContextMethods):
             return _view_or_versions(fn, out, recorded)
         if recorded:  # a node that makes no view and whose rule reads only shapes (common)
             fn._seq = _next_seq()
-            fn._outputs = fn._versions = None
+            fn._outputs = fn._versions = fn.output = None
         return out
 
     def save_for_backward(self, *values: Any) -> None:
@@ -209,14 +210,16 @@ class Function(torch_protocol.ContextMethods):
     def _unchanged_saved(self) -> tuple:
         """The saved values, after checking that no saved tensor was modified in place."""
         if self.inputs is None:
-            raise RuntimeError(_freed_message(self))
+            raise RuntimeError(freed_graph_message(self.name))
         saved = getattr(self, "_saved", None) or ()
         versions = getattr(self, "_saved_versions", None) or ()
         for position, (value, version) in enumerate(zip(saved, versions)):
             if version is not None and value._version_counter[0] != version:
                 what = f"saved tensor {position}"
                 current = value._version_counter[0]
-                raise RuntimeError(_modified_message(self, what, value.shape, current, version))
+                raise RuntimeError(
+                    modified_in_place_message(self.name, what, value.shape, current, version)
+                )
         return saved
 
     @property
@@ -323,7 +326,7 @@ def _view_or_versions(fn: Function, out: Any, recorded: bool) -> Any:
         out._view = (base, counter[0])  # a write through it reaches the base's history
     if recorded:
         fn._seq = _next_seq()
-        fn._outputs = None
+        fn._outputs = fn.output = None
         fn._versions = _versions_read(fn, (out._version_counter,))
     return out
 
@@ -423,24 +426,7 @@ def _check_versions(fn: Function, output: Any) -> None:
             current, shape = fn._outputs.counters[k][0], fn._outputs.shapes[k]
             what = f"output {k}"
         if current != version:
-            raise RuntimeError(_modified_message(fn, what, shape, current, version))
-
-
-def _modified_message(fn: Function, what: str, shape: tuple, current: int, expected: int) -> str:
-    return (
-        "one of the variables needed for gradient computation has been modified by an inplace "
-        f"operation: {fn.name}'s {what} of shape {tuple(shape)} is at version "
-        f"{current}; expected version {expected}. Make the change out of "
-        "place (y = y + 1 instead of y += 1), or after backward()."
-    )
-
-
-def _freed_message(fn: Function) -> str:
-    return (
-        f"{fn.name}: trying to backward through the graph a second time (or to use its saved "
-        "values after they were freed). Pass retain_graph=True to the first backward() or grad() "
-        "call if you need to backward through the graph again."
-    )
+            raise RuntimeError(modified_in_place_message(fn.name, what, shape, current, version))
 
 
 # ----------------------------------------------------------------------------------------- engine
@@ -505,7 +491,15 @@ def run_backward(
                     parent = _as_of(parent, fn._seq)
                 parent_grad = input_grads[position]
                 if parent_grad is not None and parent.requires_grad:
-                    parent_grad = _checked(fn, position, parent, parent_grad)
+                    array = parent_grad.array if hasattr(parent_grad, "_ctx") else None
+                    like = parent.array
+                    if (  # a Tensor of the input's shape and dtype passes on unchecked (common)
+                        array is None
+                        or array.shape != like.shape
+                        or array.dtype is not like.dtype
+                        or grad_mode._anomaly_threads
+                    ):
+                        parent_grad = _checked(fn, position, parent, parent_grad)
                     _send(parent, parent_grad, pending, leaves, ready)
                     if observer is not None:
                         observer.gradient_sent(fn, position, parent_grad)
@@ -580,7 +574,7 @@ def _gather(fn: Function, entry: tuple, grad: Any, ready: list, pending: dict, *
 def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
     """Run fn's backward rule on the output's gradient: one gradient (or None) per input."""
     if fn.inputs is None:
-        raise RuntimeError(_freed_message(fn))
+        raise RuntimeError(freed_graph_message(fn.name))
     if fn._versions is not None:
         _check_versions(fn, output)
     inputs = fn.inputs
@@ -591,21 +585,28 @@ def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
 
 def _run_lent(fn: Function, inputs: tuple, output: Any, grad: Any) -> tuple:
     """Run fn's rule on `grad` (a list, one per output, for a node with several outputs)."""
-    fn.output = output  # lent to the rule for this call only: no lasting cycle
-    try:
-        anomaly = grad_mode._anomaly_threads and _modes.anomaly
-        if type(grad) is list:  # several outputs (`_gather`): one gradient each
-            grads = fn.backward(*grad) if not anomaly else _run_rule(fn, *grad)
-        else:
-            grads = fn.backward(grad) if not anomaly else _run_rule(fn, grad)
-    finally:
-        fn.output = None
+    if fn._reads_output or type(grad) is list or grad_mode._anomaly_threads:
+        grads = _run_with_output(fn, output, grad)
+    else:  # a rule that reads no output (`backward_reads`) is lent none (common)
+        grads = fn.backward(grad)
     kind = type(grads)
     if kind is tuple and len(grads) == len(inputs):
         return grads
     if len(inputs) == 1 and kind is not tuple and kind is not list:  # a unary rule's one (common)
         return (grads,)
     return _as_gradient_tuple(fn, grads)
+
+
+def _run_with_output(fn: Function, output: Any, grad: Any) -> Any:
+    """The rule's result, with ``fn.output`` set for the call."""
+    fn.output = output  # lent to the rule for this call only: no lasting cycle
+    try:
+        anomaly = grad_mode._anomaly_threads and _modes.anomaly
+        if type(grad) is list:  # several outputs (`_gather`): one gradient each
+            return fn.backward(*grad) if not anomaly else _run_rule(fn, *grad)
+        return fn.backward(grad) if not anomaly else _run_rule(fn, grad)
+    finally:
+        fn.output = None
 
 
 def _as_gradient_tuple(fn: Function, grads: Any) -> tuple:

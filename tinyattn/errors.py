@@ -6,6 +6,8 @@ raises for most of the same calls: a program written for PyTorch that catches Ru
 catches it, and so does code that catches ValueError. A dim or an index out of range raises
 `DimError`, also an `IndexError`, as PyTorch's does. The message names the op and what it got.
 Imports nothing of tinyattn: every layer may raise these, and refuse PyTorch names with `refusing`.
+The engine's two refusals of a backward (a value changed in place, a released graph) build
+their messages here, so that the engine's module keeps to its own work.
 """
 
 from __future__ import annotations
@@ -23,6 +25,25 @@ class DimError(TinyattnError, IndexError):
 
 
 __all__ = ["DimError", "TinyattnError"]
+
+
+def modified_in_place_message(op: str, what: str, shape: tuple, current: int, expected: int) -> str:
+    """Why a backward rule refuses to run: a value it reads was changed in place since."""
+    return (
+        "one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: {op}'s {what} of shape {tuple(shape)} is at version "
+        f"{current}; expected version {expected}. Make the change out of "
+        "place (y = y + 1 instead of y += 1), or after backward()."
+    )
+
+
+def freed_graph_message(op: str) -> str:
+    """Why a backward through a released node is refused."""
+    return (
+        f"{op}: trying to backward through the graph a second time (or to use its saved "
+        "values after they were freed). Pass retain_graph=True to the first backward() or grad() "
+        "call if you need to backward through the graph again."
+    )
 
 
 def refusing(qualified: str, reason: str) -> Callable[..., Any]:
