@@ -12,11 +12,11 @@ blocks, batch 32, AdamW in two groups, clipping, a schedule), run under PyTorch 
 import lines; and "bench", the model of bench.py's "step" section (vocab 16, T 16, width 64, 4
 heads, 2 post-LN ReLU blocks, MLP 256, batch 64, Adam). For each, these modes: tinyattn eager,
 tinyattn compiled, PyTorch eager (the same architecture; left out when PyTorch is not
-installed), and the NumPy GEMM floor: every matrix product of the step (forward and backward) on
-preallocated arrays with ``out=``, nothing else. The small model has two more: the model
-compiled alone (``ta.compile(model)``, backward and optimizer eager), and the whole step written
-out by hand in NumPy (handwritten_step.py: forward, backward and AdamW with no autograd, its
-losses checked against tinyattn's), the floor of what a replay of NumPy calls could reach.
+installed), the whole step written out by hand in NumPy (handwritten_step.py: forward, backward
+and the optimizer with no autograd, its losses checked against tinyattn's), the floor of what a
+replay of NumPy calls could reach, and the NumPy GEMM floor: every matrix product of the step
+(forward and backward) on preallocated arrays with ``out=``, nothing else. The small model has
+one more: the model compiled alone (``ta.compile(model)``, backward and optimizer eager).
 
 Every (model, mode, threads) measurement runs in its own process: two libraries' thread pools in
 one process distort each other's timings. Children run with OpenBLAS's native kernel for this CPU
@@ -48,7 +48,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 MODES = ("eager", "compiled", "model", "torch", "numpy", "floor")
-SMALL_ONLY = ("model", "numpy")  # modes measured on the small model only
+SMALL_ONLY = ("model",)  # modes measured on the small model only
+CPU_ONLY = ("numpy", "floor")  # NumPy on the host: left out with --device cuda
 MODE_NAMES = {
     "eager": "tinyattn eager",
     "compiled": "tinyattn compiled",
@@ -353,10 +354,10 @@ def worker(model_name: str, mode: str, threads: int, repeats: int, device: str =
     if mode == "floor":
         step, extra["products"] = _floor_step(model_name)
         run = step
-    elif mode == "numpy":  # the small model's step written out in NumPy (handwritten_step.py)
+    elif mode == "numpy":  # the step written out in NumPy (handwritten_step.py)
         import handwritten_step
 
-        step, args = handwritten_step.make_step()
+        step, args = handwritten_step.make_step(model_name)
         counter = [0]
 
         def run():
@@ -446,7 +447,8 @@ def plot(results: dict, path: Path) -> None:
     models = [m for m in MODELS if (m, "eager", 1) in results]
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6))
     axes = np.atleast_1d(axes)
-    colors = {"eager": "#9e9e9e", "compiled": "#1f77b4", "torch": "#ff7f0e", "floor": "#2ca02c"}
+    colors = {"eager": "#9e9e9e", "compiled": "#1f77b4", "model": "#9467bd", "torch": "#ff7f0e"}
+    colors |= {"numpy": "#98df8a", "floor": "#2ca02c"}
     for ax, model_name in zip(axes, models):
         modes = [m for m in MODES if (model_name, m, 1) in results]
         medians = [statistics.median(results[model_name, m, 1]) * 1e3 for m in modes]
@@ -475,8 +477,8 @@ def main() -> None:
     parser.add_argument(
         "--device",
         default="cpu",
-        help="tinyattn's device; with cuda, PyTorch runs on CUDA too, and the gpt model and "
-        "the NumPy floor (CPU-only) are left out",
+        help="tinyattn's device; with cuda, PyTorch runs on CUDA too, and the gpt model, the "
+        "hand-written NumPy step and the NumPy floor (CPU-only) are left out",
     )
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -516,14 +518,16 @@ def main() -> None:
     if args.device == "cpu":
         import handwritten_step
 
-        worst = handwritten_step.check()
-        print(f"hand-written NumPy step vs tinyattn eager (small), 12 steps: {worst:.3g} relative")
+        print("hand-written NumPy step vs tinyattn eager losses, 12 steps:")
+        for model_name in models:
+            worst = handwritten_step.check(model_name)
+            print(f"  {model_name}: max relative difference {worst:.3g}")
 
     rounds = args.rounds or (2 if args.quick else 4)
     repeats = {"small": 60 if args.quick else 300, "gpt": 30 if args.quick else 150}
     repeats["bench"] = 20 if args.quick else 100
     modes = [m for m in MODES if m != "torch" or has_torch]
-    modes = modes if args.device == "cpu" else [m for m in modes if m != "floor"]
+    modes = modes if args.device == "cpu" else [m for m in modes if m not in CPU_ONLY]
     if not has_torch:
         print("PyTorch is not installed: its column is left out")
     results: dict[tuple, list[float]] = {}
