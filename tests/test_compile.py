@@ -174,8 +174,11 @@ def test_rules_that_build_masks_with_array_code_replay_as_calls(device):
     assert "rule" in kinds
 
 
-def test_a_compiled_transformer_step_equals_the_eager_one(device):
-    """Attention with a causal mask, embeddings, LayerNorm, GELU, AdamW with parameter groups."""
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-heads", "reference-heads"])
+def test_a_compiled_transformer_step_equals_the_eager_one(device, monkeypatch, fused):
+    """Attention with a causal mask, embeddings, LayerNorm, GELU, AdamW with parameter groups;
+    the attention's heads as one HeadsAttention node, or as the reference's ops."""
+    monkeypatch.setattr(nn.attention, "FUSED_ATTENTION", fused)
     vocab, T = 11, 8
 
     class TinyLM(nn.Module):
@@ -219,10 +222,14 @@ def test_a_compiled_transformer_step_equals_the_eager_one(device):
     eager, compiled = _same_training(make, make_step, batches)
     _assert_same(eager, compiled)
     labels = next(iter(compiled[2].tapes.values())).labels
-    # The heads merged back (a reshape of a transposed array) copy with out=; the causal mask's
-    # Where has its backward recorded as ops, not replayed as a call of the rule.
-    assert ("Reshape forward (out=)" in labels) == (device != "strict"), labels
-    assert "Where backward" not in labels and "Where forward" in labels
+    if fused:  # every head's products, mask and softmax in out= calls into the tape's buffers
+        assert ("HeadsAttention forward (out=)" in labels) == (device != "strict"), labels
+        assert "Where forward" not in labels and "Softmax forward" not in labels
+    else:
+        # The heads merged back (a reshape of a transposed array) copy with out=; the causal
+        # mask's Where has its backward recorded as ops, not replayed as a call of the rule.
+        assert ("Reshape forward (out=)" in labels) == (device != "strict"), labels
+        assert "Where backward" not in labels and "Where forward" in labels
     # Both embeddings' gradients are one-hot products into the tape's buffers where out= exists.
     assert labels.count("IndexAdd forward (out=)") == (2 if device == "cpu" else 0), labels
 

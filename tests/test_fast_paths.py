@@ -493,7 +493,23 @@ RULE_CASES = {
     "softmax-first": (lambda x: F.softmax(x, dim=0), [(3, 5)], "softmax_grad"),
     "log-softmax": (lambda x: F.log_softmax(x, dim=-1), [(3, 5)], "log_softmax_grad"),
     "log-softmax-middle": (lambda x: F.log_softmax(x, dim=1), [(2, 3, 5)], "log_softmax_grad"),
+    "heads-attention": (
+        lambda q, k, v: ops.HeadsAttention.apply(q, k, v, heads=2, scale=0.5),
+        [(2, 3, 4), (2, 5, 4), (2, 5, 6)],
+        "heads_attention_grads",
+    ),
+    "heads-attention-masked": (
+        lambda q, k, v: ops.HeadsAttention.apply(q, k, v, _causal(q, k), heads=2, scale=0.5),
+        [(2, 4, 4), (2, 4, 4), (2, 4, 2)],
+        "heads_attention_grads",
+    ),
 }
+
+
+def _causal(q, k):
+    """A constant (Tq, Tk) bool mask on q's device: key j allowed for query i when j <= i."""
+    allowed = np.tril(np.ones((q.shape[1], k.shape[1]), dtype=bool))
+    return ta.tensor(allowed, device=q.device)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

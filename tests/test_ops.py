@@ -148,6 +148,23 @@ INDEX_3 = Const(np.array([[0, 2, 0, 1], [2, 2, 0, 1]]))  # (2, 4) into dim 0 of 
 MASK = np.array(
     [[True, False, True, True], [False, False, False, False], [True, True, False, True]]
 )
+CAUSAL_3_4 = Const(np.tril(np.ones((3, 4), dtype=bool)))  # query i may attend keys j <= i
+
+
+def _heads_attention(q, k, v, allowed):
+    """NumPy's ops.HeadsAttention (scale 0.6, 2 heads side by side in the last axis)."""
+
+    def split(x):
+        return x.reshape(*x.shape[:2], 2, -1).transpose(0, 2, 1, 3)
+
+    scores = split(q) @ split(k).transpose(0, 1, 3, 2) * 0.6
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    out = weights / weights.sum(axis=-1, keepdims=True) @ split(v)
+    return out.transpose(0, 2, 1, 3).reshape(*q.shape[:2], -1)
+
+
 A = (3, 4)  # the default operand shape
 B3 = (2, 3, 4)  # a 3-d operand for axes
 
@@ -365,6 +382,11 @@ ROWS = [
         lambda q, k: np.einsum("bhtd,bhsd->bhts", q, k), [(2, 2, 3, 4), (2, 2, 5, 4)]),
     Row("einsum attention values", lambda w, v: ta.einsum("bhts,bhsd->bhtd", w, v),
         lambda w, v: np.einsum("bhts,bhsd->bhtd", w, v), [(2, 2, 3, 5), (2, 2, 5, 4)]),
+    Row("heads attention", lambda q, k, v: ops.HeadsAttention.apply(q, k, v, heads=2, scale=0.6),
+        lambda q, k, v: _heads_attention(q, k, v, None), [(2, 3, 4), (2, 5, 4), (2, 5, 6)]),
+    Row("heads attention masked",
+        lambda q, k, v, m: ops.HeadsAttention.apply(q, k, v, m, heads=2, scale=0.6),
+        _heads_attention, [(1, 3, 4), (1, 4, 4), (1, 4, 2), CAUSAL_3_4]),
     Row("einsum matmul", lambda a, b: ta.einsum("ij,jk->ik", a, b), np.matmul, [(3, 4), (4, 2)]),
     Row("einsum batched", lambda a, b: ta.einsum("bij,bjk->bik", [a, b]), np.matmul,
         [(2, 3, 4), (2, 4, 2)]),

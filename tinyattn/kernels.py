@@ -19,10 +19,12 @@ from .backend import (
     ONE_HOT_LIMIT,
     cache_per_device,
     contiguous,
+    has_out,
     is_host_array,
     namespace,
     reshape,
     scatter_add,
+    ufuncs_of,
 )
 from .errors import TinyattnError
 
@@ -406,6 +408,66 @@ def log_softmax_grad(grad: Any, y: Any, axis: int) -> tuple | None:
     scaled = namespace(y).exp(y)
     scaled *= sum_array(grad, (axis % y.ndim,), keepdims=True)
     return (grad - scaled,)
+
+
+# ------------------------------------------------------------ attention with heads side by side
+def split_heads(x: Any, heads: int) -> Any:
+    """A projection's heads, laid side by side in its last axis, as a stack: a view, no copy.
+
+    Replaces: nothing to compute (``ops.HeadsAttention`` and its rule share the one spelling).
+    Shapes: x (B, T, H * D) -> (B, H, T, D).
+    """
+    batch, length, width = x.shape
+    parts = reshape(x, (batch, length, heads, width // heads))  # (B, T, H, D)
+    return namespace(x).permute_dims(parts, (0, 2, 1, 3))
+
+
+def merged_heads_product(a: Any, b: Any) -> Any:
+    """a @ b for every head, the heads' results laid side by side again.
+
+    Replaces: ``reshape(permute_dims(a @ b, (0, 2, 1, 3)), (B, T, H * D))``, which copies the
+    permuted product. Where the library takes ``out=`` (NumPy, CuPy), each head's product is
+    written straight into its columns of the merged array: the same products, no copy.
+    Shapes: a (B, H, T, K), b (B, H, K, D) -> (B, T, H * D).
+    """
+    xp = namespace(a)
+    batch, heads, length, _ = a.shape
+    width = b.shape[-1]
+    if has_out(a):
+        merged = xp.empty((batch, length, heads, width), dtype=a.dtype, device=a.device)
+        ufuncs_of(a).matmul(a, b, out=xp.permute_dims(merged, (0, 2, 1, 3)))
+    else:
+        merged = xp.permute_dims(xp.matmul(a, b), (0, 2, 1, 3))
+    return reshape(merged, (batch, length, heads * width))
+
+
+def heads_attention_grads(
+    grad: Any, q: Any, k: Any, v: Any, weights: Any, heads: int, scale: float, wanted: tuple
+) -> tuple | None:
+    """dL/dq, dL/dk, dL/dv of ``ops.HeadsAttention`` from its saved weights P: per head,
+    dV = P^T dO,  dS = P * (dP - sum(dP * P)) * scale with dP = dO v^T,  dQ = dS k,  dK = dS^T q.
+
+    Replaces: ``ops.HeadsAttention.backward``'s Tensor ops, the same products in the same order;
+    the gradients land in the inputs' layout (`merged_heads_product`). `wanted` flags q, k, v.
+    Shapes: grad (B, Tq, H * Dv), q (B, Tq, H * D), k (B, Tk, H * D), v (B, Tk, H * Dv),
+    weights (B, H, Tq, Tk) -> q's, k's and v's shapes.
+    """
+    if not same_float(grad, q, k, v, weights):
+        return None
+    xp = namespace(grad)
+    q_h, k_h, v_h, grad_h = (split_heads(t, heads) for t in (q, k, v, grad))
+    grad_q = grad_k = grad_v = None
+    if wanted[2]:
+        grad_v = merged_heads_product(xp.matrix_transpose(weights), grad_h)
+    if wanted[0] or wanted[1]:
+        grad_weights = matmul_array(grad_h, xp.matrix_transpose(v_h))  # dP: (B, H, Tq, Tk)
+        (grad_scores,) = softmax_grad(grad_weights, weights, 3)
+        grad_scores *= scale  # in place: a new array, and Tensor ops' x * scale, bit for bit
+        if wanted[0]:
+            grad_q = merged_heads_product(grad_scores, k_h)
+        if wanted[1]:
+            grad_k = merged_heads_product(xp.matrix_transpose(grad_scores), q_h)
+    return grad_q, grad_k, grad_v
 
 
 # ------------------------------------------------------------------- block-wise attention tiles

@@ -67,6 +67,8 @@ def lowered(
     if saved:
         if kind is ops.LayerNorm and len(saved) == 2:
             return _lowered_layer_norm(u, fn, arrays, out, *saved)
+        if kind is ops.HeadsAttention and len(saved) == 1:
+            return _lowered_heads_attention(u, fn, arrays, out, saved[0])
         return None
     elementwise = _lowered_elementwise(u, kind, arrays, kwargs)
     if elementwise is not None:
@@ -266,6 +268,38 @@ def _lowered_layer_norm(
         u.multiply(rows_hat, flat[0], out=rows_out)  # the weight...
         if len(flat) == 2:
             u.add(rows_out, flat[1], out=rows_out)  # ...and the bias
+
+    return run
+
+
+def _lowered_heads_attention(
+    u: Any, fn: Any, arrays: list, out: Any, weights: Any
+) -> Callable | None:
+    """`ops.HeadsAttention`'s forward as out= calls: the scores into the buffer of the weights
+    its backward reads, scaled, masked (-inf where not allowed) and turned into weights there by
+    `_lowered_softmax`'s calls, then each head's product with v into its columns of `out`. The
+    same calls in the same order as the forward, so the same bits."""
+    q, k, v = arrays[:3]
+    if any(a.dtype != q.dtype for a in (k, v, out, weights)) or weights.size == 0:
+        return None
+    heads, scale = fn.heads, fn.scale
+    softmax = _lowered_softmax(u, weights, weights, 3, log=False)
+    if softmax is None or not _reshaped_in_place(u, u.reshape(out, (-1,)), out):
+        return None
+
+    def split(x: Any) -> Any:  # (B, T, H * D) -> (B, H, T, D), a view
+        batch, length, width = x.shape
+        return x.reshape(batch, length, heads, width // heads).transpose(0, 2, 1, 3)
+
+    merged = split(out)  # each head's columns of `out`
+
+    def run(o: Any, q: Any, k: Any, v: Any, *allowed: Any) -> None:
+        u.matmul(split(q), split(k).swapaxes(-1, -2), out=weights)
+        u.multiply(weights, scale, out=weights)
+        if allowed:
+            u.copyto(weights, -math.inf, where=u.logical_not(allowed[0]))
+        softmax(weights, weights)
+        u.matmul(weights, split(v), out=merged)
 
     return run
 

@@ -21,9 +21,15 @@ from .. import functional as F
 from ..creation import arange, zeros
 from ..errors import TinyattnError
 from ..methods.common import where
+from ..ops import HeadsAttention
 from ..tensor import Tensor
 from .layers import Linear, NonDynamicallyQuantizableLinear, uniform
 from .module import Module, Parameter
+
+# Whether MultiHeadAttention may compute its heads as one `ops.HeadsAttention` node (see
+# `MultiHeadAttention._fuses`). Set it to False to record the reference's ops instead: the split
+# and merge of every head, the products, the mask and the softmax, each a node of its own.
+FUSED_ATTENTION = True
 
 
 def _check_sizes(op: str, name: str, width: Any, num_heads: Any, dropout: Any) -> None:
@@ -289,22 +295,53 @@ class MultiHeadAttention(Module):
             )  # (B, 1, 1, Tk): True = may attend
             mask = allowed if mask is None else mask & allowed
         batch, length_q, width = query.shape
-        q = self._split_heads(self.q_proj(query))  # (B, Tq, C) -> (B, H, Tq, D)
-        k = self._split_heads(self.k_proj(key))  # (B, Tk, C) -> (B, H, Tk, D)
-        v = self._split_heads(self.v_proj(value))  # (B, Tk, C) -> (B, H, Tk, D)
-        # Every argument was checked above, so the trusting inner attention is called. Asking
-        # for the weights only when they are wanted lets long sequences take the block-wise
-        # path, which never forms the (Tq, Tk) weights.
-        result = F._attention(
-            q, k, v, mask, self._dropout_p(), is_causal, self._scale(), need_weights
-        )  # out (B, H, Tq, D), and with need_weights the weights (B, H, Tq, Tk)
-        out, weights = result if need_weights else (result, None)
-        out = out.permute(0, 2, 1, 3)  # (B, H, Tq, D) -> (B, Tq, H, D)
-        out = self.out_proj(out.reshape(batch, length_q, width))  # (B, Tq, H, D) -> (B, Tq, C)
+        if self._fuses(query, key, mask, need_weights):  # the same values, as one node
+            out, weights = self._fused(query, key, value, mask, is_causal), None
+        else:
+            q = self._split_heads(self.q_proj(query))  # (B, Tq, C) -> (B, H, Tq, D)
+            k = self._split_heads(self.k_proj(key))  # (B, Tk, C) -> (B, H, Tk, D)
+            v = self._split_heads(self.v_proj(value))  # (B, Tk, C) -> (B, H, Tk, D)
+            # Every argument was checked above, so the trusting inner attention is called.
+            # Asking for the weights only when they are wanted lets long sequences take the
+            # block-wise path, which never forms the (Tq, Tk) weights.
+            result = F._attention(
+                q, k, v, mask, self._dropout_p(), is_causal, self._scale(), need_weights
+            )  # out (B, H, Tq, D), and with need_weights the weights (B, H, Tq, Tk)
+            out, weights = result if need_weights else (result, None)
+            out = out.permute(0, 2, 1, 3)  # (B, H, Tq, D) -> (B, Tq, H, D)
+            out = out.reshape(batch, length_q, width)  # (B, Tq, H, D) -> (B, Tq, C)
+        out = self.out_proj(out)  # (B, Tq, C)
         if unbatched:
             out = out.squeeze(0)  # (1, Tq, C) -> (Tq, C): drop the B = 1 axis again
             weights = weights.squeeze(0) if need_weights else None
         return (out, weights) if need_weights else out
+
+    def _fuses(self, query: Tensor, key: Tensor, mask: Tensor | None, need_weights: bool) -> bool:
+        """Whether `ops.HeadsAttention` computes this call: the reference's values as one node
+        (no weights asked for, no dropout, a bool mask or none, float32 or float64, and fewer
+        scores than the block-wise path's threshold). `FUSED_ATTENTION` = False turns it off."""
+        scores = query.shape[0] * self.num_heads * query.shape[1] * key.shape[1]
+        return (
+            FUSED_ATTENTION
+            and not need_weights
+            and self._dropout_p() == 0.0
+            and (mask is None or F._is_bool(mask))
+            and backend.dtype_name(query.dtype) in ("float32", "float64")
+            and 0 < scores < F.BLOCKWISE_MIN_SCORES
+        )
+
+    def _fused(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, is_causal: bool
+    ) -> Tensor:
+        """The attention of every head by `ops.HeadsAttention`, on the projections as they are
+        (heads side by side, no split or merge). Shapes: (B, Tq, C), (B, Tk, C) -> (B, Tq, C)."""
+        allowed = mask
+        if is_causal:
+            causal = F.causal_mask(query.shape[1], key.shape[1], device=query.device)
+            allowed = causal if allowed is None else allowed & causal
+        projected = (self.q_proj(query), self.k_proj(key), self.v_proj(value))
+        masks = () if allowed is None else (allowed,)
+        return HeadsAttention.apply(*projected, *masks, heads=self.num_heads, scale=self._scale())
 
     def _dropout_p(self) -> float:
         return self.dropout if self.training else 0.0

@@ -5,7 +5,7 @@ This package is the only home of derivative math. Imports `autograd`, `backend` 
 are given, never the `tensor` module itself.
 """
 
-from .attention import BlockwiseAttention, OnceDifferentiable
+from .attention import BlockwiseAttention, HeadsAttention, OnceDifferentiable
 from .elementwise import (
     Abs,
     Add,
@@ -77,6 +77,7 @@ __all__ = [
     "Abs",
     "Add",
     "BlockwiseAttention",
+    "HeadsAttention",
     "BroadcastTo",
     "Cast",
     "Clip",

@@ -1,11 +1,17 @@
-"""Block-wise (memory-saving) attention: the same softmax(q k^T * scale) @ v as the reference
-`functional.scaled_dot_product_attention`, one tile of queries against keys at a time.
+"""Attention as one node: the same softmax(q k^T * scale) @ v as the reference
+`functional.scaled_dot_product_attention`, fused for speed or for memory.
 
-This is an optimisation, not a new idea: read the reference first. It exists because the
-reference holds the whole (Tq, Tk) score matrix (and its gradient), which for long sequences is
-most of a training step's memory. Its backward runs on arrays (recomputing each tile), so it is
-differentiable once only: `OnceDifferentiable` makes a second differentiation raise. The tile
-sizes and threads are set in `kernels`; `functional` decides when this path is taken.
+These are optimisations, not new ideas: read the reference first.
+- `HeadsAttention` is the reference for all heads of `nn.MultiHeadAttention` at once, on the
+  projections as they are (heads side by side): one node where the reference records a dozen
+  (each head split and merge, the products, the scale, the mask, the softmax), and no copy of a
+  permuted array. The same array calls as the reference, so the same values; and a backward of
+  Tensor ops, so it is differentiable twice. `nn.MultiHeadAttention` decides when it is taken.
+- `BlockwiseAttention` exists because the reference holds the whole (Tq, Tk) score matrix (and
+  its gradient), which for long sequences is most of a training step's memory. It computes one
+  tile of queries against keys at a time; its backward runs on arrays (recomputing each tile),
+  so it is differentiable once only: `OnceDifferentiable` makes a second differentiation raise.
+  The tile sizes and threads are set in `kernels`; `functional` decides when this path is taken.
 """
 
 from __future__ import annotations
@@ -14,12 +20,96 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, is_grad_enabled
+from ..autograd import Function, constants, is_grad_enabled, rules_on_arrays
 from ..backend import namespace, to_numpy
+from .softmax import Softmax, _softmax
 
 # How far a score may exceed its row's shift in BlockwiseAttention's forward: exp(20) ~ 5e8, so
 # sums over a million keys of values up to 1e20 stay finite even in float32 (max ~3e38).
 SHIFT_SLACK = 20.0
+
+
+class HeadsAttention(Function):
+    """out = softmax(q k^T * scale, masked over keys) @ v for each of `heads` heads, the heads
+    side by side in the last axis of q, k, v and out (the layout of the projections around it).
+    Backward, per head, with P the weights and dO the gradient of the output:
+        dV = P^T dO,   dS = P * (dP - sum(dP * P)) * scale with dP = dO v^T,
+        dQ = dS k,     dK = dS^T q.
+    The optional fourth input is a bool mask, True where a query may attend (the reference's
+    `where(allowed, scores, -inf)`); a query with no allowed key gets output 0 and gradient 0.
+    Shapes: q (B, Tq, H * D), k (B, Tk, H * D), v (B, Tk, H * Dv), allowed broadcastable to
+    (B, H, Tq, Tk) -> out (B, Tq, H * Dv).
+    """
+
+    __slots__ = ("heads", "scale")
+    backward_reads = ("inputs",)
+
+    def forward(
+        self, q: Any, k: Any, v: Any, *allowed: Any, heads: int = 1, scale: float = 1.0
+    ) -> Any:
+        self.heads, self.scale = heads, scale
+        xp = namespace(q)
+        q_h, k_h, v_h = (kernels.split_heads(t, heads) for t in (q, k, v))  # (B, H, T, D) views
+        scores = kernels.matmul_array(q_h, xp.matrix_transpose(k_h))  # (B, H, Tq, Tk)
+        scores *= scale  # in place: the array is new, and the values are the reference's
+        if allowed:
+            scores = xp.where(allowed[0], scores, -math.inf)
+        weights = _softmax(xp, scores, 3)
+        self.save_for_backward(weights)
+        return kernels.merged_heads_product(weights, v_h)  # (B, H, Tq, Dv) -> (B, Tq, H * Dv)
+
+    def backward(self, grad: Any) -> tuple:
+        q, k, v = self.inputs[:3]
+        wanted = (q.requires_grad, k.requires_grad, v.requires_grad)
+        mask = (None,) * (len(self.inputs) - 3)  # no gradient for the mask
+        if rules_on_arrays():  # the same gradients by the same calls, on arrays
+            (weights,) = self.saved_arrays
+            grads = kernels.heads_attention_grads(
+                grad.array, q.array, k.array, v.array, weights, self.heads, self.scale, wanted
+            )
+            if grads is not None:
+                return constants(*grads) + mask
+        q_h, k_h, v_h, grad_h = (self._split(t) for t in (q, k, v, grad))
+        if is_grad_enabled():  # create_graph: the weights must carry their dependence on q, k
+            weights = self._weights(q_h, k_h)
+        else:
+            (weights,) = self.saved_tensors
+        grad_q = grad_k = grad_v = None
+        if wanted[2]:
+            grad_v = self._merge(weights.mT @ grad_h)
+        if wanted[0] or wanted[1]:
+            grad_weights = grad_h @ v_h.mT
+            grad_scores = weights * (
+                grad_weights - (grad_weights * weights).sum(axis=3, keepdims=True)
+            )
+            grad_scores = grad_scores * self.scale
+            if wanted[0]:
+                grad_q = self._merge(grad_scores @ k_h)
+            if wanted[1]:
+                grad_k = self._merge(grad_scores.mT @ q_h)
+        return (grad_q, grad_k, grad_v) + mask
+
+    def _split(self, x: Any) -> Any:
+        """(B, T, H * D) -> (B, H, T, D), as Tensor ops."""
+        batch, length, width = x.shape
+        return x.reshape(batch, length, self.heads, width // self.heads).permute(0, 2, 1, 3)
+
+    def _merge(self, x: Any) -> Any:
+        """(B, H, T, D) -> (B, T, H * D), as Tensor ops."""
+        batch, heads, length, width = x.shape
+        return x.permute(0, 2, 1, 3).reshape(batch, length, heads * width)
+
+    def _weights(self, q_h: Any, k_h: Any) -> Any:
+        """The weights as Tensor ops of q and k (a disallowed score adds -inf)."""
+        scores = (q_h @ k_h.mT) * self.scale
+        if len(self.inputs) == 4:
+            allowed = self.inputs[3].array
+            xp = namespace(allowed)
+            blocked = xp.full(
+                allowed.shape, -math.inf, dtype=scores.array.dtype, device=allowed.device
+            )
+            scores = scores + scores.constant(xp.where(allowed, xp.zeros_like(blocked), blocked))
+        return Softmax.apply(scores, axis=3)
 
 
 class BlockwiseAttention(Function):
