@@ -339,7 +339,8 @@ def layer_norm_grads(
     weight), means over the normalised `axes`; dL/dw = sum(g * x_hat), dL/db = sum(g) over the
     other (leading) axes.
 
-    Replaces: `ops.LayerNorm.backward`'s eleven Tensor ops. `wanted` flags dL/dx, dL/dw, dL/db.
+    Replaces: `ops.LayerNorm.backward`'s Tensor ops. `wanted` flags dL/dx, dL/dw, dL/db. With a
+    weight, the sums of h * x_hat are (g * x_hat) @ w, from dL/dw's own operand g * x_hat.
     Shapes: grad and x_hat (..., *normalized), rstd (..., 1, ...), weight (*normalized) or None
     -> (dL/dx like x_hat, dL/dw and dL/db (*normalized)).
     """
@@ -349,15 +350,20 @@ def layer_norm_grads(
     leading = tuple(range(x_hat.ndim - len(axes)))
     count = math.prod(x_hat.shape[a] for a in axes)
     grad_x = grad_w = grad_b = None
+    scaled = grad * x_hat if wanted[0] or wanted[1] else None  # g * x_hat
     if wanted[0]:
         h = grad * weight if weight is not None else grad
         mean_h = sum_array(h, axes, keepdims=True) / count
-        mean_hx = sum_array(h * x_hat, axes, keepdims=True) / count
+        if weight is None:  # h * x_hat is g * x_hat itself
+            mean_hx = sum_array(scaled, axes, keepdims=True) / count
+        else:  # sum(h * x_hat) = sum(g * x_hat * w): one product with w, no pass of its own
+            sums = matmul_array(reshape(scaled, (-1, count)), reshape(weight, (count,)))
+            mean_hx = reshape(sums, rstd.shape) / count
         grad_x = h - mean_h  # a new array: the in-place steps below never touch grad
         grad_x -= x_hat * mean_hx
         grad_x *= rstd
     if wanted[1]:
-        grad_w = sum_array(grad * x_hat, leading)
+        grad_w = sum_array(scaled, leading)
     if wanted[2]:
         grad_b = sum_array(grad, leading)
     return grad_x, grad_w, grad_b

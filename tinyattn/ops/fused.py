@@ -86,7 +86,8 @@ def _normalize(xp: Any, x: Any, axes: tuple, eps: float) -> tuple[Any, Any]:
 class LayerNorm(Function):
     """y = x_hat * w + b with x_hat = (x - mean) / sqrt(var + eps) over the trailing `axes`;
     dL/dx = rstd * (h - mean(h) - x_hat * mean(h * x_hat)) with h = g * w,
-    dL/dw = sum(g * x_hat), dL/db = sum(g) (sums over the leading axes).
+    dL/dw = sum(g * x_hat), dL/db = sum(g) (sums over the leading axes). The sums of h * x_hat
+    are taken as (g * x_hat) @ w, a product with dL/dw's own operand rather than another pass.
 
     Shapes: x (..., *normalized), w and b (*normalized) -> (..., *normalized). The variance is
     the biased one (divided by N), as in PyTorch. Inputs: x, then w and b when present. A
@@ -132,14 +133,21 @@ class LayerNorm(Function):
         else:
             x_hat, rstd = self.saved_tensors
         weight = self.inputs[1] if self.has_weight else None
-        h = grad * weight if weight is not None else grad
         grads = [None] * len(self.inputs)
+        wants_weight = weight is not None and weight.requires_grad
+        scaled = grad * x_hat if x.requires_grad or wants_weight else None
         if x.requires_grad:
+            h = grad * weight if weight is not None else grad
             mean_h = h.mean(axis=self.axes, keepdims=True)
-            mean_hx = (h * x_hat).mean(axis=self.axes, keepdims=True)
+            if weight is None:  # h * x_hat is g * x_hat itself
+                mean_hx = scaled.mean(axis=self.axes, keepdims=True)
+            else:  # sum(h * x_hat) = (g * x_hat) @ w: one product, no pass of its own
+                count = weight.numel()
+                sums = scaled.reshape((-1, count)) @ weight.reshape((count,))
+                mean_hx = sums.reshape(rstd.shape) / count
             grads[0] = (h - mean_h - x_hat * mean_hx) * rstd
-        if weight is not None and weight.requires_grad:
-            grads[1] = (grad * x_hat).sum_to(weight.shape)
+        if wants_weight:
+            grads[1] = scaled.sum_to(weight.shape)
         if self.has_bias and self.inputs[-1].requires_grad:
             grads[-1] = grad.sum_to(self.inputs[-1].shape)
         return tuple(grads)
