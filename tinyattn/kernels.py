@@ -351,6 +351,10 @@ def layer_norm_grads(
     count = math.prod(x_hat.shape[a] for a in axes)
     grad_x = grad_w = grad_b = None
     scaled = grad * x_hat if wanted[0] or wanted[1] else None  # g * x_hat
+    if wanted[1]:
+        grad_w = sum_array(scaled, leading)
+    if wanted[2]:
+        grad_b = sum_array(grad, leading)
     if wanted[0]:
         h = grad * weight if weight is not None else grad
         mean_h = sum_array(h, axes, keepdims=True) / count
@@ -359,13 +363,20 @@ def layer_norm_grads(
         else:  # sum(h * x_hat) = sum(g * x_hat * w): one product with w, no pass of its own
             sums = matmul_array(reshape(scaled, (-1, count)), reshape(weight, (count,)))
             mean_hx = reshape(sums, rstd.shape) / count
-        grad_x = h - mean_h  # a new array: the in-place steps below never touch grad
-        grad_x -= x_hat * mean_hx
+        # In place where the arrays are this rule's own (h with a weight, and g * x_hat once its
+        # sums are taken): the same values with two fresh (N, C) arrays fewer, whose first
+        # touch of new memory is what a pass over them costs most.
+        if weight is not None:
+            h -= mean_h
+            grad_x = h
+        else:
+            grad_x = h - mean_h  # a new array: the in-place steps below never touch grad
+        if has_out(scaled) and leading:  # leading axes: dL/dw above is a new array, not a view
+            ufuncs_of(scaled).multiply(x_hat, mean_hx, out=scaled)
+            grad_x -= scaled
+        else:
+            grad_x -= x_hat * mean_hx
         grad_x *= rstd
-    if wanted[1]:
-        grad_w = sum_array(scaled, leading)
-    if wanted[2]:
-        grad_b = sum_array(grad, leading)
     return grad_x, grad_w, grad_b
 
 
