@@ -177,6 +177,26 @@ def test_row_shift_matches_its_plain_code(device, width):
     np.testing.assert_array_equal(backend.to_numpy(kernels.row_shift(xp, x, 1)), plain)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("width", [1, 16, 100])
+def test_softmax_in_place_equals_the_softmax_forward_bit_for_bit(device, width, dtype):
+    """The same calls as Softmax's forward, on a row of -inf too (0, not NaN); on NumPy the
+    result is the argument's own memory."""
+    from tinyattn.ops.softmax import _softmax
+
+    host = np.random.default_rng(width).standard_normal((2, 3, width)).astype(dtype) * 4
+    host[0, 1] = -np.inf
+    want = backend.to_numpy(
+        _softmax(backend.namespace(_array(host, device)), _array(host, device), 2)
+    )
+    x = _array(host, device)
+    got = kernels.softmax_in_place(backend.namespace(x), x)
+    np.testing.assert_array_equal(backend.to_numpy(got), want)
+    assert not np.isnan(want).any() and (want[0, 1] == 0).all()
+    if device == "cpu":
+        assert got is x
+
+
 @pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (2, 0, 5), (1, 2, 3, 0)])
 def test_append_ones_matches_a_concatenated_column_of_ones(device, shape):
     host = np.random.default_rng(0).standard_normal(shape)

@@ -458,6 +458,25 @@ def merged_heads_product(a: Any, b: Any) -> Any:
     return reshape(merged, (batch, length, heads * width))
 
 
+def softmax_in_place(xp: Any, x: Any) -> Any:
+    """Softmax along the last axis of `x`, an array the caller owns and no longer needs: the
+    shift and the exp are written over it where the library takes ``out=`` (NumPy, CuPy).
+
+    Replaces: ``ops.softmax._softmax(xp, x, x.ndim - 1)``, the same calls in the same order.
+    Shapes: x (..., N) -> (..., N), x itself on NumPy and CuPy.
+    """
+    axis = x.ndim - 1
+    shift = row_shift(xp, x, axis)
+    if has_out(x):
+        x -= shift
+        exps = ufuncs_of(x).exp(x, out=x)
+    else:
+        exps = xp.exp(x - shift)
+    total = sum_array(exps, (axis,), keepdims=True)
+    exps /= xp.where(total == 0, xp.ones_like(total), total)  # all -inf rows: 0 / 1
+    return exps
+
+
 def heads_attention_grads(
     grad: Any, q: Any, k: Any, v: Any, weights: Any, heads: int, scale: float, wanted: tuple
 ) -> tuple | None:
@@ -477,9 +496,11 @@ def heads_attention_grads(
     if wanted[2]:
         grad_v = merged_heads_product(xp.matrix_transpose(weights), grad_h)
     if wanted[0] or wanted[1]:
-        grad_weights = matmul_array(grad_h, xp.matrix_transpose(v_h))  # dP: (B, H, Tq, Tk)
-        (grad_scores,) = softmax_grad(grad_weights, weights, 3)
-        grad_scores *= scale  # in place: a new array, and Tensor ops' x * scale, bit for bit
+        grad_scores = matmul_array(grad_h, xp.matrix_transpose(v_h))  # dP: (B, H, Tq, Tk)
+        # `softmax_grad`'s calls, in place in dP (this rule's own array): P * (dP - sum(dP * P))
+        grad_scores -= sum_array(grad_scores * weights, (3,), keepdims=True)
+        grad_scores *= weights
+        grad_scores *= scale  # Tensor ops' x * scale, bit for bit
         if wanted[0]:
             grad_q = merged_heads_product(grad_scores, k_h)
         if wanted[1]:

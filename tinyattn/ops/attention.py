@@ -22,7 +22,7 @@ from typing import Any
 from .. import kernels
 from ..autograd import Function, constants, is_grad_enabled, rules_on_arrays
 from ..backend import namespace, to_numpy
-from .softmax import Softmax, _softmax
+from .softmax import Softmax
 
 # How far a score may exceed its row's shift in BlockwiseAttention's forward: exp(20) ~ 5e8, so
 # sums over a million keys of values up to 1e20 stay finite even in float32 (max ~3e38).
@@ -54,7 +54,7 @@ class HeadsAttention(Function):
         scores *= scale  # in place: the array is new, and the values are the reference's
         if allowed:
             scores = xp.where(allowed[0], scores, -math.inf)
-        weights = _softmax(xp, scores, 3)
+        weights = kernels.softmax_in_place(xp, scores)  # the scores' array is this op's own
         self.save_for_backward(weights)
         return kernels.merged_heads_product(weights, v_h)  # (B, H, Tq, Dv) -> (B, Tq, H * Dv)
 
