@@ -282,6 +282,8 @@ def _lowered_heads_attention(
     q, k, v = arrays[:3]
     if any(a.dtype != q.dtype for a in (k, v, out, weights)) or weights.size == 0:
         return None
+    if not backend.is_host_array(out):  # the merged out= product, as in the forward: host only
+        return None
     heads, scale = fn.heads, fn.scale
     softmax = _lowered_softmax(u, weights, weights, 3, log=False)
     if softmax is None or not _reshaped_in_place(u, u.reshape(out, (-1,)), out):

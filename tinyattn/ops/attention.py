@@ -4,9 +4,10 @@
 These are optimisations, not new ideas: read the reference first.
 - `HeadsAttention` is the reference for all heads of `nn.MultiHeadAttention` at once, on the
   projections as they are (heads side by side): one node where the reference records a dozen
-  (each head split and merge, the products, the scale, the mask, the softmax), and no copy of a
-  permuted array. The same array calls as the reference, so the same values; and a backward of
-  Tensor ops, so it is differentiable twice. `nn.MultiHeadAttention` decides when it is taken.
+  (each head split and merge, the products, the scale, the mask, the softmax), and on the host
+  no copy of a permuted array. The same array calls as the reference, so the same values; and
+  a backward of Tensor ops, so it is differentiable twice. `nn.MultiHeadAttention` decides when
+  it is taken.
 - `BlockwiseAttention` exists because the reference holds the whole (Tq, Tk) score matrix (and
   its gradient), which for long sequences is most of a training step's memory. It computes one
   tile of queries against keys at a time; its backward runs on arrays (recomputing each tile),
