@@ -65,11 +65,7 @@ def lowered(
     # By class, not by name: a user's own Function called "Exp" is not tinyattn's.
     kind = type(fn)
     if saved:
-        if kind is ops.LayerNorm and len(saved) == 2:
-            return _lowered_layer_norm(u, fn, arrays, out, *saved)
-        if kind is ops.HeadsAttention and len(saved) == 1:
-            return _lowered_heads_attention(u, fn, arrays, out, saved[0])
-        return None
+        return _lowered_saving(u, fn, arrays, out, saved)
     elementwise = _lowered_elementwise(u, kind, arrays, kwargs)
     if elementwise is not None:
         return elementwise
@@ -93,6 +89,16 @@ def lowered(
         return _lowered_softmax(u, arrays[0], out, fn.axis, log=kind is ops.LogSoftmax)
     if kind is ops.ClassWeights and backend.is_host_array(arrays[0]):
         return _lowered_class_weights(u, arrays[0], out, **kwargs)
+    return None
+
+
+def _lowered_saving(u: Any, fn: Any, arrays: list, out: Any, saved: list) -> Callable | None:
+    """The kernel of an op that keeps arrays for its backward, written into `saved`, or None."""
+    kind = type(fn)
+    if kind is ops.LayerNorm and len(saved) == 2:
+        return _lowered_layer_norm(u, fn, arrays, out, *saved)
+    if kind is ops.HeadsAttention and len(saved) == 1:
+        return _lowered_heads_attention(u, fn, arrays, out, saved[0])
     return None
 
 
