@@ -246,7 +246,7 @@ def in_pieces(function: Callable[[Any], Any], x: Any, elements: int = 32768) -> 
 # ----------------------------------------------------------------- first-order backward rules
 # Every rule in ops/ is written with Tensor ops, so that under ``create_graph`` its gradient is a
 # graph of its own. Without one (every ordinary training step), those ops only cost dispatch:
-# LayerNorm's rule is eleven ops, each a Function.apply of its own, and a matrix product's is a
+# LayerNorm's rule is fourteen ops, each a Function.apply of its own, and a matrix product's is a
 # reshape, a transpose, a product and a sum per operand. The functions below compute the same
 # gradients on arrays, making the array calls the rule's ops make, in the same order, so the
 # bits are the same too; a rule calls one when `autograd.rules_on_arrays()`. Each returns a
