@@ -14,6 +14,7 @@ import pytest
 
 import tinyattn as ta
 from tinyattn import kernels, nn, ops
+from tinyattn.errors import TinyattnError
 from tinyattn.nn import attention as attention_module
 
 EXACT = ("cpu", "strict")  # where both paths' forwards are the same library calls
@@ -206,3 +207,19 @@ def test_a_compiled_step_with_the_fused_path_equals_eager_bit_for_bit(device):
     assert results[0][0] == results[1][0]
     for eager, replayed in zip(results[0][1], results[1][1], strict=True):
         np.testing.assert_array_equal(eager, replayed)
+
+
+@pytest.mark.parametrize(
+    "shapes,heads",
+    [
+        (((2, 3, 4), (2, 5, 4), (2, 5, 6)), 3),  # 4 is not a multiple of 3
+        (((2, 3, 4), (1, 5, 4), (2, 5, 6)), 2),  # batches differ
+        (((2, 3, 4), (2, 5, 6), (2, 5, 6)), 2),  # q and k of different widths
+        (((2, 3, 4), (2, 5, 4), (2, 4, 6)), 2),  # k and v of different lengths
+        (((3, 4), (5, 4), (5, 6)), 2),  # not (B, T, C)
+    ],
+)
+def test_heads_attention_names_inputs_that_do_not_fit(device, shapes, heads):
+    q, k, v = (ta.zeros(*s, device=device) for s in shapes)
+    with pytest.raises(TinyattnError, match=r"HeadsAttention: q \("):
+        ops.HeadsAttention.apply(q, k, v, heads=heads, scale=1.0)

@@ -23,6 +23,7 @@ from typing import Any
 from .. import kernels
 from ..autograd import Function, constants, is_grad_enabled, rules_on_arrays
 from ..backend import namespace, to_numpy
+from ..errors import TinyattnError
 from .softmax import Softmax
 
 # How far a score may exceed its row's shift in BlockwiseAttention's forward: exp(20) ~ 5e8, so
@@ -49,6 +50,7 @@ class HeadsAttention(Function):
         self, q: Any, k: Any, v: Any, *allowed: Any, heads: int = 1, scale: float = 1.0
     ) -> Any:
         self.heads, self.scale = heads, scale
+        _check_heads(q, k, v, heads)
         xp = namespace(q)
         q_h, k_h, v_h = (kernels.split_heads(t, heads) for t in (q, k, v))  # (B, H, T, D) views
         scores = kernels.matmul_array(q_h, xp.matrix_transpose(k_h))  # (B, H, Tq, Tk)
@@ -111,6 +113,26 @@ class HeadsAttention(Function):
             )
             scores = scores + scores.constant(xp.where(allowed, xp.zeros_like(blocked), blocked))
         return Softmax.apply(scores, axis=3)
+
+
+def _check_heads(q: Any, k: Any, v: Any, heads: int) -> None:
+    """HeadsAttention's inputs: (B, T, H * D) arrays of one batch, q and k of one width, k and v
+    of one length, every width a multiple of `heads` (nn.MultiHeadAttention checks its own
+    arguments before; this names a direct caller's mistake)."""
+    shapes = (q.shape, k.shape, v.shape)
+    if (
+        not isinstance(heads, int)
+        or heads < 1
+        or any(len(shape) != 3 or shape[-1] % heads for shape in shapes)
+        or q.shape[0] != k.shape[0] != v.shape[0]
+        or q.shape[0] != v.shape[0]
+        or q.shape[-1] != k.shape[-1]
+        or k.shape[1] != v.shape[1]
+    ):
+        raise TinyattnError(
+            f"HeadsAttention: q {q.shape}, k {k.shape} and v {v.shape} must be (B, Tq, H * D), "
+            f"(B, Tk, H * D) and (B, Tk, H * Dv) with heads={heads!r} dividing each width"
+        )
 
 
 class BlockwiseAttention(Function):
