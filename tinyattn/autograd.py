@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-import math
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +44,13 @@ from .grad_mode import (
     set_grad_enabled,
 )
 from .hooks import RETAIN_GRAD, RemovableHandle, _check_hook_result
+from .saved_values import (  # KEPT_CONSTANT_SIZE: re-exported
+    KEPT_CONSTANT_SIZE,  # noqa: F401
+    ReleasedConstant,
+    check_versions,
+    skeleton_of,
+    versions_read,
+)
 
 # --------------------------------------------------------------------------------------- Function
 _READS = frozenset({"inputs", "output"})
@@ -246,49 +252,10 @@ class Function(torch_protocol.ContextMethods):
         if inputs is not None:
             if len(inputs) == 1:  # the common unary case, and its input's producer, without calls
                 producer = inputs[0]._ctx
-                self._released_inputs = (_skeleton_of(inputs[0]) if producer is None else producer,)
+                self._released_inputs = (skeleton_of(inputs[0]) if producer is None else producer,)
             else:
-                self._released_inputs = tuple([_skeleton_of(t) for t in inputs])
+                self._released_inputs = tuple([skeleton_of(t) for t in inputs])
         self._saved = self.inputs = None
-
-
-class ReleasedConstant:
-    """What a released node keeps of a constant input (no gradient reaches it, and it holds more
-    than `KEPT_CONSTANT_SIZE` values): its shape and dtype, to be drawn. A mask or a dropout
-    pattern is as large as the activations, and its values are freed with the rest of the
-    graph."""
-
-    __slots__ = ("shape", "dtype")
-    requires_grad = False
-    grad = None
-    _ctx = _rebased = None
-
-    def __init__(self, shape: tuple, dtype: Any) -> None:
-        self.shape, self.dtype = shape, dtype
-
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-
-# A constant of at most this many values is kept whole by a released node (the 2.0 of x * 2.0,
-# a bias-sized vector): it costs no memory to speak of, and making a stand-in for it on every
-# node would slow a chain of tiny ops by about 6%.
-KEPT_CONSTANT_SIZE = 64
-
-
-def _skeleton_of(tensor: Any) -> Any:
-    """A released node's record of one input: the Function that made it, or the tensor itself
-    if it is a leaf a gradient reaches (a parameter) or a small constant, else a
-    `ReleasedConstant`."""
-    producer = tensor._ctx
-    if producer is not None:
-        return producer
-    if type(tensor) is ReleasedConstant:  # an input the node never kept (`grad_reads`)
-        return tensor
-    array = tensor.array  # its attributes, not the Tensor's properties: this runs on every node
-    if tensor.requires_grad or math.prod(array.shape) <= KEPT_CONSTANT_SIZE:
-        return tensor
-    return ReleasedConstant(array.shape, array.dtype)
 
 
 class _Outputs:
@@ -327,7 +294,7 @@ def _view_or_versions(fn: Function, out: Any, recorded: bool) -> Any:
     if recorded:
         fn._seq = _next_seq()
         fn._outputs = fn.output = None
-        fn._versions = _versions_read(fn, (out._version_counter,))
+        fn._versions = versions_read(fn, (out._version_counter,))
     return out
 
 
@@ -354,7 +321,7 @@ def _record_outputs(fn: Function, data: tuple, recorded: bool, like: tuple = ())
     if recorded:
         fn._seq = _next_seq()
         fn._outputs = _Outputs(outputs)
-        fn._versions = _versions_read(fn, fn._outputs.counters)
+        fn._versions = versions_read(fn, fn._outputs.counters)
     return outputs
 
 
@@ -372,61 +339,6 @@ def _apply_ctx_protocol(fn: Function, args: tuple, kwargs: dict) -> Any:
     recorded = _modes.grad_enabled and any(t.requires_grad for t in fn.inputs)
     outputs = _record_outputs(fn, tuple([r.array for r in results]), recorded, like=results)
     return outputs if several else outputs[0]
-
-
-def _values_read(fn: Function) -> tuple[list, bool]:
-    """(input positions, whether the outputs are read): what the rule reads, given which inputs
-    need a gradient when the op declares `grad_reads`, else by `backward_reads`."""
-    grad_reads = fn.grad_reads
-    if grad_reads is None:
-        return (range(len(fn.inputs)) if fn._reads_inputs else []), fn._reads_output
-    for tensor in fn.inputs:
-        if not tensor.requires_grad:
-            break
-    else:  # every input needs a gradient (the common case): every read, every input kept
-        return fn._all_reads
-    need = tuple([t.requires_grad for t in fn.inputs])
-    reads = fn._reads_by_need.get(need)
-    if reads is None:
-        wanted: set = set().union(*(grad_reads[p] for p, needed in enumerate(need) if needed))
-        positions = sorted(p for p in wanted if p != "output")
-        dropped = tuple(p for p, needed in enumerate(need) if not needed and p not in wanted)
-        reads = fn._reads_by_need[need] = (positions, "output" in wanted, dropped)
-    positions, output, dropped = reads
-    if dropped:  # an input nothing reads is not kept: its memory goes with its last user
-        kept = list(fn.inputs)
-        for p in dropped:
-            kept[p] = _skeleton_of(kept[p])
-        fn.inputs = tuple(kept)
-    return positions, output
-
-
-def _versions_read(fn: Function, output_counters: tuple) -> tuple | None:
-    """The (position, version) pairs backward will check, as of now (see `Function.__slots__`)."""
-    if not fn.backward_reads and fn.grad_reads is None:
-        return None
-    positions, output = _values_read(fn)
-    inputs = fn.inputs
-    versions = [(p, inputs[p]._version_counter[0]) for p in positions]
-    if output:
-        versions += [(-1 - k, counter[0]) for k, counter in enumerate(output_counters)]
-    return tuple(versions) or None
-
-
-def _check_versions(fn: Function, output: Any) -> None:
-    """Refuse to run a rule whose values were changed in place after the node was recorded."""
-    for position, version in fn._versions:
-        if position >= 0:
-            tensor = fn.inputs[position]
-            current, shape, what = tensor._version_counter[0], tensor.shape, f"input {position}"
-        elif fn._outputs is None:
-            current, shape, what = output._version_counter[0], output.shape, "output"
-        else:
-            k = -1 - position
-            current, shape = fn._outputs.counters[k][0], fn._outputs.shapes[k]
-            what = f"output {k}"
-        if current != version:
-            raise RuntimeError(modified_in_place_message(fn.name, what, shape, current, version))
 
 
 # ----------------------------------------------------------------------------------------- engine
@@ -461,22 +373,18 @@ def run_backward(
     ``observer.rule_runs(tensor, grad)`` before each rule, with the complete gradient the rule
     gets, and ``observer.gradient_sent(fn, position, grad)`` for each gradient it sends.
     """
-    pending: dict = {}  # non-leaf tensor -> the sum of the gradients it has received so far
-    leaves: dict = {}  # leaf tensor -> its summed gradient, delivered at the end
-    # Heap of (-creation number, tensor) for the tensors in `pending`; for an output of a node
-    # with several outputs (-creation number, its position, tensor), so that they pop together.
-    ready: list = []
-    for root, grad in zip(roots, root_grads):
-        _send(root, grad, pending, leaves, ready)
+    pending, leaves, ready = _seeded(roots, root_grads)
     wanted = None if capture is None else set(capture)
     captured: dict[int, Any] = {}
+    watched = wanted is not None or observer is not None  # every gradient to `_received`
+    release = not retain_graph and _recorder is None  # a recording replays rules later
     with set_grad_enabled(create_graph):  # rules record a graph only for higher order
         while ready:
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
             entry = heapq.heappop(ready)
             tensor = entry[-1]
             grad = pending.pop(tensor)
-            if tensor._hooks or wanted is not None or observer is not None:
+            if watched or tensor._hooks:
                 grad = _received(tensor, grad, wanted, captured, observer)
             fn = tensor._ctx
             if fn._outputs is not None:  # every output of fn waiting now has its complete gradient
@@ -500,13 +408,32 @@ def run_backward(
                         or grad_mode._anomaly_threads
                     ):
                         parent_grad = _checked(fn, position, parent, parent_grad)
-                    _send(parent, parent_grad, pending, leaves, ready)
+                    producer = parent._ctx
+                    if producer is None or producer._outputs is not None or parent in pending:
+                        _send(parent, parent_grad, pending, leaves, ready)
+                    else:  # `_send`'s common case: a one-output node's first gradient
+                        pending[parent] = parent_grad
+                        heapq.heappush(ready, (-producer._seq, parent))
                     if observer is not None:
                         observer.gradient_sent(fn, position, parent_grad)
-            if not retain_graph and _recorder is None:  # a recording replays rules later
+            if release:
                 fn.release()
         _deliver(leaves, wanted, captured)
     return captured
+
+
+def _seeded(roots: Sequence[Any], root_grads: Sequence[Any]) -> tuple[dict, dict, list]:
+    """The walk's state with the roots' gradients sent: `pending` (a non-leaf tensor -> the sum
+    of the gradients it has received so far), `leaves` (a leaf -> its summed gradient, delivered
+    at the end) and `ready`, a heap of (-creation number, tensor) for the tensors in `pending`
+    (for an output of a node with several outputs (-creation number, its position, tensor), so
+    that they pop together)."""
+    pending: dict = {}
+    leaves: dict = {}
+    ready: list = []
+    for root, grad in zip(roots, root_grads):
+        _send(root, grad, pending, leaves, ready)
+    return pending, leaves, ready
 
 
 def _as_of(tensor: Any, seq: int) -> Any:
@@ -576,7 +503,7 @@ def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
     if fn.inputs is None:
         raise RuntimeError(freed_graph_message(fn.name))
     if fn._versions is not None:
-        _check_versions(fn, output)
+        check_versions(fn, output)
     inputs = fn.inputs
     if _recorder is not None:
         return _recorder.rule(fn, grad, output, lambda: _run_lent(fn, inputs, output, grad))
