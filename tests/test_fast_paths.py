@@ -1,9 +1,10 @@
 """The array-level fast paths against the plain array API call they replace, on every backend:
 each kernel of `tinyattn.kernels` (sums through BLAS and their cached ones, the short-axis row
 max over a transposed copy, the softmax shift, the column of ones, ReLU's zeros operand, the
-tiles and the thread map), the in-place bias and normalisation of the fused ops, the GPU tile
-sizes of block-wise attention, and the opt-in allocator setting. Values must agree to rounding;
-non-finite values and empty arrays must come out exactly as the plain call gives them."""
+cached scalar operands, the tiles and the thread map), the in-place bias and normalisation of
+the fused ops, the GPU tile sizes of block-wise attention, and the opt-in allocator setting.
+Values must agree to rounding; non-finite values and empty arrays must come out exactly as the
+plain call gives them."""
 
 from __future__ import annotations
 
@@ -458,6 +459,83 @@ def test_zeros_operand_is_read_only_bounded_and_host_float_only():
     assert kernels.zeros_operand(np.ones(kernels.ZEROS_LIMIT + 1, np.float32)) is None
     big = np.full(kernels.ZEROS_LIMIT + 1, -2.0, np.float32)  # past the limit: the scalar
     np.testing.assert_array_equal(kernels.relu_array(big), np.zeros_like(big))
+
+
+SCALARS = [1.0001, 0.0001, -3.7, 1 / 3, 7, -2, 1e-30, 1e-45, 2.0**-149, 65504.0, 1e5, 3.4e38]
+SCALARS += [math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_scalar_operand_gives_the_scalars_bits(device, dtype):
+    """`x op c` and `c op x` with the cached 0-d operand are the same bits and dtype as with
+    the Python number, for values each dtype rounds, flushes or holds exactly."""
+    if dtype == "float16" and device == "strict":
+        pytest.skip("the array API (and so the strict stand-in) has no float16")
+    finfo = np.finfo(dtype)
+    special = [np.nan, -0.0, 0.0, np.inf, -np.inf, finfo.smallest_subnormal, finfo.max, 1.5]
+    rng = np.random.default_rng(0)
+    scales = 10.0 ** rng.integers(-6, 6, 300)
+    host = np.concatenate([np.array(special), rng.standard_normal(300) * scales])
+    with np.errstate(over="ignore"):  # float16 overflows to inf: values too
+        x = _array(host.astype(dtype), device)
+    xp = backend.namespace(x)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    for c in SCALARS:
+        operand = kernels.scalar_operand(c, x)
+        with np.errstate(all="ignore"):
+            for f in (xp.add, xp.subtract, xp.multiply, xp.divide):
+                for plain, fast in ((f(x, c), f(x, operand)), (f(c, x), f(operand, x))):
+                    assert fast.dtype == plain.dtype, (c, f)
+                    got, expected = backend.to_numpy(fast), backend.to_numpy(plain)
+                    np.testing.assert_array_equal(got.view(bits), expected.view(bits), f"{c} {f}")
+
+
+def test_scalar_operand_is_cached_read_only_and_only_where_it_is_the_same_number(monkeypatch):
+    x32, x64 = np.ones(3, np.float32), np.ones(3, np.float64)
+    operand = kernels.scalar_operand(1.0001, x32)
+    assert operand.shape == () and operand.dtype == np.float32 and not operand.flags.writeable
+    assert kernels.scalar_operand(1.0001, x32) is operand  # made once
+    assert kernels.scalar_operand(1.0001, x64).dtype == np.float64  # one per dtype
+    with pytest.raises(ValueError):
+        operand[()] = 2.0
+    # Kept as they are: zeros (-0.0 == 0.0 as a key), NaN (never equal to itself as a key), a
+    # NumPy scalar (its own dtype promotes), a bool, integer arrays, a value past the dtype.
+    nan = float("nan")
+    for c, x in [(0.0, x32), (-0.0, x32), (nan, x32), (np.float64(2.0), x32), (True, x32)]:
+        assert kernels.scalar_operand(c, x) is c
+    assert kernels.scalar_operand(2.0, np.ones(3, np.int64)) == 2.0
+    assert kernels.scalar_operand(1e300, x32) == 1e300
+    assert kernels.scalar_operand(10**400, x64) == 10**400
+    assert (x32 * -0.0).tobytes() == (x32 * kernels.scalar_operand(-0.0, x32)).tobytes()
+    # Bounded: a new number on every step clears the table instead of growing it.
+    monkeypatch.setattr(kernels, "_scalar_operands", {})
+    for k in range(kernels.SCALAR_OPERANDS_LIMIT + 10):
+        kernels.scalar_operand(float(k + 1), x32)
+    assert len(kernels._scalar_operands) <= kernels.SCALAR_OPERANDS_LIMIT
+
+
+def test_scalar_operand_leaves_other_libraries_their_number(device):
+    """Off the host the Python number stays (a 0-d device array would be a read of memory,
+    CuPy takes a scalar as a kernel argument); a host operand made first is not handed to
+    another library's array of the same dtype."""
+    kernels.scalar_operand(1.25, np.ones(3, np.float32))
+    x = _array(np.ones(3, np.float32), device)
+    operand = kernels.scalar_operand(1.25, x)
+    if device == "cpu":
+        assert operand.shape == () and type(operand) is type(x)
+    else:
+        assert operand == 1.25 and type(operand) is float
+
+
+def test_scalar_ops_keep_their_results_and_gradients_with_a_gradient_of_another_dtype():
+    """A root gradient given in another dtype reaches MulScalar's rule as it is: the rule uses
+    the number, not the forward's operand, and the gradient is converted for x as before."""
+    x = ta.tensor(np.array([1.0, -2.0, 3.0], np.float32), requires_grad=True)
+    y = x * 1.5 / 4.0 + 0.25
+    assert y.dtype == ta.float32 and y.tolist() == [0.625, -0.5, 1.375]
+    y.backward(ta.tensor(np.array([1.0, 2.0, 3.0], np.float64)))
+    assert x.grad.dtype == ta.float32
+    np.testing.assert_array_equal(x.grad.numpy(), np.array([0.375, 0.75, 1.125], np.float32))
 
 
 def test_backend_reshape_is_the_namespaces_reshape(device):

@@ -186,6 +186,48 @@ def zeros_operand(x: Any) -> Any | None:
     return _zeros_buffer(namespace(x), x.dtype)[: x.size].reshape(x.shape)
 
 
+# Scalar operands made so far, by (value, array type, dtype); cleared at `SCALAR_OPERANDS_LIMIT`
+# entries (a loop that makes a new value every step must not grow it without end).
+_scalar_operands: dict = {}
+SCALAR_OPERANDS_LIMIT = 1024
+
+
+def scalar_operand(c: float, x: Any) -> Any:
+    """The Python number c as an operand of an elementwise call with x: a read-only 0-d array
+    of x's dtype (made once per value and dtype); c itself off the host, for a non-float x, for
+    anything but a Python float or int (whose type decides the result's dtype), for a zero or
+    a NaN (-0.0 == 0.0 and NaN != NaN as keys) and for a value x's dtype cannot hold.
+
+    Replaces: c itself, as in ``x * c``. NumPy turns a Python number into x's dtype (NEP 50)
+    on every call: ``x * 1.0001`` on 4 float32 values took 860 ns, against 440 ns with a 0-d
+    float32 array of the same value, which NumPy takes as it is. Same value, same dtype, same
+    loop: the same bits (tested for float16, float32 and float64).
+    """
+    if type(c) is not float and type(c) is not int:  # a NumPy scalar has its own dtype
+        return c
+    # The array type before the dtype: dtypes of two libraries are never compared.
+    operand = _scalar_operands.get((c, type(x), x.dtype))
+    return _new_scalar_operand(c, x) if operand is None else operand
+
+
+def _new_scalar_operand(c: float, x: Any) -> Any:
+    if not is_host_array(x) or x.dtype.kind != "f" or c == 0 or c != c:
+        return c
+    xp = namespace(x)
+    try:
+        with xp.errstate(over="ignore"):
+            operand = xp.asarray(c, dtype=x.dtype)
+    except OverflowError:  # an int beyond every float: NumPy's own conversion says so
+        return c
+    if not math.isinf(c) and math.isinf(operand):  # past the dtype's range: NumPy warns, as before
+        return c
+    operand.flags.writeable = False  # shared by every caller: nothing may write into it
+    if len(_scalar_operands) >= SCALAR_OPERANDS_LIMIT:
+        _scalar_operands.clear()
+    _scalar_operands[(c, type(x), x.dtype)] = operand
+    return operand
+
+
 def relu_array(x: Any) -> Any:
     """max(x, 0), elementwise (NaN stays NaN; -0.0 gives 0.0).
 

@@ -116,7 +116,7 @@ def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Call
     if kind in (ops.AddScalar, ops.MulScalar):
         ufunc, c = (u.add if kind is ops.AddScalar else u.multiply), kwargs.get("c")
         if isinstance(c, int | float) and not isinstance(c, bool):
-            return UfuncCall(ufunc, c)
+            return UfuncCall(ufunc, kernels.scalar_operand(c, arrays[0]))  # as the forward
     if kind is ops.Cast:  # astype's conversion, into the buffer (a mask made float, say)
         return lambda o, x: u.copyto(o, x, casting="unsafe")
     if kind is ops.Computed and kwargs.get("function") is ops.array_call:

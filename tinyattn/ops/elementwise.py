@@ -14,7 +14,7 @@ from typing import Any
 from ..autograd import Function, constants, rules_on_arrays
 from ..backend import has_out, namespace
 from ..errors import TinyattnError
-from ..kernels import power, relu_array, same_float
+from ..kernels import power, relu_array, same_float, scalar_operand
 from .reductions import sum_to_array
 
 # ------------------------------------------------------------------------------------ arithmetic
@@ -477,42 +477,51 @@ class AddScalar(Function):
     backward_reads = ()
 
     def forward(self, x: Any, c: float = 0.0) -> Any:
-        return x + c
+        return x + scalar_operand(c, x)
 
     def backward(self, grad: Any) -> Any:
-        return grad
+        return (grad,)
 
 
 class MulScalar(Function):
     """y = x * c;  dL/dx = g * c."""
 
-    __slots__ = ("c",)
+    __slots__ = ("c", "operand")
     backward_reads = ()
 
     def forward(self, x: Any, c: float = 1.0) -> Any:
         self.c = c
-        return x * c
+        self.operand = operand = scalar_operand(c, x)
+        return x * operand
 
     def backward(self, grad: Any) -> Any:
         if rules_on_arrays() and _scalar(self.c):
-            return constants(grad.array * self.c)
+            return constants(grad.array * _operand_for(self, grad.array))
         return grad * self.c
 
 
 class DivScalar(Function):
     """y = x / c;  dL/dx = g / c."""
 
-    __slots__ = ("c",)
+    __slots__ = ("c", "operand")
     backward_reads = ()
 
     def forward(self, x: Any, c: float = 1.0) -> Any:
         self.c = c
-        return x / c
+        self.operand = operand = scalar_operand(c, x)
+        return x / operand
 
     def backward(self, grad: Any) -> Any:
         if rules_on_arrays() and _scalar(self.c):
-            return constants(grad.array / self.c)
+            return constants(grad.array / _operand_for(self, grad.array))
         return grad / self.c
+
+
+def _operand_for(fn: MulScalar | DivScalar, g: Any) -> Any:
+    """The forward's `scalar_operand` where the gradient has x's dtype (always, but for a root
+    gradient given in another), else c: the same number either way."""
+    operand = fn.operand
+    return operand if getattr(operand, "dtype", None) is g.dtype else fn.c
 
 
 class RSubScalar(Function):
@@ -522,7 +531,7 @@ class RSubScalar(Function):
     backward_reads = ()
 
     def forward(self, x: Any, c: float = 0.0) -> Any:
-        return c - x
+        return scalar_operand(c, x) - x
 
     def backward(self, grad: Any) -> Any:
         return constants(-grad.array) if rules_on_arrays() else -grad
