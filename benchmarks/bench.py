@@ -45,7 +45,7 @@ import tinyattn.nn.functional as F  # noqa: E402
 from tinyattn import kernels, nn, optim  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_report  # noqa: E402
+from common import CHAIN_OPS, machine_report, per_op_chain  # noqa: E402
 
 
 def median_time(fn, repeats: int, warmup: int = 5) -> float:
@@ -119,42 +119,13 @@ def overhead(quick: bool) -> None:
     rows = []
     for shape in [(4,), (256, 256)]:
         repeats = (50 if quick else 300) if shape == (4,) else (20 if quick else 100)
-        host = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-
-        def numpy_floor(host=host):
-            ys = [host]
-            for _ in range(50):
-                ys.append(ys[-1] * np.float32(1.0001) + np.float32(0.0001))
-            grad = np.ones_like(host)
-            for _ in range(50):
-                grad = grad * np.float32(1.0001)
-            return grad
-
-        x = ta.tensor(host, requires_grad=True)
-
-        def tinyattn_chain(x=x):
-            y = x
-            for _ in range(50):
-                y = y * 1.0001 + 0.0001
-            y.sum().backward()
-            x.grad = None
-
-        fns = {"floor": numpy_floor, "ours": tinyattn_chain}
+        fns = {"floor": per_op_chain("numpy", shape), "ours": per_op_chain("tinyattn", shape)}
         if torch is not None:
-            tx = torch.tensor(host, requires_grad=True)
-
-            def torch_chain(tx=tx):
-                y = tx
-                for _ in range(50):
-                    y = y * 1.0001 + 0.0001
-                y.sum().backward()
-                tx.grad = None
-
-            fns["theirs"] = torch_chain
+            fns["theirs"] = per_op_chain("torch", shape)
         with Threads(1):
             times = paired_times(fns, repeats)
-        floor, ours = times["floor"] / 100, times["ours"] / 100
-        theirs = times["theirs"] / 100 if "theirs" in times else None
+        floor, ours = times["floor"] / CHAIN_OPS, times["ours"] / CHAIN_OPS
+        theirs = times["theirs"] / CHAIN_OPS if "theirs" in times else None
         rows.append(
             [
                 str(shape),

@@ -1,7 +1,7 @@
 """What the benchmarks that run each measurement in its own process share: the children's
 environment, the BLAS they report, and examples/gpt.py loaded under either library.
 
-Imported by compiled.py and generate.py (run by hand, never as tests).
+Imported by bench.py, compiled.py, generate.py and per_op.py (run by hand, never as tests).
 """
 
 from __future__ import annotations
@@ -138,3 +138,39 @@ def median_seconds(run: Callable[[], object], warmup: int, repeats: int) -> floa
         run()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+CHAIN_OPS = 100  # elementwise ops in `per_op_chain`'s forward
+
+
+def per_op_chain(library: str, shape: tuple) -> Callable[[], object]:
+    """The per-op benchmark's chain in `library`, imported here and only it: y = x; 50 times
+    y = y * 1.0001 + 0.0001 (`CHAIN_OPS` elementwise ops) on float32 values that require grad,
+    then y.sum().backward(). "numpy" is the floor: the same forward calls and the backward's 50
+    products written out, with no graph."""
+    import numpy as np
+
+    host = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    if library == "numpy":
+
+        def numpy_chain() -> object:
+            ys = [host]
+            for _ in range(50):
+                ys.append(ys[-1] * np.float32(1.0001) + np.float32(0.0001))
+            grad = np.ones_like(host)
+            for _ in range(50):
+                grad = grad * np.float32(1.0001)
+            return grad
+
+        return numpy_chain
+    lib = __import__(library)  # tinyattn or torch: the same two calls
+    x = lib.tensor(host, requires_grad=True)
+
+    def chain() -> None:
+        y = x
+        for _ in range(50):
+            y = y * 1.0001 + 0.0001
+        y.sum().backward()
+        x.grad = None
+
+    return chain
