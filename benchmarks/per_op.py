@@ -2,21 +2,28 @@
 
 Run by hand, never as a test:
 
-    python benchmarks/per_op.py [--rounds 5] [--repeats 300] [--shape 4]
+    python benchmarks/per_op.py [--rounds 7] [--repeats 300] [--shape 4] [--tree PATH ...]
 
 bench.py's per-op table times NumPy's chain, tinyattn's and PyTorch's in one process, one call
 of each in turn, so each library runs with the other's code and data in the CPU's caches. Here
 every measurement is a fresh process that imports one library only (`common.per_op_chain`),
-and the three alternate, round after round, so that machine drift meets them alike. One BLAS
-thread, PyTorch on one thread, OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE removed from the children's
-environment, tinyattn's allocator setting on, as in bench.py.
+and the processes alternate, round after round, so that machine drift meets them alike. One
+BLAS thread, PyTorch on one thread, OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE removed from the
+children's environment, tinyattn's allocator setting on, as in bench.py.
 
 The chain: y = x; 50 times y = y * 1.0001 + 0.0001 (100 elementwise ops) on float32 values that
 require grad, then y.sum().backward(); each figure is the median time of one chain over
 `--repeats` chains, divided by 100: microseconds per elementwise op, forward and backward.
-Prints the machine, one row per round, and the median and range of each column and of the
-ratio tinyattn / PyTorch, which is taken within each round. `--tree PATH` adds the tinyattn of
-another checkout (an older commit) as a column of its own, measured in the same rounds.
+
+On a shared VM a process can run at half speed for seconds at a time (its virtual CPU
+sharing a core with a busy neighbour), which moves a ratio of two processes by 2x. So every
+process also times NumPy's own chain (the floor: the same forward calls, the backward's 50
+products written out), alternating with its library's chain, so that a slow stretch slows
+both. The table gives each process's two times and the ratio tinyattn / PyTorch, of the raw
+times and of the times in units of each process's NumPy chain, per round and as median and
+range. The second leans against tinyattn: beside PyTorch, whose code evicts NumPy's from the
+caches between the calls, NumPy's chain runs about 10% slower than beside tinyattn.
+`--tree PATH` adds the tinyattn of another checkout (an older commit) in the same rounds.
 """
 
 from __future__ import annotations
@@ -27,23 +34,36 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CHAIN_OPS, child_env, machine_report, median_seconds, per_op_chain  # noqa: E402
+from common import CHAIN_OPS, child_env, machine_report, per_op_chain  # noqa: E402
 
 
 def worker(library: str, shape: tuple, repeats: int) -> dict:
-    """One library's chain in this process: microseconds per elementwise op (median)."""
-    chain = per_op_chain(library, shape)
+    """The library's chain and NumPy's, alternating in this process: microseconds per
+    elementwise op of each (medians)."""
+    chain, floor = per_op_chain(library, shape), per_op_chain("numpy", shape)
     if library == "torch":
         import torch
 
         torch.set_num_threads(1)
-    return {"us": median_seconds(chain, warmup=20, repeats=repeats) / CHAIN_OPS * 1e6}
+    for _ in range(20):
+        chain(), floor()
+    chains, floors = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        chain()
+        middle = time.perf_counter()
+        floor()
+        chains.append(middle - start)
+        floors.append(time.perf_counter() - middle)
+    scale = 1e6 / CHAIN_OPS
+    return {"us": statistics.median(chains) * scale, "numpy_us": statistics.median(floors) * scale}
 
 
-def spawn(library: str, shape: tuple, repeats: int, tree: str | None = None) -> float | None:
+def spawn(library: str, shape: tuple, repeats: int, tree: str | None = None) -> dict | None:
     """`worker` in a fresh process; None where the library is not importable. `tree`: another
     checkout whose `tinyattn` the process imports (an older commit, in the same run)."""
     command = [sys.executable, __file__, "--worker", library, str(repeats)]
@@ -54,7 +74,7 @@ def spawn(library: str, shape: tuple, repeats: int, tree: str | None = None) -> 
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         return None
-    return json.loads(done.stdout.strip().splitlines()[-1])["us"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def commit_of(tree: str) -> str:
@@ -77,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the three processes")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of the processes")
     parser.add_argument("--repeats", type=int, default=300, help="chains timed per process")
     parser.add_argument("--shape", type=int, nargs="+", default=[4], help="the tensor's shape")
     parser.add_argument(
@@ -95,35 +115,46 @@ def main() -> None:
     shape = tuple(args.shape)
     print("\n".join(machine_report()))
     print(f"\n### Per-op overhead, each library in its own process: {shape} float32, 1 thread")
-    print(f"(us per elementwise op, forward + backward; median of {args.repeats} chains)\n")
-    # (column, library, checkout): NumPy, this checkout's tinyattn, PyTorch, then other trees'.
-    runs = [("numpy", "numpy", None), ("tinyattn", "tinyattn", None), ("torch", "torch", None)]
+    print(
+        f"(us per elementwise op, forward + backward, median of {args.repeats} chains; each "
+        "cell: the library's chain / NumPy's chain in the same process)\n"
+    )
+    # (column, library, checkout): this checkout's tinyattn, PyTorch, then other trees'.
+    runs = [("tinyattn", "tinyattn", None), ("PyTorch", "torch", None)]
     runs += [(f"tinyattn at {commit_of(tree)}", "tinyattn", tree) for tree in args.tree]
     names = [name for name, _, _ in runs]
-    header = ["NumPy floor", "tinyattn", "PyTorch", *names[3:], "tinyattn/PyTorch"]
-    header += [f"{name}/PyTorch" for name in names[3:]]
+    compared = [n for n in names if n != "PyTorch"]
+    header = [*names]
+    header += [f"{n}/PyTorch" for n in compared]
+    header += [f"{n}/PyTorch in NumPy-chain units" for n in compared]
     print("| round | " + " | ".join(header) + " |")
     print("|---" * (len(header) + 1) + "|")
-    columns: dict[str, list[float]] = {name: [] for name in names}
-    ratios: dict[str, list[float]] = {name: [] for name in names[1:2] + names[3:]}
+    times: dict[str, list[float]] = {n: [] for n in names}
+    raw: dict[str, list[float]] = {n: [] for n in compared}
+    units: dict[str, list[float]] = {n: [] for n in compared}
     for round_number in range(1, args.rounds + 1):
         # Each round starts with the next process, so that none is always first.
         shift = round_number % len(runs)
-        times = {name: spawn(lib, shape, args.repeats, tree) for name, lib, tree in runs[shift:]}
-        times |= {name: spawn(lib, shape, args.repeats, tree) for name, lib, tree in runs[:shift]}
-        cells = [f"{times[n]:.2f}" if times[n] is not None else "-" for n in names]
+        got = {name: spawn(lib, shape, args.repeats, tree) for name, lib, tree in runs[shift:]}
+        got |= {name: spawn(lib, shape, args.repeats, tree) for name, lib, tree in runs[:shift]}
+        cells = [f"{got[n]['us']:.2f} / {got[n]['numpy_us']:.2f}" if got[n] else "-" for n in names]
         for name in names:
-            if times[name] is not None:
-                columns[name].append(times[name])
-        for name, values in ratios.items():
-            if times[name] and times["torch"]:
-                values.append(times[name] / times["torch"])
-                cells.append(f"{values[-1]:.2f}x")
-            else:
-                cells.append("-")
+            if got[name]:
+                times[name].append(got[name]["us"])
+        theirs = got["PyTorch"]
+        for name in compared:
+            ours = got[name]
+            if ours and theirs:
+                raw[name].append(ours["us"] / theirs["us"])
+                units[name].append(
+                    (ours["us"] / ours["numpy_us"]) / (theirs["us"] / theirs["numpy_us"])
+                )
+        cells += [f"{raw[n][-1]:.2f}x" if got[n] and theirs else "-" for n in compared]
+        cells += [f"{units[n][-1]:.2f}x" if got[n] and theirs else "-" for n in compared]
         print(f"| {round_number} | " + " | ".join(cells) + " |", flush=True)
-    summary = [spread(columns[name]) for name in names]
-    summary += [spread(values, "x") for values in ratios.values()]
+    summary = [spread(times[n]) for n in names]
+    summary += [spread(raw[n], "x") for n in compared]
+    summary += [spread(units[n], "x") for n in compared]
     print("| median (range) | " + " | ".join(summary) + " |")
 
 
