@@ -487,7 +487,7 @@ def merged_heads_product(a: Any, b: Any) -> Any:
     Replaces: ``reshape(permute_dims(a @ b, (0, 2, 1, 3)), (B, T, H * D))``, which copies the
     permuted product. On the host, each head's product is written by ``out=`` straight into its
     columns of the merged array (NumPy hands BLAS the strided rows): the same products, no copy.
-    A GPU takes the copy, a small part of its time (no GPU has run the ``out=`` form yet).
+    Off the host the copy is taken (a small part of a GPU step's time; the CuPy suite runs it).
     Shapes: a (B, H, T, K), b (B, H, K, D) -> (B, T, H * D).
     """
     xp = namespace(a)

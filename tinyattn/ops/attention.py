@@ -124,8 +124,7 @@ def _check_heads(q: Any, k: Any, v: Any, heads: int) -> None:
         not isinstance(heads, int)
         or heads < 1
         or any(len(shape) != 3 or shape[-1] % heads for shape in shapes)
-        or q.shape[0] != k.shape[0] != v.shape[0]
-        or q.shape[0] != v.shape[0]
+        or len({q.shape[0], k.shape[0], v.shape[0]}) != 1
         or q.shape[-1] != k.shape[-1]
         or k.shape[1] != v.shape[1]
     ):
