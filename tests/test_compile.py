@@ -1195,8 +1195,8 @@ def test_ops_that_read_values_back_stay_out_of_graphs(device, monkeypatch):
     segments = next(iter(step.tapes.values())).segments
     lookups = [s for s in segments if "GetItem forward" in s.names]
     assert lookups and all(not s.array_work and len(s.runs) == 1 for s in lookups)
-    # Off the host the targets' range check also runs between graphs (see ClassWeights).
-    checks = [s for s in segments if s.names == ("ClassWeights forward",) and not s.array_work]
+    # Off the host the targets' range check also runs between graphs (see CrossEntropy).
+    checks = [s for s in segments if s.names == ("CrossEntropy forward",) and not s.array_work]
     assert len(checks) == (0 if device == "cpu" else 1)
     assert [s.capturable for s in segments].count(True) == 1 + len(checks)
 
@@ -2374,22 +2374,27 @@ def test_a_large_dict_read_by_the_step_is_keyed_by_identity_only(device):
         CONFIG = saved
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("ignore_index", [-100, 2, None])
-def test_cross_entropys_target_rows_replay_as_out_calls_equal_to_eager(
-    device, smoothing, ignore_index
+def test_cross_entropy_replays_as_out_calls_equal_to_eager(
+    device, smoothing, ignore_index, reduction
 ):
-    """Cross-entropy's target rows are gathered into their buffer where out= exists (NumPy),
-    equal to eager bit for bit on batches whose ignored targets change, all of them ignored in
-    one (the count of kept targets is then 1, the loss 0)."""
+    """Cross-entropy's node replays as out= calls where out= exists (NumPy), equal to eager
+    bit for bit on batches whose ignored targets change, all of them ignored in one (the count
+    of kept targets is then 1, the loss 0), and whose masked classes (-inf logits) change: a
+    masked class counts 0 unless smoothing weighs it (the loss is then inf, as PyTorch's)."""
     weight = ta.tensor(np.linspace(-1, 1, 15, dtype="float32").reshape(3, 5), device=device)
     weight.requires_grad_(True)
     kwargs = {} if ignore_index is None else {"ignore_index": ignore_index}
 
-    def step(x, targets):
+    def step(x, mask, targets):
         weight.grad = None
-        loss = F.cross_entropy(x @ weight, targets, label_smoothing=smoothing, **kwargs)
-        loss.backward()
+        logits = x @ weight + mask
+        loss = F.cross_entropy(
+            logits, targets, label_smoothing=smoothing, reduction=reduction, **kwargs
+        )
+        loss.sum().backward()
         return loss, weight.grad
 
     rng = np.random.default_rng(3)
@@ -2401,16 +2406,21 @@ def test_cross_entropys_target_rows_replay_as_out_calls_equal_to_eager(
             targets[rng.random(8) < 0.4] = ignored
             if call == 3:
                 targets[:] = ignored
-        batches.append((rng.standard_normal((8, 3)).astype("float32"), targets))
-    as_tensors = [(ta.tensor(x, device=device), ta.tensor(t, device=device)) for x, t in batches]
+        mask = np.zeros((8, 5), dtype="float32")
+        if call in (2, 4):  # a class the targets never name, masked in some rows
+            targets[targets == 4] = 0
+            mask[::2, 4] = -np.inf
+        batches.append((rng.standard_normal((8, 3)).astype("float32"), mask, targets))
+    as_tensors = [tuple(ta.tensor(a, device=device) for a in b) for b in batches]
     eager = [tuple(r.detach().numpy() for r in step(*b)) for b in as_tensors]
     compiled = ta.compile(step)
     for b, expected in zip(as_tensors, eager, strict=True):
         for got, want in zip(compiled(*b), expected, strict=True):
             np.testing.assert_array_equal(got.detach().numpy(), want)
-    if ignore_index is not None:
+    if ignore_index is not None and reduction != "none":
         assert eager[3][0] == 0.0, "every target ignored: loss 0, not 0/0"
+    assert np.isfinite(eager[2][1]).all() and np.isinf(eager[2][0]).any() == (smoothing > 0)
     labels = next(iter(compiled.tapes.values())).labels
     lowered = device == "cpu"
-    assert ("ClassWeights forward (out=)" in labels) == lowered, labels
-    assert ("ClassWeights forward" in labels) != lowered, labels
+    assert ("CrossEntropy forward (out=)" in labels) == lowered, labels
+    assert ("CrossEntropy forward" in labels) != lowered, labels

@@ -606,7 +606,27 @@ RULE_CASES = {
         [(2, 4, 4), (2, 4, 4), (2, 4, 2)],
         "heads_attention_grads",
     ),
+    "cross-entropy-mean": (
+        lambda x: F.cross_entropy(x, _targets(x, [0, 2, 4]), label_smoothing=0.1),
+        [(3, 5)],
+        "cross_entropy_grad",
+    ),
+    "cross-entropy-sum-ignored": (
+        lambda x: F.cross_entropy(x, _targets(x, [0, 2, 4]), ignore_index=2, reduction="sum"),
+        [(3, 5)],
+        "cross_entropy_grad",
+    ),
+    "cross-entropy-none-leading-axes": (
+        lambda x: F.cross_entropy(x, _targets(x, [[1, 0, 3], [4, 4, 2]]), reduction="none"),
+        [(2, 5, 3)],
+        "cross_entropy_grad",
+    ),
 }
+
+
+def _targets(x, classes):
+    """Constant class-index targets on x's device."""
+    return ta.tensor(np.array(classes), device=x.device)
 
 
 def _causal(q, k):

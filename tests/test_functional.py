@@ -169,6 +169,109 @@ def test_cross_entropy_target_rows_from_the_table_equal_the_compared_ones(
     np.testing.assert_array_equal(grad_a, grad_b)
 
 
+def _composed_cross_entropy(x, targets, ignore_index, smoothing, reduction):
+    """Cross entropy as the six nodes `ops.CrossEntropy` fuses: log-softmax, the target rows,
+    the negative log-likelihood, the sum, the count of kept targets and the division."""
+    from tinyattn.ops import ClassWeights, KeptCount, NegLogLikelihood
+
+    logits = x if x.ndim < 3 else x.permute(0, *range(2, x.ndim), 1)  # classes last
+    log_probs = F.log_softmax(logits, dim=-1)
+    weights = ClassWeights.apply(
+        targets,
+        classes=log_probs.shape[-1],
+        ignore_index=ignore_index,
+        smoothing=smoothing,
+        dtype=log_probs.dtype,
+    )
+    per_target = NegLogLikelihood.apply(log_probs, weights)
+    if reduction == "none":
+        return per_target
+    if reduction == "sum":
+        return per_target.sum()
+    return per_target.sum() / KeptCount.apply(
+        targets, ignore_index=ignore_index, dtype=log_probs.dtype
+    )
+
+
+CE_SHAPES = {"rows": ((6, 5), (6,)), "leading axes": ((3, 5, 2), (3, 2)), "one row": ((5,), ())}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("shape", CE_SHAPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing,ignore_index", [(0.0, -100), (0.2, 1), (0.0, 3)])
+def test_cross_entropy_node_equals_its_composition(
+    device, dtype, shape, reduction, smoothing, ignore_index
+):
+    """The fused node and the six nodes it replaces give the same loss and the same gradient,
+    bit for bit, with -inf logits (a masked class: its term counts 0 unless it is the target's)
+    and ignored targets; and agree under create_graph, where its rule is Tensor ops."""
+    if dtype == "float16" and device == "strict":
+        pytest.skip("the array API (and so the strict stand-in) has no float16")
+    x_shape, t_shape = CE_SHAPES[shape]
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal(x_shape) * 3).astype(dtype)
+    class_axis = 1 if len(x_shape) >= 2 else 0
+    targets = rng.integers(0, 5, t_shape)
+    np.put_along_axis(logits, np.expand_dims((targets + 1) % 5, class_axis), -np.inf, class_axis)
+    if targets.ndim:
+        targets.flat[0] = ignore_index  # an ignored target, and one of class 1 or 3 kept
+        targets.flat[-1] = 4 - ignore_index % 2
+    t = ta.tensor(targets, device=device)
+    grads, losses = [], []
+    for loss_of in (F.cross_entropy, _composed_cross_entropy):
+        x = ta.tensor(logits, device=device, requires_grad=True)
+        if loss_of is F.cross_entropy:
+            loss = loss_of(
+                x, t, ignore_index=ignore_index, label_smoothing=smoothing, reduction=reduction
+            )
+        else:
+            loss = loss_of(x, t, ignore_index, smoothing, reduction)
+        seed = ta.tensor(
+            np.linspace(-1, 2, loss.numel()).reshape(loss.shape).astype(dtype), device=device
+        )
+        loss.backward(seed)
+        losses.append(loss.detach().numpy())
+        grads.append(x.grad.numpy())
+    assert np.isfinite(grads[0]).all()
+    np.testing.assert_array_equal(losses[0], losses[1])
+    np.testing.assert_array_equal(grads[0], grads[1])
+    x = ta.tensor(logits, device=device, requires_grad=True)
+    loss = F.cross_entropy(
+        x, t, ignore_index=ignore_index, label_smoothing=smoothing, reduction=reduction
+    )
+    (with_graph,) = ta.grad(loss, [x], grad_outputs=seed, create_graph=True)
+    assert with_graph.requires_grad
+    tolerance = {"float16": 1e-2, "float32": 1e-6, "float64": 1e-14}[dtype]
+    np.testing.assert_allclose(
+        with_graph.detach().numpy().astype("float64"), grads[0], rtol=tolerance, atol=tolerance
+    )
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["under no_grad", "in the graph"])
+def test_cross_entropy_logits_may_change_in_place_after_the_loss(device, recorded):
+    """As in PyTorch (log-softmax's rule reads its output, not its input), the logits may be
+    written in place after the loss: the gradient, and under create_graph the gradient of the
+    gradient, are those of the values the loss saw, through the history it saw (a write in the
+    graph moves the logits' history on; the loss's second-order graph must not follow it)."""
+    rng = np.random.default_rng(2)
+    logits = rng.standard_normal((4, 3))
+    targets = ta.tensor([0, 2, 1, 1], device=device)
+    expected = []
+    for change in (False, True):
+        x = ta.tensor(logits, device=device, requires_grad=True)
+        h = x * 1.0
+        loss = F.cross_entropy(h, targets, label_smoothing=0.1)
+        if change:
+            with ta.set_grad_enabled(recorded):
+                h.mul_(5.0)
+        (g,) = ta.grad(loss, [x], create_graph=True)
+        (gg,) = ta.grad((g * g).sum(), [x])
+        expected.append((g.detach().numpy(), gg.numpy()))
+    for before, after in zip(*expected, strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
 def test_cross_entropy_gradcheck(device):
     logits = leaf(device, 4, 3)
     targets = ta.tensor([0, 2, 1, 1], device=device)

@@ -117,7 +117,7 @@ def test_intermediates_die_with_the_loss(device, no_cyclic_gc, name, ending):
     # (B, T, V) -> (B, V, T): classes on axis 1; no name holds the logits, so only the loss does
     loss = F.cross_entropy(model(tokens).permute(0, 2, 1), targets)
     intermediates = [weakref.ref(t) for t in _graph_tensors(loss)]
-    assert len(intermediates) > 12  # the whole model's graph (all heads: one HeadsAttention)
+    assert len(intermediates) > 10  # the whole graph (one HeadsAttention, one CrossEntropy)
     ending(loss)
     if name == "after create_graph":
         for p in model.parameters():  # the gradients hold the graph of the backward pass

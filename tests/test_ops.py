@@ -488,6 +488,19 @@ ROWS = [
         x, ta.tensor([0, 3, -100], device=x.device), weight=ta.tensor(
             [1.0, 2.0, 0.5, 3.0], dtype="float64", device=x.device), label_smoothing=0.1),
         lambda x: _weighted_ce_numpy(x, [0, 3, -100], [1.0, 2.0, 0.5, 3.0], 0.1), [A]),
+    Row("CrossEntropy mean smoothed", lambda a: ops.CrossEntropy.apply(
+        a, ta.tensor([0, 3, 1], device=a.device), smoothing=0.1),
+        lambda a: _ce_numpy(a, [0, 3, 1], -100, 0.1, "mean"), [A]),
+    Row("CrossEntropy sum ignored", lambda a: ops.CrossEntropy.apply(
+        a, ta.tensor([0, 3, 1], device=a.device), ignore_index=3, reduction="sum"),
+        lambda a: _ce_numpy(a, [0, 3, 1], 3, 0.0, "sum"), [A]),
+    Row("CrossEntropy none", lambda a: ops.CrossEntropy.apply(
+        a, ta.tensor([[0, 3, 1], [2, 2, 0]], device=a.device), reduction="none"),
+        lambda a: _ce_numpy(a, [[0, 3, 1], [2, 2, 0]], -100, 0.0, "none"), [B3]),
+    Row("SavedLogSoftmax", lambda a: ops.SavedLogSoftmax.apply(
+        a, values=F.log_softmax(a.detach(), dim=-1).array, axis=-1),
+        lambda a: a - a.max(-1, keepdims=True)
+        - np.log(np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)), [A]),
     Row("NegLogLikelihood", lambda a, w: ops.NegLogLikelihood.apply(a, w),
         lambda a, w: -(a * w).sum(-1), [B3, (3, 4)]),
     Row("NegLogLikelihood broadcast weights", lambda a, w: ops.NegLogLikelihood.apply(a, w),
@@ -601,6 +614,19 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def _bce_numpy(p: np.ndarray, t: np.ndarray) -> np.ndarray:
     return -(t * np.maximum(np.log(p), -100.0) + (1 - t) * np.maximum(np.log1p(-p), -100.0))
+
+
+def _ce_numpy(x: np.ndarray, targets: list, ignore: int, s: float, reduction: str) -> np.ndarray:
+    """PyTorch's label-smoothed cross entropy of class indices, classes last, written out."""
+    logp = x - x.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    t = np.asarray(targets)
+    kept = t != ignore
+    picked = np.take_along_axis(logp, np.where(kept, t, 0)[..., None], -1)[..., 0]
+    losses = np.where(kept, -(1 - s) * picked - s * logp.mean(-1), 0.0)
+    if reduction == "none":
+        return losses
+    return np.asarray(losses.sum() / (1 if reduction == "sum" else max(kept.sum(), 1)))
 
 
 def _weighted_ce_numpy(x: np.ndarray, targets: list, weight: list, s: float) -> np.ndarray:

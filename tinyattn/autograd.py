@@ -445,6 +445,13 @@ def _as_of(tensor: Any, seq: int) -> Any:
     return tensor
 
 
+def input_as_read(fn: Function, position: int) -> Any:
+    """`fn`'s input `position` as fn read it, its history then: for a rule that builds a graph
+    on an input it does not read (under create_graph) after an in-place op moved it on."""
+    tensor = fn.inputs[position]
+    return tensor if tensor._rebased is None else _as_of(tensor, fn._seq)
+
+
 def _sum(total: Any, grad: Any) -> Any:
     """total + grad (alike: `_checked`), as arrays where no graph needs Add: the same sum."""
     return _wrap(total.array + grad.array, None) if rules_on_arrays() else total + grad

@@ -469,6 +469,28 @@ def log_softmax_grad(grad: Any, y: Any, axis: int) -> tuple | None:
     return (grad - scaled,)
 
 
+def cross_entropy_grad(
+    grad: Any, log_probs: Any, weights: Any, count: Any = None, each: bool = False
+) -> tuple | None:
+    """dL/dx = G - exp(log p) * sum(G) along the last axis, G = -g w, with g / count for a
+    mean and g per target (`each`) for no reduction.
+
+    Replaces: `ops.CrossEntropy.backward`'s Tensor ops, which are those of the division's,
+    the sum's, the negative log-likelihood's and log-softmax's rules it fuses.
+    Shapes: grad () or (...), log_probs and weights (..., C) -> ((..., C),).
+    """
+    if not same_float(grad, log_probs, weights):
+        return None
+    if count is not None:
+        grad = grad / count
+    elif each:
+        grad = grad[..., None]
+    terms = -(grad * weights)
+    scaled = namespace(log_probs).exp(log_probs)
+    scaled *= sum_array(terms, (terms.ndim - 1,), keepdims=True)
+    return (terms - scaled,)
+
+
 # ------------------------------------------------------------ attention with heads side by side
 def split_heads(x: Any, heads: int) -> Any:
     """A projection's heads, laid side by side in its last axis, as a stack: a view, no copy.

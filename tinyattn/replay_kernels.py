@@ -16,7 +16,7 @@ from typing import Any
 
 from . import backend, kernels, ops
 from .ops.reductions import sum_to_axes
-from .ops.targets import gather_target_rows
+from .ops.targets import gather_target_rows, kept_count
 
 
 class Slot:
@@ -65,7 +65,7 @@ def lowered(
     # By class, not by name: a user's own Function called "Exp" is not tinyattn's.
     kind = type(fn)
     if saved:
-        return _lowered_saving(u, fn, arrays, out, saved)
+        return _lowered_saving(u, fn, arrays, out, saved, kwargs)
     elementwise = _lowered_elementwise(u, kind, arrays, kwargs)
     if elementwise is not None:
         return elementwise
@@ -92,14 +92,70 @@ def lowered(
     return None
 
 
-def _lowered_saving(u: Any, fn: Any, arrays: list, out: Any, saved: list) -> Callable | None:
+def _lowered_saving(
+    u: Any, fn: Any, arrays: list, out: Any, saved: list, kwargs: dict
+) -> Callable | None:
     """The kernel of an op that keeps arrays for its backward, written into `saved`, or None."""
     kind = type(fn)
     if kind is ops.LayerNorm and len(saved) == 2:
         return _lowered_layer_norm(u, fn, arrays, out, *saved)
     if kind is ops.HeadsAttention and len(saved) == 1:
         return _lowered_heads_attention(u, fn, arrays, out, saved[0])
+    if kind is ops.CrossEntropy and backend.is_host_array(arrays[1]):
+        return _lowered_cross_entropy(u, fn, arrays, out, saved, kwargs)
     return None
+
+
+def _lowered_cross_entropy(
+    u: Any, fn: Any, arrays: list, out: Any, saved: list, kwargs: dict
+) -> Callable | None:
+    """`ops.CrossEntropy`'s forward as out= calls: the target rows gathered into the weights
+    its backward reads (NumPy's take refuses a target out of range, the replay's check of new
+    targets), log-softmax into the saved log-probabilities (`_lowered_softmax`), each target's
+    term sums as a product with ones, then `_lowered_sum`'s sum and, for a mean, the division
+    by the count of kept targets (computed from the targets, kept for backward). The same
+    calls in the same order as the forward, so the same bits."""
+    x, targets = arrays
+    log_probs, weights = saved[:2]
+    classes, reduction = x.shape[-1], fn.reduction
+    if classes > kernels.IDENTITY_ROWS or targets.size == 0 or x.ndim < 2:
+        return None  # the forward compares targets with classes, or has no rows
+    if len(saved) != 2 + (reduction == "mean") or x.dtype != weights.dtype:
+        return None
+    softmax = _lowered_softmax(u, x, log_probs, -1, log=True)
+    rows = _rows_of(u, weights, classes)
+    per_target = out if reduction == "none" else u.empty(targets.shape, dtype=x.dtype)
+    per_row = u.reshape(per_target, (-1,))
+    ones = _ones_for(u, x, classes)
+    total = None
+    if reduction != "none":
+        total = _lowered_sum(u, per_target, out, tuple(range(targets.ndim)), None)
+    if softmax is None or rows is None or ones is None or (reduction != "none" and not total):
+        return None
+    if not _reshaped_in_place(u, per_row, per_target) or rows.shape[0] != targets.size:
+        return None
+    terms = u.empty(rows.shape, dtype=x.dtype)
+    ignore_index, smoothing = kwargs.get("ignore_index", -100), kwargs.get("smoothing", 0.0)
+    xp = backend.namespace(x)
+
+    def run(o: Any, x: Any, targets: Any) -> None:
+        gather_target_rows(xp, targets, classes, ignore_index, smoothing, x.dtype, out=rows)
+        softmax(log_probs, x)
+        with backend.quiet_invalid():  # 0 * -inf: a masked class the target does not weigh
+            u.multiply(log_probs.reshape(-1, classes), rows, out=terms)
+        u.matmul(terms, ones, out=per_row)
+        u.negative(per_row, out=per_row)
+        if u.isnan(per_row).any():  # `losses.nll_array`: only the weighted terms count
+            u.copyto(terms, 0.0, where=rows == 0)
+            u.matmul(terms, ones, out=per_row)
+            u.negative(per_row, out=per_row)
+        if total is not None:
+            total(o, per_target)
+        if reduction == "mean":
+            u.copyto(saved[2], kept_count(targets, ignore_index, x.dtype))
+            u.divide(o, saved[2], out=o)
+
+    return run
 
 
 def _lowered_elementwise(u: Any, kind: type, arrays: list, kwargs: dict) -> Callable | None:

@@ -42,7 +42,7 @@ from ..functional import (  # the core functions, re-exported as the same object
 )
 from ..functional import __all__ as _core_all
 from ..methods.common import concat, where
-from ..ops import BinaryCrossEntropy, ClassWeights, KeptCount, NegLogLikelihood, bad_targets
+from ..ops import BinaryCrossEntropy, CrossEntropy, NegLogLikelihood, bad_targets
 from ..ops.computed import computed
 from ..tensor import Tensor
 from ..tensor_functions import cosine_similarity  # noqa: F401  (re-exported: F.cosine_similarity)
@@ -357,32 +357,19 @@ def cross_entropy(
     ):
         return _soft_cross_entropy(input, target, reduction, label_smoothing, weight)
     target = _integer_targets(op, target, input, ignore_index)
-    log_probs = log_softmax(_classes_last(input), dim=-1)  # (N, d1, ..., C)
+    logits = _classes_last(input)  # (N, d1, ..., C)
     if weight is not None:
+        log_probs = log_softmax(logits, dim=-1)
         return _weighted_nll(log_probs, target, weight, ignore_index, reduction, label_smoothing)
-    return _index_cross_entropy(log_probs, target, ignore_index, label_smoothing, reduction)
-
-
-def _index_cross_entropy(
-    log_probs: Tensor, target: Tensor, ignore_index: int, label_smoothing: float, reduction: str
-) -> Tensor:
-    """Unweighted cross entropy of checked class indices over log-probabilities, classes last."""
-    # The target distribution as an op of the targets (rows gathered from a table, with a zero
-    # row for ignored targets), so compiled steps compute it again from each batch.
-    weights = ClassWeights.apply(
+    # One node, log-softmax to the reduction: its target rows are computed from the targets
+    # in its forward, so a compiled step computes them again from each batch.
+    return CrossEntropy.apply(
+        logits,
         target,
-        classes=log_probs.shape[-1],
         ignore_index=ignore_index,
         smoothing=label_smoothing,
-        dtype=log_probs.dtype,
+        reduction=reduction,
     )
-    per_target = NegLogLikelihood.apply(log_probs, weights)  # 0 * -inf counts 0, as PyTorch
-    if reduction == "none":
-        return per_target
-    total = per_target.sum()
-    if reduction == "sum":
-        return total
-    return total / KeptCount.apply(target, ignore_index=ignore_index, dtype=log_probs.dtype)
 
 
 def _class_weights(op: str, weight: Any, input: Tensor) -> Tensor:

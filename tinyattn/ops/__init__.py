@@ -63,7 +63,7 @@ from .shape import (
     check_reshape,
     matmul_shape,
 )
-from .softmax import LogSoftmax, Softmax
+from .softmax import LogSoftmax, SavedLogSoftmax, Softmax
 from .special import Erf, Gelu
 
 __all__ = [
@@ -93,6 +93,7 @@ __all__ = [
     "Linear",
     "Log",
     "LogSoftmax",
+    "SavedLogSoftmax",
     "MatMul",
     "Max",
     "Maximum",
@@ -126,7 +127,7 @@ __all__ = [
 
 # Functions added for PyTorch's names, one idea per file (registered in ops/table.py).
 from .computed import Computed, array_call, computed  # noqa: E402
-from .losses import BinaryCrossEntropy, NegLogLikelihood  # noqa: E402
+from .losses import BinaryCrossEntropy, CrossEntropy, NegLogLikelihood  # noqa: E402
 from .movement import Clone, Diagonal, DiagonalEmbed, Flip  # noqa: E402
 from .rounding import Ceil, Floor, FloorDivide, Remainder, Round, Sign, Trunc  # noqa: E402
 from .scan import Cumsum  # noqa: E402
@@ -148,7 +149,7 @@ __all__ += [
 __all__ += ["Atan2", "Expm1", "Log1p", "Round", "Sign", "Sin", "Trunc"]
 __all__ += ["Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cosh", "Sinh", "Tan"]
 __all__ += ["Exp2", "Log2", "Log10"]
-__all__ += ["BinaryCrossEntropy", "NegLogLikelihood"]
+__all__ += ["BinaryCrossEntropy", "CrossEntropy", "NegLogLikelihood"]
 __all__ += [
     "ClassWeights",
     "Computed",

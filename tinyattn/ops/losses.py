@@ -5,15 +5,21 @@ where a class is masked to -inf and the target gives it weight 0 (0 * -inf), and
 entropy's gradient ``(p - y) / (p (1 - p))`` is NaN at p = 0 or 1. PyTorch's kernels give a
 finite loss and gradient there: one picks only the weighted terms, the other clamps its
 denominator. Each rule is one Function here, its backward written with Tensor operations.
+`CrossEntropy` is one node for speed: log-softmax through the reduction, the same array calls
+as the six nodes it replaces.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..autograd import Function
+from .. import kernels
+from ..autograd import Function, constants, input_as_read, is_grad_enabled, rules_on_arrays
 from ..backend import is_host_array, namespace, quiet_invalid
 from ..kernels import sum_array
+from .reductions import summed
+from .softmax import SavedLogSoftmax, log_softmax_array
+from .targets import kept_count, target_rows
 
 # PyTorch's clamps: each log at -100, and binary cross entropy's gradient denominator at 1e-12
 # as a float32 (its constant's type, whatever the input's dtype): 9.999999960041972e-13.
@@ -33,16 +39,7 @@ class NegLogLikelihood(Function):
     grad_reads = ((1,), (0,))  # the gradient of each input reads the other
 
     def forward(self, log_probs: Any, weights: Any) -> Any:
-        xp = namespace(log_probs)
-        with quiet_invalid():
-            terms = log_probs * weights
-        total = -sum_array(terms, (terms.ndim - 1,))
-        # A NaN total is a NaN logit or a 0 * -inf term: only the second is recomputed. On a
-        # device the test would wait for it, so there the terms are always filtered.
-        if is_host_array(total) and not xp.any(xp.isnan(total)):
-            return total
-        terms = xp.where(weights == 0, xp.zeros_like(terms), terms)
-        return -sum_array(terms, (terms.ndim - 1,))
+        return nll_array(log_probs, weights)
 
     def backward(self, grad: Any) -> tuple:
         log_probs, weights = self.inputs
@@ -51,6 +48,88 @@ class NegLogLikelihood(Function):
             (-(grad * weights)).sum_to(log_probs.shape) if log_probs.requires_grad else None,
             (-(grad * log_probs)).sum_to(weights.shape) if weights.requires_grad else None,
         )
+
+
+def nll_array(log_probs: Any, weights: Any) -> Any:
+    """`NegLogLikelihood`'s forward on arrays. Shapes: (..., C), weights -> (...)."""
+    xp = namespace(log_probs)
+    with quiet_invalid():
+        terms = log_probs * weights
+    total = -sum_array(terms, (terms.ndim - 1,))
+    # A NaN total is a NaN logit or a 0 * -inf term: only the second is recomputed. On a
+    # device the test would wait for it, so there the terms are always filtered.
+    if is_host_array(total) and not xp.any(xp.isnan(total)):
+        return total
+    terms = xp.where(weights == 0, xp.zeros_like(terms), terms)
+    return -sum_array(terms, (terms.ndim - 1,))
+
+
+class CrossEntropy(Function):
+    """Cross entropy of logits against class-index targets, as one node:
+    log p = log_softmax(x) along the last axis; w = the targets' rows (`ClassWeights`: the
+    one-hot of t smoothed by s, a zero row for an ignored target); l = -sum_c w_c log p_c per
+    target; then "none" gives l, "sum" sum(l), "mean" sum(l) / n, n = max(1, kept targets).
+    dL/dx = G - p * sum_c G along the last axis, with G = -g w (g / n for "mean").
+
+    Composed, this is six nodes (log-softmax, target rows, negative log-likelihood, sum, count,
+    division) whose four rules make a dozen Tensor ops. Here one forward makes the same array
+    calls in the same order, and the rule (`kernels.cross_entropy_grad` on arrays) the same
+    as the four rules: loss and gradient equal the composition's bit for bit. The rule reads
+    what forward saved, never x, so x may be changed in place afterwards (as in PyTorch); under
+    ``create_graph`` it reaches x through `SavedLogSoftmax`, log-softmax's own rule.
+    Shapes: x (..., C) float, targets (...) int -> () ((...) for "none").
+    """
+
+    __slots__ = ("on_host", "reduction")
+    backward_reads = ()  # only the saved arrays, which no one else holds
+
+    def reads_host(self) -> bool:
+        return not self.on_host  # the range check of device targets waits for the device
+
+    def forward(
+        self,
+        x: Any,
+        targets: Any,
+        ignore_index: Any = -100,
+        smoothing: float = 0.0,
+        reduction: str = "mean",
+    ) -> Any:
+        self.on_host, self.reduction = is_host_array(targets), reduction
+        weights = target_rows(targets, x.shape[-1], ignore_index, smoothing, x.dtype)
+        log_probs = log_softmax_array(x, -1)
+        per_target = nll_array(log_probs, weights)  # 0 * -inf counts 0, as PyTorch
+        if reduction == "none":
+            self.save_for_backward(log_probs, weights)
+            return per_target
+        total = summed(per_target, tuple(range(per_target.ndim)))
+        if reduction == "sum":
+            self.save_for_backward(log_probs, weights)
+            return total
+        count = kept_count(targets, ignore_index, x.dtype)
+        self.save_for_backward(log_probs, weights, count)
+        total /= count  # in place: a 0-d array stays one (a quotient of two is a scalar)
+        return total
+
+    def backward(self, grad: Any) -> tuple:
+        if not self.inputs[0].requires_grad:
+            return (None, None)
+        if rules_on_arrays():  # the same gradient by the same calls, on arrays
+            log_probs, weights, *count = self.saved_arrays
+            each = self.reduction == "none"
+            count = count[0] if count else None
+            grads = kernels.cross_entropy_grad(grad.array, log_probs, weights, count, each)
+            if grads is not None:
+                return (*constants(*grads), None)
+        log_probs, weights, *count = self.saved_tensors
+        if is_grad_enabled():  # create_graph: log p must carry its dependence on x
+            x = input_as_read(self, 0)  # not x's values: an in-place op may have moved it on
+            log_probs = SavedLogSoftmax.apply(x, values=log_probs.array, axis=-1)
+        if count:
+            grad = grad / count[0]
+        elif self.reduction == "none":
+            grad = grad.unsqueeze(-1)  # one value per row of C terms
+        terms = -(grad * weights)
+        return (terms - log_probs.exp() * terms.sum(axis=-1, keepdims=True), None)
 
 
 class BinaryCrossEntropy(Function):

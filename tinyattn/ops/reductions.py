@@ -66,6 +66,14 @@ def _unreduce(grad: Any, input_shape: tuple, axes: tuple) -> Any:
     return grad.reshape(kept_shape(input_shape, axes)).broadcast_to(input_shape)
 
 
+def summed(x: Any, axes: tuple, keepdims: bool = False) -> Any:
+    """`Sum`'s forward on an array, over normalised `axes`."""
+    if is_half(x):  # PyTorch's CPU kernels accumulate float16 in float32, rounding once
+        xp = namespace(x)
+        return xp.astype(sum_array(xp.astype(x, xp.float32), axes, keepdims), x.dtype)
+    return sum_array(x, axes, keepdims)
+
+
 class Sum(Function):
     """y = sum of x over axes;  dL/dx = g broadcast back over the summed axes."""
 
@@ -74,10 +82,7 @@ class Sum(Function):
 
     def forward(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         self.axes = reduction_axes("sum", axis, x.ndim)
-        if is_half(x):  # PyTorch's CPU kernels accumulate float16 in float32, rounding once
-            xp = namespace(x)
-            return xp.astype(sum_array(xp.astype(x, xp.float32), self.axes, keepdims), x.dtype)
-        return sum_array(x, self.axes, keepdims)
+        return summed(x, self.axes, keepdims)
 
     def backward(self, grad: Any) -> Any:
         return _unreduce(grad, self.inputs[0].shape, self.axes)

@@ -54,12 +54,7 @@ class LogSoftmax(Function):
 
     def forward(self, x: Any, axis: int = -1) -> Any:
         self.axis = axis
-        xp = namespace(x)
-        if x.size == 0:
-            return xp.zeros_like(x)
-        if is_half(x):
-            return xp.astype(_log_softmax(xp, xp.astype(x, xp.float32), axis), x.dtype)
-        return _log_softmax(xp, x, axis)
+        return log_softmax_array(x, axis)
 
     def backward(self, grad: Any) -> Any:
         if rules_on_arrays():  # the same gradient by the same calls, on arrays
@@ -77,6 +72,34 @@ def _softmax(xp: Any, x: Any, axis: int) -> Any:
     # holding NaN or +inf) divides the whole row, which then is NaN.
     exps /= xp.where(total == 0, xp.ones_like(total), total)  # in place: exps is ours
     return exps
+
+
+class SavedLogSoftmax(LogSoftmax):
+    """y = log_softmax(x) along `axis`, given as `values` (computed by the caller from x's
+    values at the time); dL/dx as `LogSoftmax`.
+
+    A fused op that computed log-softmax inside its forward (`ops.CrossEntropy`) builds this
+    node under ``create_graph``, so that its rule's Tensor form depends on x through
+    log-softmax's own rule. Like PyTorch's, that rule reads the output, never x: x may have
+    been changed in place since. Shapes: x (..., N), values (..., N) -> (..., N).
+    """
+
+    __slots__ = ()
+    backward_reads = ("output",)
+
+    def forward(self, x: Any, values: Any = None, axis: int = -1) -> Any:
+        self.axis = axis
+        return values
+
+
+def log_softmax_array(x: Any, axis: int) -> Any:
+    """`LogSoftmax`'s forward on an array: float16 computed in float32 and rounded once."""
+    xp = namespace(x)
+    if x.size == 0:
+        return xp.zeros_like(x)
+    if is_half(x):
+        return xp.astype(_log_softmax(xp, xp.astype(x, xp.float32), axis), x.dtype)
+    return _log_softmax(xp, x, axis)
 
 
 def _log_softmax(xp: Any, x: Any, axis: int) -> Any:

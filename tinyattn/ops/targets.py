@@ -34,22 +34,29 @@ class ClassWeights(Function):
     def forward(
         self, targets: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any
     ) -> Any:
-        # cross_entropy checked the targets of an eager call; a compiled step's replay gets new
-        # ones unchecked, so they are checked here too. On the host the table's take refuses
-        # them; CuPy's take wraps an index out of range, so there they are compared, which
-        # waits for the device (as getitem's range check does).
-        xp = backend.namespace(targets)
         self.on_host = backend.is_host_array(targets)
-        if classes > kernels.IDENTITY_ROWS or not self.on_host:
-            if bool(xp.any(bad_targets(xp, targets, classes, ignore_index))):
-                raise _out_of_range(classes, ignore_index)
-        if classes > kernels.IDENTITY_ROWS:
-            return _compared(xp, targets, classes, ignore_index, smoothing, dtype)
-        rows = gather_target_rows(xp, targets, classes, ignore_index, smoothing, dtype)
-        return xp.reshape(rows, (*targets.shape, classes))
+        return target_rows(targets, classes, ignore_index, smoothing, dtype)
 
     def backward(self, grad: Any) -> None:
         return None
+
+
+def target_rows(targets: Any, classes: int, ignore_index: Any, smoothing: float, dtype: Any) -> Any:
+    """`ClassWeights`' forward on arrays: the targets checked, then their rows.
+    Shapes: targets (...) int -> (..., C) of `dtype`."""
+    # cross_entropy checked the targets of an eager call; a compiled step's replay gets new
+    # ones unchecked, so they are checked here too. On the host the table's take refuses
+    # them; CuPy's take wraps an index out of range, so there they are compared, which
+    # waits for the device (as getitem's range check does).
+    xp = backend.namespace(targets)
+    on_host = backend.is_host_array(targets)
+    if classes > kernels.IDENTITY_ROWS or not on_host:
+        if bool(xp.any(bad_targets(xp, targets, classes, ignore_index))):
+            raise _out_of_range(classes, ignore_index)
+    if classes > kernels.IDENTITY_ROWS:
+        return _compared(xp, targets, classes, ignore_index, smoothing, dtype)
+    rows = gather_target_rows(xp, targets, classes, ignore_index, smoothing, dtype)
+    return xp.reshape(rows, (*targets.shape, classes))
 
 
 def gather_target_rows(
@@ -130,12 +137,18 @@ class KeptCount(Function):
     backward_reads = ()
 
     def forward(self, targets: Any, ignore_index: Any, dtype: Any) -> Any:
-        xp = backend.namespace(targets)
-        count = xp.sum(xp.astype(_kept(xp, targets, ignore_index), dtype))
-        return xp.maximum(count, xp.ones((), dtype=dtype, device=targets.device))
+        return kept_count(targets, ignore_index, dtype)
 
     def backward(self, grad: Any) -> None:
         return None
+
+
+def kept_count(targets: Any, ignore_index: Any, dtype: Any) -> Any:
+    """`KeptCount`'s forward on arrays. Shapes: targets (...) int -> () of `dtype`."""
+    xp = backend.namespace(targets)
+    count = xp.sum(xp.astype(_kept(xp, targets, ignore_index), dtype))
+    # An array, not the NumPy scalar maximum gives for 0-d operands: a compiled step's buffer.
+    return xp.asarray(xp.maximum(count, xp.ones((), dtype=dtype, device=targets.device)))
 
 
 def _kept(xp: Any, targets: Any, ignore_index: Any) -> Any:
