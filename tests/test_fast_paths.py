@@ -559,6 +559,42 @@ def test_backend_reshape_is_the_namespaces_reshape(device):
         assert not np.shares_memory(got, x)
 
 
+@pytest.mark.parametrize(
+    "kept,shape",
+    [
+        ((1,), (4,)),
+        ((1, 1), (3, 4)),
+        ((3, 1), (3, 4)),
+        ((1, 4), (3, 4)),
+        ((1, 1), (0, 4)),
+        ((2, 1, 1), (2, 3, 4)),
+        ((1,), (1,)),
+        ((), ()),
+    ],
+)
+def test_broadcast_view_is_broadcast_to(device, kept, shape):
+    """backend.broadcast_view against the namespace's broadcast_to: the same values and shape,
+    read-only, sharing the array's memory on the host; a strided (non-contiguous) array takes
+    broadcast_to itself."""
+    host = np.arange(1.0, 1.0 + math.prod(kept)).reshape(kept)
+    x = _array(host, device)
+    xp = backend.namespace(x)
+    got = backend.broadcast_view(x, shape)
+    want = xp.broadcast_to(x, shape)
+    assert got.shape == want.shape == shape
+    np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(want))
+    if device == "cpu":  # (the stride of an axis of size 1 is never used)
+        used = [(a, b) for a, b, n in zip(got.strides, want.strides, shape) if n > 1]
+        assert all(a == b for a, b in used) and (got.size == 0 or np.shares_memory(got, x))
+        assert not got.flags.writeable
+        with pytest.raises(ValueError):
+            got[...] = 0.0
+    if device == "cpu" and len(kept) == 2 and kept[0] == 3:
+        strided = np.arange(6.0).reshape(3, 2)[:, :1]  # (3, 1), not contiguous
+        view = backend.broadcast_view(strided, shape)
+        np.testing.assert_array_equal(view, np.broadcast_to(strided, shape))
+
+
 def _assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
     """Equal bit for bit: -0.0 is not 0.0 here, and NaN equals the same NaN."""
     assert got.dtype == want.dtype and got.shape == want.shape
@@ -606,6 +642,9 @@ RULE_CASES = {
         [(2, 4, 4), (2, 4, 4), (2, 4, 2)],
         "heads_attention_grads",
     ),
+    "sum-all": (lambda x: x.sum(), [(3, 4)], "spread_array"),
+    "sum-middle-axis": (lambda x: x.sum(axis=1), [(2, 3, 4)], "spread_array"),
+    "sum-keepdims": (lambda x: x.sum(axis=(0, 2), keepdims=True), [(2, 3, 4)], "spread_array"),
     "cross-entropy-mean": (
         lambda x: F.cross_entropy(x, _targets(x, [0, 2, 4]), label_smoothing=0.1),
         [(3, 5)],

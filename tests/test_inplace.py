@@ -437,6 +437,32 @@ def test_each_leaf_gets_a_gradient_of_its_own(device):
         np.testing.assert_array_equal(w.grad.numpy(), np.zeros(w.shape))
 
 
+@pytest.mark.parametrize(
+    "loss_of",
+    [
+        lambda w: w.sum(),
+        lambda w: (w + 1.0).sum(),
+        lambda w: (w - w.detach()).sum(axis=0).sum(),
+        lambda w: w.expand(4, 2, 3).sum(),
+    ],
+    ids=["sum", "add then sum", "sub then sums", "expand then sum"],
+)
+def test_a_leafs_gradient_is_writable_memory_of_its_own(device, loss_of):
+    """A sum's gradient is a broadcast view (one element repeated); when it reaches a leaf
+    unchanged, the leaf's .grad is still memory it can write, as PyTorch copies an expanded
+    gradient: grad.zero_(), grad.mul_() and an accumulation change only that .grad."""
+    w = ta.tensor(np.ones((2, 3)), device=device).requires_grad_(True)
+    loss_of(w).backward()
+    expected = 4.0 if w.grad.numpy()[0, 0] == 4.0 else 1.0  # expand repeats each element 4 times
+    w.grad.mul_(2.0)
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 3), 2 * expected))
+    w.grad.zero_()
+    loss_of(w).backward()
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 3), expected))
+    (g,) = ta.grad(loss_of(w), [w])  # grad() hands back the rule's gradient, as PyTorch's
+    np.testing.assert_array_equal(g.numpy(), np.full((2, 3), expected))
+
+
 @pytest.mark.parametrize("clip", ["norm", "value"])
 def test_gradient_clipping_writes_into_the_gradients_in_place(device, clip):
     """``clip_grad_norm_`` and ``clip_grad_value_`` change each .grad in place, as in PyTorch: a

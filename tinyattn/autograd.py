@@ -587,10 +587,11 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
             if leaf.grad is None:
                 # Gradients may share memory (Add hands one gradient to both its inputs), but
                 # each leaf's .grad gets its own, as in PyTorch: a hand-written SGD loop's
-                # p.grad.zero_() must not zero another leaf's gradient too. (A sum below is a
-                # new array anyway.)
+                # p.grad.zero_() must not zero another leaf's gradient too. And memory it can
+                # write: a sum's gradient is a broadcast view, copied here (as PyTorch copies
+                # an expanded one). (A sum below is a new array anyway.)
                 root = backend.storage_root(grad.array)
-                if root in handed:
+                if root in handed or backend.repeats_or_is_read_only(grad.array):
                     grad = grad.clone()
                     root = backend.storage_root(grad.array)
                 handed.add(root)

@@ -17,6 +17,7 @@ from typing import Any
 
 from .backend import (
     ONE_HOT_LIMIT,
+    broadcast_view,
     cache_per_device,
     contiguous,
     has_out,
@@ -119,6 +120,19 @@ def index_add_rows(indices: Any, values: Any, rows: int) -> Any:
 
 # Rows at most this long have their max taken over a transposed copy (see `max_along`).
 SHORT_ROW = 64
+
+
+def spread_array(grad: Any, kept: tuple[int, ...], shape: tuple[int, ...]) -> Any:
+    """The gradient of a sum, `grad` spread back over the summed input's `shape`: grad seen
+    with the `kept` shape (1 on each summed axis), broadcast to `shape`, a read-only view.
+
+    Replaces: ``xp.broadcast_to(xp.reshape(grad, kept), shape)``, the array calls of the
+    reshape and broadcast_to ops `ops.Sum.backward` records, without their dispatch (and with
+    `backend.broadcast_view`'s direct view on NumPy).
+    Shapes: grad (the reduced shape), kept and shape of one length -> `shape`.
+    """
+    kept_view = reshape(grad, kept)
+    return kept_view if kept == shape else broadcast_view(kept_view, shape)
 
 
 def max_along(xp: Any, x: Any, axis: int) -> Any:

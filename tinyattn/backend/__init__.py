@@ -276,6 +276,13 @@ def is_buffer(array: Any) -> bool:
     return bool(getattr(flags, "writeable", True))  # CuPy's flags have no `writeable`
 
 
+def repeats_or_is_read_only(array: Any) -> bool:
+    """Whether `array` cannot be written, or repeats an element along an axis (stride 0: a
+    broadcast view, where one write would reach every copy)."""
+    strides = getattr(_host_view(array), "strides", None) or ()
+    return not is_buffer(array) or (0 in strides and array.size > 1)
+
+
 def owns_plain_memory(array: Any) -> bool:
     """Whether `array` owns its memory, writable and row-major: any other array of its shape,
     dtype and library can stand in for it (a view, a transposed result or a scalar cannot)."""
@@ -415,6 +422,11 @@ def sliding_windows(array: Any, window: tuple, step: tuple, dilation: tuple) -> 
 
 
 window_counts = windows.counts  # how many windows fit: sliding_windows' counts
+
+
+def broadcast_view(array: Any, shape: tuple) -> Any:
+    """``broadcast_to(array, shape)`` for `array` of as many axes, made directly on NumPy."""
+    return windows.broadcast(namespace(array), array, shape)
 
 
 def is_contiguous(array: Any) -> bool:

