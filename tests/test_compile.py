@@ -2424,3 +2424,36 @@ def test_cross_entropy_replays_as_out_calls_equal_to_eager(
     lowered = device == "cpu"
     assert ("CrossEntropy forward (out=)" in labels) == lowered, labels
     assert ("CrossEntropy forward" in labels) != lowered, labels
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # -inf * 0
+@pytest.mark.parametrize("shape", [(5, 7), (3, 128, 200)], ids=["one piece", "three pieces"])
+def test_gelu_replays_as_out_calls_equal_to_eager(device, shape):
+    """GELU's forward replays as out= calls into scratch buffers, piece by piece, where out=
+    exists (NumPy): equal to eager bit for bit (loss, input gradient and the saved CDF its
+    backward reads), on inputs with NaN, infinities, values past both ends of Phi's table
+    and a last piece shorter than the others, each batch's values new."""
+    weight = ta.tensor(np.linspace(-2, 2, shape[-1], dtype="float32"), device=device)
+    weight.requires_grad_(True)
+
+    def step(x):
+        weight.grad = None
+        y = F.gelu(x * weight)
+        loss = (y * y).sum()
+        loss.backward()
+        return y, weight.grad
+
+    rng = np.random.default_rng(5)
+    batches = []
+    for call in range(4):
+        x = (rng.standard_normal(shape) * (2.0 + 4 * call)).astype("float32")
+        x.flat[:6] = [np.nan, np.inf, -np.inf, -40.0, 30.0, -0.0]
+        batches.append(ta.tensor(x, device=device))
+    eager = [tuple(r.detach().numpy() for r in step(b)) for b in batches]
+    compiled = ta.compile(step)
+    for b, expected in zip(batches, eager, strict=True):
+        for got, want in zip(compiled(b), expected, strict=True):
+            np.testing.assert_array_equal(got.detach().numpy(), want)
+    labels = next(iter(compiled.tapes.values())).labels
+    lowered = device == "cpu"
+    assert ("Gelu forward (out=)" in labels) == lowered, labels

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import backend, kernels, ops
+from .ops import special
 from .ops.reductions import sum_to_axes
 from .ops.targets import gather_target_rows, kept_count
 
@@ -103,7 +104,50 @@ def _lowered_saving(
         return _lowered_heads_attention(u, fn, arrays, out, saved[0])
     if kind is ops.CrossEntropy and backend.is_host_array(arrays[1]):
         return _lowered_cross_entropy(u, fn, arrays, out, saved, kwargs)
+    if kind is ops.Gelu and len(saved) == 1 and backend.is_host_array(out):
+        return _lowered_gelu(u, arrays[0], out, saved[0])
     return None
+
+
+def _lowered_gelu(u: Any, x: Any, out: Any, cdf: Any) -> Callable | None:
+    """`ops.Gelu`'s float32 forward as out= calls: Phi by `special._normal_cdf_float32`'s calls
+    on `kernels.in_pieces`' pieces, written piece by piece into the buffer its backward reads,
+    every temporary a scratch array of one piece made once (the forward makes six new arrays
+    per piece); then x * Phi into `out`. The same calls in the same order on the same values,
+    so the same bits."""
+    if any(a.dtype != u.float32 for a in (x, out, cdf)) or x.size == 0:
+        return None
+    cdf_flat = u.reshape(cdf, (-1,))
+    if not _reshaped_in_place(u, cdf_flat, cdf):
+        return None
+    (constant, linear, square, cube), low, high, scale = special.cdf_grid(x)
+    piece = min(x.size, kernels.IN_PIECES_ELEMENTS)
+    steps, node, gathered = (u.empty((piece,), dtype=u.float32) for _ in range(3))
+    narrow, index = u.empty((piece,), dtype=u.int32), u.empty((piece,), dtype=u.int64)
+    nan = u.empty((piece,), dtype=u.bool_)
+
+    def run(o: Any, x: Any) -> None:
+        flat = x.reshape(-1)
+        for start in range(0, flat.size, piece):
+            values = flat[start : start + piece]
+            n = values.size
+            t, nodes, taken, phi = steps[:n], node[:n], gathered[:n], cdf_flat[start : start + n]
+            u.copyto(t, values)  # astype(x, float32, copy=True)
+            t.clip(low, high, out=t)  # backend.clip_into's calls
+            u.copyto(t, low, where=u.isnan(t, out=nan[:n]))
+            t *= scale
+            u.floor(t, out=nodes)
+            t -= nodes
+            nodes -= low * scale
+            u.copyto(narrow[:n], nodes, casting="unsafe")  # through int32, as the forward
+            u.copyto(index[:n], narrow[:n])
+            cube.take(index[:n], out=phi, mode="wrap")  # backend.take_in_range's take
+            for term in (square, linear, constant):
+                phi *= t
+                phi += term.take(index[:n], out=taken, mode="wrap")
+        u.multiply(x, cdf, out=o)
+
+    return run
 
 
 def _lowered_cross_entropy(

@@ -171,6 +171,13 @@ def _cdf_table(x: Any) -> tuple[Any, ...]:
     return _cdf_tables[key]
 
 
+def cdf_grid(x: Any) -> tuple[tuple[Any, ...], float, float, float]:
+    """What `_normal_cdf_float32` computes with, for a replay kernel that makes its calls into
+    buffers: the table's terms on x's device (constant, linear, square, cube) and the clip's
+    bounds in x and the scale to steps, as the function passes them."""
+    return _cdf_table(x), _CDF_LOW / _CDF_STEPS, _CDF_HIGH / _CDF_STEPS, float(_CDF_STEPS)
+
+
 def _normal_cdf_float32(xp: Any, x: Any) -> Any:
     """Phi(x) for float32 (and narrower) arrays, by the table above: 20 array calls, 4 of them
     gathers, against about 30 (mostly in float64) for (1 + erf(x / sqrt 2)) / 2."""
