@@ -68,7 +68,8 @@ def _unreduce(grad: Any, input_shape: tuple, axes: tuple) -> Any:
 
 
 def summed(x: Any, axes: tuple, keepdims: bool = False) -> Any:
-    """`Sum`'s forward on an array, over normalised `axes`."""
+    """`Sum`'s forward on an array, over normalised `axes`.
+    Shapes: x (...) -> x's shape without `axes` (with 1 there for keepdims)."""
     if is_half(x):  # PyTorch's CPU kernels accumulate float16 in float32, rounding once
         xp = namespace(x)
         return xp.astype(sum_array(xp.astype(x, xp.float32), axes, keepdims), x.dtype)

@@ -93,7 +93,8 @@ class SavedLogSoftmax(LogSoftmax):
 
 
 def log_softmax_array(x: Any, axis: int) -> Any:
-    """`LogSoftmax`'s forward on an array: float16 computed in float32 and rounded once."""
+    """`LogSoftmax`'s forward on an array: float16 computed in float32 and rounded once.
+    Shapes: x (..., N) -> (..., N) (any axis)."""
     xp = namespace(x)
     if x.size == 0:
         return xp.zeros_like(x)
