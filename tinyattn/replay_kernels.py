@@ -112,7 +112,7 @@ def _lowered_saving(
 def _lowered_gelu(u: Any, x: Any, out: Any, cdf: Any) -> Callable | None:
     """`ops.Gelu`'s float32 forward as out= calls: Phi by `special._normal_cdf_float32`'s calls
     on `kernels.in_pieces`' pieces, written piece by piece into the buffer its backward reads,
-    every temporary a scratch array of one piece made once (the forward makes six new arrays
+    every temporary a scratch array of one piece made once (the forward makes nine new arrays
     per piece); then x * Phi into `out`. The same calls in the same order on the same values,
     so the same bits."""
     if any(a.dtype != u.float32 for a in (x, out, cdf)) or x.size == 0:
