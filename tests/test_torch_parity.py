@@ -134,6 +134,60 @@ def test_cross_entropy(device, reduction, smoothing):
     close(logits.grad, torch_logits.grad)
 
 
+@pytest.mark.parametrize("recorded", [False, True], ids=["under no_grad", "in the graph"])
+def test_cross_entropy_after_its_logits_change_in_place(device, recorded):
+    """Logits written in place after the loss: PyTorch's log-softmax rule reads its output, so
+    the gradient and, under create_graph, the gradient of the gradient are those of the values
+    and the history the loss saw. tinyattn's one-node cross-entropy agrees."""
+    logits, torch_logits = pair(device, 4, 3)
+    targets = [0, 2, 1, 1]
+    results = []
+    for lib, fn, x, t in (
+        (ta, F, logits, ta.tensor(targets, device=device)),
+        (torch, TF, torch_logits, torch.tensor(targets)),
+    ):
+        h = x * 1.0
+        loss = fn.cross_entropy(h, t, label_smoothing=0.1)
+        with lib.set_grad_enabled(recorded):
+            h.mul_(5.0)
+        (g,) = lib.autograd.grad(loss, [x], create_graph=True)
+        (gg,) = lib.autograd.grad((g * g).sum(), [x])
+        results.append((g, gg))
+    (g, gg), (torch_g, torch_gg) = results
+    close(g, torch_g)
+    close(gg, torch_gg)
+
+
+@pytest.mark.parametrize("through", ["sum", "add then sum", "expand then sum"])
+def test_a_broadcast_gradient_reaching_a_leaf(device, through):
+    """A sum's gradient is a broadcast view. In .grad both libraries hand the leaf writable
+    memory of its own (an in-place zero_ and mul_ work); grad() hands back the view itself,
+    and an in-place write into it is a RuntimeError in both."""
+    losses = {
+        "sum": lambda w: w.sum(),
+        "add then sum": lambda w: (w + 1.0).sum(),
+        "expand then sum": lambda w: w.expand(4, 2, 3).sum(),
+    }
+    ours, theirs = pair(device, 2, 3)
+    for w in (ours, theirs):
+        losses[through](w).backward()
+        w.grad.mul_(2.0)
+    close(ours.grad, theirs.grad)
+    ours.grad.zero_()
+    theirs.grad.zero_()
+    np.testing.assert_array_equal(ours.grad.numpy(), 0.0)
+    if through != "sum":
+        return  # (PyTorch's grad() of the other graphs need not be a view)
+    ours_view = ta.autograd.grad(losses[through](ours), [ours])[0]
+    theirs_view = torch.autograd.grad(losses[through](theirs), [theirs])[0]
+    assert 0 in theirs_view.stride()
+    close(ours_view, theirs_view)
+    with pytest.raises(RuntimeError):
+        theirs_view.mul_(2.0)
+    with pytest.raises(RuntimeError):
+        ours_view.mul_(2.0)
+
+
 @pytest.mark.parametrize("case", ["plain", "bool-mask", "causal", "causal-cross"])
 def test_scaled_dot_product_attention(device, case):
     tk = 7 if case == "causal-cross" else 5
