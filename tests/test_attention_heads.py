@@ -117,7 +117,7 @@ def test_one_node_where_the_reference_records_a_dozen(monkeypatch):
     fused = nodes(module(x, is_causal=True))
     monkeypatch.setattr(attention_module, "FUSED_ATTENTION", False)
     reference = nodes(module(x, is_causal=True))
-    assert fused == 5  # the four projections and HeadsAttention
+    assert fused == 5  # stacked weights, stacked biases, their product, HeadsAttention, out_proj
     assert reference >= fused + 10
 
 
@@ -223,3 +223,152 @@ def test_heads_attention_names_inputs_that_do_not_fit(device, shapes, heads):
     q, k, v = (ta.zeros(*s, device=device) for s in shapes)
     with pytest.raises(TinyattnError, match=r"HeadsAttention: q \("):
         ops.HeadsAttention.apply(q, k, v, heads=heads, scale=1.0)
+
+
+# ------------------------------------------------------------- self-attention's packed projection
+def _packed_calls(monkeypatch) -> list:
+    """The `packed` flag of every HeadsAttention forward."""
+    calls = []
+    forward = ops.HeadsAttention.forward
+    monkeypatch.setattr(
+        ops.HeadsAttention,
+        "forward",
+        lambda self, *a, **k: calls.append(k.get("packed", False)) or forward(self, *a, **k),
+    )
+    return calls
+
+
+def _self_attention(monkeypatch, stacked, device, dtype, **kwargs):
+    """Output, input gradient and parameter gradients of self-attention, with the q, k, v
+    projections stacked into one product or called one by one."""
+    if not stacked:
+        monkeypatch.setattr(attention_module, "_stackable", lambda layers: False)
+    ta.manual_seed(0)
+    module = nn.MultiHeadAttention(8, 2).to(device).to(getattr(ta, dtype))
+    x = ta.tensor(np.random.default_rng(1).standard_normal((3, 5, 8)), dtype=dtype, device=device)
+    x.requires_grad_()
+    out = module(x, **kwargs)
+    seed = np.random.default_rng(2).standard_normal(out.shape)
+    out.backward(ta.tensor(seed, dtype=dtype, device=device))
+    monkeypatch.undo()
+    return [out.detach().numpy(), x.grad.numpy()] + [p.grad.numpy() for p in module.parameters()]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", ["no mask", "causal", "mask (B, Tq, Tk)", "key padding"])
+def test_self_attention_stacks_its_projections_into_one_product(monkeypatch, device, case, dtype):
+    """query is key is value: one Linear node of the three weights stacked, and HeadsAttention
+    on its [q | k | v] (packed=True). Output and every gradient equal the projections called
+    one by one: dL/dx is one product where the other form adds three, so it agrees to
+    rounding, as does everything else (each block of the stacked product is that projection's
+    product, but no library promises the same bits for a different matrix shape)."""
+    kwargs = {k: v for k, v in CASES[case].items() if k != "tk"}
+    if "mask" in kwargs:
+        kwargs["mask"] = np.tril(np.ones((3, 5, 5), bool), k=1)
+    if "key_padding_mask" in kwargs:
+        kwargs["key_padding_mask"] = np.array([[False] * 4 + [True]] * 3)
+    calls = _packed_calls(monkeypatch)
+    stacked = _self_attention(monkeypatch, True, device, dtype, **kwargs)
+    assert calls == [True], calls
+    calls = _packed_calls(monkeypatch)
+    separate = _self_attention(monkeypatch, False, device, dtype, **kwargs)
+    assert calls == [False], calls
+    tol = 2e-6 if dtype == "float32" else 1e-13
+    for k, (got, want) in enumerate(zip(stacked, separate, strict=True)):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"{case}: array {k}")
+
+
+def test_the_projections_are_called_one_by_one_when_stacking_would_change_what_runs(monkeypatch):
+    """A hook on a projection, a projection that is not a plain Linear, a bias on some of
+    them only, mixed dtypes, and cross-attention: each projection is called as a module."""
+    x = ta.randn(2, 4, 8)
+
+    def packed_flags(module, *args):
+        calls = _packed_calls(monkeypatch)
+        module(*args)
+        monkeypatch.undo()
+        return calls
+
+    plain = nn.MultiHeadAttention(8, 2)
+    assert packed_flags(plain, x) == [True]
+    assert packed_flags(plain, x, ta.randn(2, 4, 8)) == [False]  # cross-attention
+
+    hooked = nn.MultiHeadAttention(8, 2)
+    seen = []
+    hooked.k_proj.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    assert packed_flags(hooked, x) == [False] and seen == [(2, 4, 8)]
+
+    class Scaled(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2.0
+
+    custom = nn.MultiHeadAttention(8, 2)
+    custom.v_proj = Scaled(8, 8)
+    assert packed_flags(custom, x) == [False]
+
+    partial = nn.MultiHeadAttention(8, 2)
+    partial.q_proj.bias = None
+    assert packed_flags(partial, x) == [False]
+
+    mixed = nn.MultiHeadAttention(8, 2).to(ta.float64)
+    mixed.q_proj.to(ta.float32)  # its own call reports the mismatch, as in PyTorch
+    assert not attention_module._stackable((mixed.q_proj, mixed.k_proj, mixed.v_proj))
+    assert attention_module._stackable((plain.q_proj, plain.k_proj, plain.v_proj))
+
+
+def test_stacked_projection_gradients_are_each_parameters_own(monkeypatch):
+    """The weights' gradients are blocks of one stacked gradient: each is writable, shaped as
+    its parameter, and accumulates across backward calls without touching the others."""
+    ta.manual_seed(0)
+    module = nn.MultiHeadAttention(8, 2)
+    x = ta.randn(2, 4, 8)
+    module(x).sum().backward()
+    first = {name: p.grad.numpy().copy() for name, p in module.named_parameters()}
+    module(x).sum().backward()
+    for name, p in module.named_parameters():
+        assert p.grad.shape == p.shape
+        np.testing.assert_allclose(p.grad.numpy(), 2 * first[name], rtol=1e-6, atol=1e-6)
+    module.q_proj.weight.grad.zero_()
+    assert not module.q_proj.weight.grad.numpy().any()
+    np.testing.assert_allclose(module.k_proj.weight.grad.numpy(), 2 * first["k_proj.weight"])
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_packed_heads_attention_gradcheck_and_gradgradcheck(device, masked):
+    rng = np.random.default_rng(3)
+    qkv = ta.tensor(
+        rng.standard_normal((2, 4, 12)), dtype="float64", device=device, requires_grad=True
+    )
+    allowed = [ta.tensor(np.tril(np.ones((4, 4), bool)), device=device)] if masked else []
+
+    def fn(qkv):
+        return ops.HeadsAttention.apply(qkv, *allowed, heads=2, scale=0.7, packed=True)
+
+    assert ta.gradcheck(fn, [qkv])
+    assert ta.gradgradcheck(fn, [qkv])
+
+
+def test_packed_heads_attention_equals_three_inputs_bit_for_bit(device):
+    """The packed form reads q, k, v as the blocks of one array and writes [dQ | dK | dV]: the
+    same calls on the same values as three inputs, so the same bits."""
+    rng = np.random.default_rng(6)
+    data = rng.standard_normal((2, 5, 12)).astype("float32")
+    packed = ta.tensor(data, device=device, requires_grad=True)
+    parts = [
+        ta.tensor(data[..., 4 * i : 4 * (i + 1)], device=device, requires_grad=True)
+        for i in range(3)
+    ]
+    seed = ta.tensor(rng.standard_normal((2, 5, 4)).astype("float32"), device=device)
+    out_packed = ops.HeadsAttention.apply(packed, heads=2, scale=0.5, packed=True)
+    out_parts = ops.HeadsAttention.apply(*parts, heads=2, scale=0.5)
+    out_packed.backward(seed)
+    out_parts.backward(seed)
+    np.testing.assert_array_equal(out_packed.detach().numpy(), out_parts.detach().numpy())
+    want = np.concatenate([p.grad.numpy() for p in parts], axis=-1)
+    np.testing.assert_array_equal(packed.grad.numpy(), want)
+
+
+def test_a_packed_input_must_split_in_three():
+    with pytest.raises(TinyattnError, match=r"HeadsAttention: a packed projection"):
+        ops.HeadsAttention.apply(ta.zeros(2, 3, 8), heads=2, scale=1.0, packed=True)

@@ -642,6 +642,18 @@ RULE_CASES = {
         [(2, 4, 4), (2, 4, 4), (2, 4, 2)],
         "heads_attention_grads",
     ),
+    "heads-attention-packed": (
+        lambda qkv: ops.HeadsAttention.apply(qkv, heads=2, scale=0.5, packed=True),
+        [(2, 3, 12)],
+        "heads_attention_grads",
+    ),
+    "heads-attention-packed-masked": (
+        lambda qkv: ops.HeadsAttention.apply(
+            qkv, _causal(qkv, qkv), heads=2, scale=0.5, packed=True
+        ),
+        [(2, 4, 12)],
+        "heads_attention_grads",
+    ),
     "sum-all": (lambda x: x.sum(), [(3, 4)], "spread_array"),
     "sum-middle-axis": (lambda x: x.sum(axis=1), [(2, 3, 4)], "spread_array"),
     "sum-keepdims": (lambda x: x.sum(axis=(0, 2), keepdims=True), [(2, 3, 4)], "spread_array"),

@@ -521,24 +521,47 @@ def split_heads(x: Any, heads: int) -> Any:
     return namespace(x).permute_dims(parts, (0, 2, 1, 3))
 
 
-def merged_heads_product(a: Any, b: Any) -> Any:
+def merged_heads_product(a: Any, b: Any, into: Any = None) -> Any:
     """a @ b for every head, the heads' results laid side by side again.
 
     Replaces: ``reshape(permute_dims(a @ b, (0, 2, 1, 3)), (B, T, H * D))``, which copies the
     permuted product. On the host, each head's product is written by ``out=`` straight into its
     columns of the merged array (NumPy hands BLAS the strided rows): the same products, no copy.
-    Off the host the copy is taken (a small part of a GPU step's time; the CuPy suite runs it).
-    Shapes: a (B, H, T, K), b (B, H, K, D) -> (B, T, H * D).
+    `into`, a host (B, T, H, D) view (`packed_head_parts`), receives them instead of a new
+    array, and is what is returned. Off the host the copy is taken (a small part of a GPU
+    step's time; the CuPy suite runs it).
+    Shapes: a (B, H, T, K), b (B, H, K, D) -> (B, T, H * D) (`into` itself when given).
     """
     xp = namespace(a)
     batch, heads, length, _ = a.shape
     width = b.shape[-1]
+    if into is not None:
+        ufuncs_of(a).matmul(a, b, out=xp.permute_dims(into, (0, 2, 1, 3)))
+        return into
     if is_host_array(a):
         merged = xp.empty((batch, length, heads, width), dtype=a.dtype, device=a.device)
         ufuncs_of(a).matmul(a, b, out=xp.permute_dims(merged, (0, 2, 1, 3)))
     else:
         merged = xp.permute_dims(xp.matmul(a, b), (0, 2, 1, 3))
     return reshape(merged, (batch, length, heads * width))
+
+
+def packed_thirds(x: Any) -> tuple:
+    """q, k and v of a packed projection, the three equal column blocks of its last axis (views).
+
+    Replaces: nothing to compute (``ops.HeadsAttention`` with ``packed=True`` and its rule share
+    the one spelling). Shapes: x (B, T, 3 * C) -> three (B, T, C).
+    """
+    width = x.shape[-1] // 3
+    return x[..., :width], x[..., width : 2 * width], x[..., 2 * width :]
+
+
+def packed_head_parts(x: Any, heads: int) -> tuple:
+    """The q, k and v blocks of a packed (B, T, 3 * C) host array, each as a (B, T, H, D) view,
+    for `merged_heads_product` to write into. Shapes: x (B, T, 3 * C) -> three (B, T, H, D)."""
+    batch, length, width = x.shape
+    parts = x.reshape(batch, length, 3, heads, width // (3 * heads))  # (B, T, 3, H, D)
+    return parts[:, :, 0], parts[:, :, 1], parts[:, :, 2]
 
 
 def softmax_in_place(xp: Any, x: Any) -> Any:
@@ -561,13 +584,23 @@ def softmax_in_place(xp: Any, x: Any) -> Any:
 
 
 def heads_attention_grads(
-    grad: Any, q: Any, k: Any, v: Any, weights: Any, heads: int, scale: float, wanted: tuple
+    grad: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    weights: Any,
+    heads: int,
+    scale: float,
+    wanted: tuple,
+    into: tuple = (None, None, None),
 ) -> tuple | None:
     """dL/dq, dL/dk, dL/dv of ``ops.HeadsAttention`` from its saved weights P: per head,
     dV = P^T dO,  dS = P * (dP - sum(dP * P)) * scale with dP = dO v^T,  dQ = dS k,  dK = dS^T q.
 
     Replaces: ``ops.HeadsAttention.backward``'s Tensor ops, the same products in the same order;
-    the gradients land in the inputs' layout (`merged_heads_product`). `wanted` flags q, k, v.
+    the gradients land in the inputs' layout (`merged_heads_product`), or in `into`'s host
+    (B, T, H, D) views (`packed_head_parts`: the blocks of one packed gradient). `wanted` flags
+    q, k, v.
     Shapes: grad (B, Tq, H * Dv), q (B, Tq, H * D), k (B, Tk, H * D), v (B, Tk, H * Dv),
     weights (B, H, Tq, Tk) -> q's, k's and v's shapes.
     """
@@ -577,7 +610,7 @@ def heads_attention_grads(
     q_h, k_h, v_h, grad_h = (split_heads(t, heads) for t in (q, k, v, grad))
     grad_q = grad_k = grad_v = None
     if wanted[2]:
-        grad_v = merged_heads_product(xp.matrix_transpose(weights), grad_h)
+        grad_v = merged_heads_product(xp.matrix_transpose(weights), grad_h, into[2])
     if wanted[0] or wanted[1]:
         grad_scores = matmul_array(grad_h, xp.matrix_transpose(v_h))  # dP: (B, H, Tq, Tk)
         # `softmax_grad`'s calls, in place in dP (this rule's own array): P * (dP - sum(dP * P))
@@ -585,9 +618,9 @@ def heads_attention_grads(
         grad_scores *= weights
         grad_scores *= scale  # Tensor ops' x * scale, bit for bit
         if wanted[0]:
-            grad_q = merged_heads_product(grad_scores, k_h)
+            grad_q = merged_heads_product(grad_scores, k_h, into[0])
         if wanted[1]:
-            grad_k = merged_heads_product(xp.matrix_transpose(grad_scores), q_h)
+            grad_k = merged_heads_product(xp.matrix_transpose(grad_scores), q_h, into[1])
     return grad_q, grad_k, grad_v
 
 

@@ -214,6 +214,9 @@ class Tape:
                 kernel = lowered(fn, [env[i] for i in in_slots], env[out], kwargs, saved)
                 run = None if kernel is None else kernel_run(kernel, env[out], in_slots)
             if run is not None:
+                if id(fn) in self._ruled:  # its replayed rule reads the buffers written here
+                    by_position = dict(zip([p for p, _ in saved_slots], saved, strict=True))
+                    fn._saved = tuple(by_position[p] for p in range(len(saved)))
                 self.lowered += 1
                 return run
         write = self._writer(out)
@@ -237,7 +240,11 @@ class Tape:
         ``fn._saved``, or a buffer is not the array's own memory."""
         if not saved_slots:
             return []
-        if id(fn) in self._ruled or not all(self._fresh(slot) for _, slot in saved_slots):
+        if not all(self._fresh(slot) for _, slot in saved_slots):
+            return None
+        if id(fn) in self._ruled and sorted(position for position, _ in saved_slots) != list(
+            range(len(fn._saved or ()))
+        ):  # a replayed rule reads fn._saved: the buffers must be all of it
             return None
         return [self.env[slot] for _, slot in saved_slots]
 

@@ -384,8 +384,10 @@ def _lowered_heads_attention(
     """`ops.HeadsAttention`'s forward as out= calls: the scores into the buffer of the weights
     its backward reads, scaled, masked (-inf where not allowed) and turned into weights there by
     `_lowered_softmax`'s calls, then each head's product with v into its columns of `out`. The
-    same calls in the same order as the forward, so the same bits."""
-    q, k, v = arrays[:3]
+    same calls in the same order as the forward, so the same bits. A packed input's blocks are
+    views of it, as in the forward."""
+    data = 1 if fn.packed else 3  # the inputs before the mask
+    q, k, v = kernels.packed_thirds(arrays[0]) if fn.packed else arrays[:3]
     if any(a.dtype != q.dtype for a in (k, v, out, weights)) or weights.size == 0:
         return None
     if not backend.is_host_array(out):  # the merged out= product, as in the forward: host only
@@ -401,7 +403,9 @@ def _lowered_heads_attention(
 
     merged = split(out)  # each head's columns of `out`
 
-    def run(o: Any, q: Any, k: Any, v: Any, *allowed: Any) -> None:
+    def run(o: Any, *inputs: Any) -> None:
+        q, k, v = kernels.packed_thirds(inputs[0]) if data == 1 else inputs[:3]
+        allowed = inputs[data:]
         u.matmul(split(q), split(k).swapaxes(-1, -2), out=weights)
         u.multiply(weights, scale, out=weights)
         if allowed:

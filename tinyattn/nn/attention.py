@@ -21,7 +21,7 @@ from .. import functional as F
 from ..creation import arange, zeros
 from ..errors import TinyattnError
 from ..methods.common import where
-from ..ops import HeadsAttention
+from ..ops import Concat, HeadsAttention
 from ..tensor import Tensor
 from .layers import Linear, NonDynamicallyQuantizableLinear, uniform
 from .module import Module, Parameter
@@ -124,6 +124,22 @@ class KVCache:
                 f"KVCache: cannot append {length} position(s) to a cache holding {written} of "
                 f"max_len={self.max_len}; make a longer cache or reset() it"
             )
+
+
+def _stackable(layers: tuple) -> bool:
+    """Whether calling each layer is F.linear with its own weight and bias, and their weights
+    (and biases) can be stacked into one: plain Linear modules, no hooks, one dtype, each with
+    a bias or none. (Weights on different devices fail in either form.)"""
+    if any(type(layer) is not Linear or layer._active_hooks() is not None for layer in layers):
+        return False
+    biases = [layer.bias is not None for layer in layers]
+    if any(biases) and not all(biases):
+        return False
+    dtype = layers[0].weight.dtype
+    return all(
+        layer.weight.dtype == dtype and (layer.bias is None or layer.bias.dtype == dtype)
+        for layer in layers
+    )
 
 
 class MultiHeadAttention(Module):
@@ -339,9 +355,30 @@ class MultiHeadAttention(Module):
         if is_causal:
             causal = F.causal_mask(query.shape[1], key.shape[1], device=query.device)
             allowed = causal if allowed is None else allowed & causal
-        projected = (self.q_proj(query), self.k_proj(key), self.v_proj(value))
+        projected, packed = self._projected(query, key, value)
         masks = () if allowed is None else (allowed,)
-        return HeadsAttention.apply(*projected, *masks, heads=self.num_heads, scale=self._scale())
+        return HeadsAttention.apply(
+            *projected, *masks, heads=self.num_heads, scale=self._scale(), packed=packed
+        )
+
+    def _projected(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[tuple, bool]:
+        """(q, k, v) projected, and False; or for self-attention through three plain Linear
+        layers (no hooks, one dtype and device, all with a bias or none), ([q | k | v],) and
+        True: one product of query with the weights stacked (PyTorch's in_proj_weight layout).
+        The same values: each block of the product is that projection's product. Backward
+        then takes one product for dL/dquery and one for the stacked dL/dW, not three each,
+        and adds no three gradients of query together. Shapes: (B, T, C) -> 3 x (B, T, C) or
+        (B, T, 3C)."""
+        layers = (self.q_proj, self.k_proj, self.v_proj)
+        if not (query is key and key is value and _stackable(layers)):
+            return tuple(layer(x) for layer, x in zip(layers, (query, key, value))), False
+        for layer in layers:  # a compiled step depends on them as if they had been called
+            autograd.note_mode(layer, "_replay_key")
+        weight = Concat.apply(*[layer.weight for layer in layers], axis=0)  # (3C, C)
+        bias = layers[0].bias
+        if bias is not None:
+            bias = Concat.apply(*[layer.bias for layer in layers], axis=0)  # (3C,)
+        return (F.linear(query, weight, bias),), True
 
     def _dropout_p(self) -> float:
         return self.dropout if self.training else 0.0

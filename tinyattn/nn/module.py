@@ -374,12 +374,20 @@ class Module(HookMethods):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if autograd._recorder is not None:  # ta.compile records: a replay must match the mode
             autograd.note_mode(self, "_replay_key")
+        hooks = self._active_hooks()
+        if hooks is not None:
+            return self._call_with_hooks(hooks, args, kwargs)
+        return self.forward(*args, **kwargs)
+
+    def _active_hooks(self) -> Any:
+        """The module's hooks when a forward or backward hook is registered, else None (a call
+        is then `forward` itself)."""
         hooks = self.__dict__.get("_hooks")  # made by the first register_*_hook
         if hooks is not None and (
             hooks.forward_pre or hooks.forward or hooks.backward_pre or hooks.backward
         ):
-            return self._call_with_hooks(hooks, args, kwargs)
-        return self.forward(*args, **kwargs)
+            return hooks
+        return None
 
     @property
     def _replay_key(self) -> tuple:

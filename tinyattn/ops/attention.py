@@ -7,7 +7,7 @@ These are optimisations, not new ideas: read the reference first.
   (each head split and merge, the products, the scale, the mask, the softmax), and on the host
   no copy of a permuted array. The same array calls as the reference, so the same values; and
   a backward of Tensor ops, so it is differentiable twice. `nn.MultiHeadAttention` decides when
-  it is taken.
+  it is taken; in self-attention it passes the three projections as one packed input.
 - `BlockwiseAttention` exists because the reference holds the whole (Tq, Tk) score matrix (and
   its gradient), which for long sequences is most of a training step's memory. It computes one
   tile of queries against keys at a time; its backward runs on arrays (recomputing each tile),
@@ -21,9 +21,10 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, constants, is_grad_enabled, rules_on_arrays
-from ..backend import namespace, to_numpy
+from ..autograd import Function, constants, is_grad_enabled
+from ..backend import is_host_array, namespace, to_numpy
 from ..errors import TinyattnError
+from .shape import Concat
 from .softmax import Softmax
 
 # How far a score may exceed its row's shift in BlockwiseAttention's forward: exp(20) ~ 5e8, so
@@ -37,19 +38,22 @@ class HeadsAttention(Function):
     Backward, per head, with P the weights and dO the gradient of the output:
         dV = P^T dO,   dS = P * (dP - sum(dP * P)) * scale with dP = dO v^T,
         dQ = dS k,     dK = dS^T q.
-    The optional fourth input is a bool mask, True where a query may attend (the reference's
+    The optional last input is a bool mask, True where a query may attend (the reference's
     `where(allowed, scores, -inf)`); a query with no allowed key gets output 0 and gradient 0.
-    Shapes: q (B, Tq, H * D), k (B, Tk, H * D), v (B, Tk, H * Dv), allowed broadcastable to
-    (B, H, Tq, Tk) -> out (B, Tq, H * Dv).
+    With ``packed=True`` the first input is one projection [q | k | v] (self-attention's three
+    projections as one matrix product) and its gradient is [dQ | dK | dV], written in place.
+    Shapes: q (B, Tq, H * D), k (B, Tk, H * D), v (B, Tk, H * Dv) or packed (B, T, 3 * H * D),
+    allowed broadcastable to (B, H, Tq, Tk) -> out (B, Tq, H * Dv).
     """
 
-    __slots__ = ("heads", "scale")
+    __slots__ = ("heads", "scale", "packed")
     backward_reads = ("inputs",)
 
     def forward(
-        self, q: Any, k: Any, v: Any, *allowed: Any, heads: int = 1, scale: float = 1.0
+        self, *arrays: Any, heads: int = 1, scale: float = 1.0, packed: bool = False
     ) -> Any:
-        self.heads, self.scale = heads, scale
+        self.heads, self.scale, self.packed = heads, scale, packed
+        q, k, v, allowed = _unpacked(arrays, packed)
         _check_heads(q, k, v, heads)
         xp = namespace(q)
         q_h, k_h, v_h = (kernels.split_heads(t, heads) for t in (q, k, v))  # (B, H, T, D) views
@@ -62,24 +66,27 @@ class HeadsAttention(Function):
         return kernels.merged_heads_product(weights, v_h)  # (B, H, Tq, Dv) -> (B, Tq, H * Dv)
 
     def backward(self, grad: Any) -> tuple:
-        q, k, v = self.inputs[:3]
-        wanted = (q.requires_grad, k.requires_grad, v.requires_grad)
-        mask = (None,) * (len(self.inputs) - 3)  # no gradient for the mask
-        if rules_on_arrays():  # the same gradients by the same calls, on arrays
+        mask = (None,) * (len(self.inputs) - (1 if self.packed else 3))  # none for the mask
+        # The same gradients by the same calls, on arrays, whenever no graph is built: eagerly,
+        # and in a recording for ta.compile, which then replays this rule as one call (its
+        # products write each head in place, where the Tensor ops' merges copy).
+        if not is_grad_enabled():
             (weights,) = self.saved_arrays
-            grads = kernels.heads_attention_grads(
-                grad.array, q.array, k.array, v.array, weights, self.heads, self.scale, wanted
-            )
+            grads = self._array_grads(grad.array, weights)
             if grads is not None:
                 return constants(*grads) + mask
+        q, k, v, _ = _unpacked(self.inputs, self.packed)
+        wanted = [t.requires_grad for t in self.inputs[: 1 if self.packed else 3]] * (
+            3 if self.packed else 1
+        )  # a packed input wants all three blocks' gradients
         q_h, k_h, v_h, grad_h = (self._split(t) for t in (q, k, v, grad))
         if is_grad_enabled():  # create_graph: the weights must carry their dependence on q, k
             weights = self._weights(q_h, k_h)
         else:
             (weights,) = self.saved_tensors
-        grad_q = grad_k = grad_v = None
+        grad_q = grad_k = grad_v = None  # each (B, H, T, D) until merged
         if wanted[2]:
-            grad_v = self._merge(weights.mT @ grad_h)
+            grad_v = weights.mT @ grad_h
         if wanted[0] or wanted[1]:
             grad_weights = grad_h @ v_h.mT
             grad_scores = weights * (
@@ -87,10 +94,34 @@ class HeadsAttention(Function):
             )
             grad_scores = grad_scores * self.scale
             if wanted[0]:
-                grad_q = self._merge(grad_scores @ k_h)
+                grad_q = grad_scores @ k_h
             if wanted[1]:
-                grad_k = self._merge(grad_scores.mT @ q_h)
-        return (grad_q, grad_k, grad_v) + mask
+                grad_k = grad_scores.mT @ q_h
+        if self.packed:  # [dQ | dK | dV]: the 3H heads side by side, merged by one copy
+            return (self._merge(Concat.apply(grad_q, grad_k, grad_v, axis=1)),) + mask
+        return tuple(None if g is None else self._merge(g) for g in (grad_q, grad_k, grad_v)) + mask
+
+    def _array_grads(self, grad: Any, weights: Any) -> tuple | None:
+        """The rule on arrays: `kernels.heads_attention_grads`, which writes a packed input's
+        gradient straight into the blocks of one new array on the host (no concatenation)."""
+        arrays = [t.array for t in self.inputs]
+        q, k, v, _ = _unpacked(arrays, self.packed)
+        if not self.packed:
+            wanted = tuple(t.requires_grad for t in self.inputs[:3])
+            return kernels.heads_attention_grads(
+                grad, q, k, v, weights, self.heads, self.scale, wanted
+            )
+        xp, into = namespace(grad), (None, None, None)
+        packed = None
+        if is_host_array(grad):
+            packed = xp.empty(arrays[0].shape, dtype=grad.dtype)
+            into = kernels.packed_head_parts(packed, self.heads)
+        grads = kernels.heads_attention_grads(
+            grad, q, k, v, weights, self.heads, self.scale, (True,) * 3, into
+        )
+        if grads is None or packed is not None:
+            return grads and (packed,)
+        return (xp.concat(grads, axis=-1),)
 
     def _split(self, x: Any) -> Any:
         """(B, T, H * D) -> (B, H, T, D), as Tensor ops."""
@@ -105,14 +136,27 @@ class HeadsAttention(Function):
     def _weights(self, q_h: Any, k_h: Any) -> Any:
         """The weights as Tensor ops of q and k (a disallowed score adds -inf)."""
         scores = (q_h @ k_h.mT) * self.scale
-        if len(self.inputs) == 4:
-            allowed = self.inputs[3].array
+        allowed = _unpacked(self.inputs, self.packed)[3]
+        if allowed:
+            allowed = allowed[0].array
             xp = namespace(allowed)
             blocked = xp.full(
                 allowed.shape, -math.inf, dtype=scores.array.dtype, device=allowed.device
             )
             scores = scores + scores.constant(xp.where(allowed, xp.zeros_like(blocked), blocked))
         return Softmax.apply(scores, axis=3)
+
+
+def _unpacked(inputs: Any, packed: bool) -> tuple:
+    """(q, k, v, the mask inputs) of HeadsAttention's inputs (arrays or Tensors): three inputs,
+    or with `packed` the three column blocks of the first."""
+    if not packed:
+        return inputs[0], inputs[1], inputs[2], tuple(inputs[3:])
+    if len(inputs[0].shape) != 3 or inputs[0].shape[-1] % 3:
+        raise TinyattnError(
+            f"HeadsAttention: a packed projection must be (B, T, 3 * C), got {inputs[0].shape}"
+        )
+    return (*kernels.packed_thirds(inputs[0]), tuple(inputs[1:]))
 
 
 def _check_heads(q: Any, k: Any, v: Any, heads: int) -> None:

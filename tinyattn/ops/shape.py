@@ -64,16 +64,18 @@ class Concat(Function):
         return namespace(arrays[0]).concat(arrays, axis=axis)
 
     def backward(self, grad: Any) -> tuple:
+        on_arrays = rules_on_arrays()  # the same slices of the array: views, no graph
+        source = grad.array if on_arrays else grad
         grads, start = [], 0
         for tensor in self.inputs:
             stop = start + tensor.shape[self.axis]
             if tensor.requires_grad:
                 key = (slice(None),) * self.axis + (slice(start, stop), Ellipsis)
-                grads.append(grad[key])
+                grads.append(source[key])
             else:
                 grads.append(None)
             start = stop
-        return tuple(grads)
+        return constants(*grads) if on_arrays else tuple(grads)
 
 
 class Split(Function):
