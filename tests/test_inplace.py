@@ -463,6 +463,26 @@ def test_a_leafs_gradient_is_writable_memory_of_its_own(device, loss_of):
     np.testing.assert_array_equal(g.numpy(), np.full((2, 3), expected))
 
 
+@pytest.mark.parametrize("joined", ["concat", "add"])
+def test_leaves_sharing_one_gradient_array_each_write_only_their_own(device, joined):
+    """Concat hands its inputs disjoint blocks of one gradient (kept as they are: no element is
+    in two of them); Add hands both inputs the same array (the second gets a copy). Either
+    way, writing one leaf's .grad in place changes no other leaf's."""
+    a, b = (ta.tensor(np.ones((2, 3)), device=device).requires_grad_(True) for _ in range(2))
+    if joined == "concat":
+        out = ta.cat([a, b]) * ta.tensor(np.arange(12.0).reshape(4, 3), device=device)
+    else:
+        out = (a + b) * ta.tensor(np.arange(6.0).reshape(2, 3), device=device)
+    out.sum().backward()
+    want_b = b.grad.numpy().copy()
+    a.grad.zero_()
+    a.grad.add_(5.0)
+    np.testing.assert_array_equal(a.grad.numpy(), np.full((2, 3), 5.0))
+    np.testing.assert_array_equal(b.grad.numpy(), want_b)
+    if joined == "concat":
+        np.testing.assert_array_equal(want_b, np.arange(6.0, 12.0).reshape(2, 3))
+
+
 @pytest.mark.parametrize("clip", ["norm", "value"])
 def test_gradient_clipping_writes_into_the_gradients_in_place(device, clip):
     """``clip_grad_norm_`` and ``clip_grad_value_`` change each .grad in place, as in PyTorch: a

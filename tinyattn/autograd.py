@@ -575,7 +575,7 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
 
 def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
     """Hand the leaves their summed gradients: into ``.grad``, or into `captured` for grad()."""
-    handed: set[int] = set()  # the memory of the gradients handed to leaves so far
+    handed: dict[int, list] = {}  # memory root -> the byte extents handed to leaves so far
     for leaf, grad in leaves.items():
         if leaf._hooks:
             grad = _run_hooks(leaf, grad)
@@ -585,19 +585,28 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
             if leaf.grad is not None and _recorder is not None:
                 _recorder.read_grad(leaf, leaf.grad)  # a gradient from before: the tape's input
             if leaf.grad is None:
-                # Gradients may share memory (Add hands one gradient to both its inputs), but
-                # each leaf's .grad gets its own, as in PyTorch: a hand-written SGD loop's
-                # p.grad.zero_() must not zero another leaf's gradient too. And memory it can
-                # write: a sum's gradient is a broadcast view, copied here (as PyTorch copies
-                # an expanded one). (A sum below is a new array anyway.)
-                root = backend.storage_root(grad.array)
-                if root in handed or backend.repeats_or_is_read_only(grad.array):
-                    grad = grad.clone()
-                    root = backend.storage_root(grad.array)
-                handed.add(root)
+                grad = _own_memory(grad, handed)
             leaf.grad = grad if leaf.grad is None else leaf.grad + grad
             if _recorder is not None:
                 _recorder.set_grad(leaf, leaf.grad)
+
+
+def _own_memory(grad: Any, handed: dict) -> Any:
+    """`grad`, or a copy of it, holding memory no other leaf's new .grad reaches, that it can
+    write: as in PyTorch, where a hand-written SGD loop's p.grad.zero_() must not zero another
+    leaf's gradient too. Gradients may share memory (Add hands one gradient to both its
+    inputs; the blocks of a stacked weight's gradient are views of one array, which is fine
+    as long as they do not overlap), and a sum's gradient is a broadcast view, copied here as
+    PyTorch copies an expanded one. (A sum below is a new array anyway.)"""
+    root, (low, high) = backend.storage_root(grad.array), backend.memory_extent(grad.array)
+    taken = handed.get(root, ())
+    if backend.repeats_or_is_read_only(grad.array) or any(
+        low < end and start < high for start, end in taken
+    ):
+        grad = grad.clone()
+        root, (low, high) = backend.storage_root(grad.array), backend.memory_extent(grad.array)
+    handed.setdefault(root, []).append((low, high))
+    return grad
 
 
 def _run_hooks(tensor: Any, grad: Any) -> Any:

@@ -422,6 +422,7 @@ def sliding_windows(array: Any, window: tuple, step: tuple, dilation: tuple) -> 
 
 
 window_counts = windows.counts  # how many windows fit: sliding_windows' counts
+memory_extent = windows.extent  # [first byte, end) of the memory an array reaches
 
 
 def broadcast_view(array: Any, shape: tuple) -> Any:

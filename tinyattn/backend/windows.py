@@ -3,7 +3,8 @@ pooling, and broadcasts.
 
 Handed the array module by `backend.sliding_windows`: NumPy and CuPy get a strided view (no
 copy: each window offset is one more stride), other array API namespaces a stack of strided
-slices, one per window offset. `backend.broadcast_view` makes NumPy's broadcast views directly.
+slices, one per window offset. `backend.broadcast_view` makes NumPy's broadcast views directly,
+and `extent` says which bytes of its memory a view reaches.
 """
 
 from __future__ import annotations
@@ -70,3 +71,19 @@ def stacked(xp: Any, array: Any, window: tuple, step: tuple, dilation: tuple) ->
         slices.append(array[(slice(None),) * lead + index])
     joined = xp.stack(slices, axis=-1)  # (*lead, *counts, prod(window))
     return xp.reshape(joined, joined.shape[:-1] + tuple(window))
+
+
+def extent(array: Any) -> tuple[int, int]:
+    """[first byte, end) of the memory a NumPy, CuPy or strict stand-in array reaches, by its
+    pointer, shape and strides: views of one array whose extents do not meet share no element."""
+    array = getattr(array, "_array", array)  # the strict stand-in's NumPy array
+    start = array.__array_interface__["data"][0] if type(array) is np.ndarray else array.data.ptr
+    low = high = start
+    for size, stride in zip(array.shape, array.strides, strict=True):
+        if size == 0:
+            return start, start
+        if stride > 0:
+            high += (size - 1) * stride
+        else:
+            low += (size - 1) * stride
+    return low, high + array.itemsize
