@@ -372,3 +372,27 @@ def test_packed_heads_attention_equals_three_inputs_bit_for_bit(device):
 def test_a_packed_input_must_split_in_three():
     with pytest.raises(TinyattnError, match=r"HeadsAttention: a packed projection"):
         ops.HeadsAttention.apply(ta.zeros(2, 3, 8), heads=2, scale=1.0, packed=True)
+
+
+def test_a_frozen_projection_gets_no_gradient_in_the_stacked_product(monkeypatch):
+    """requires_grad=False on one projection's weight: it gets no .grad, and the others get the
+    gradients of the three separate calls."""
+
+    def grads(stacked):
+        if not stacked:
+            monkeypatch.setattr(attention_module, "_stackable", lambda layers: False)
+        ta.manual_seed(0)
+        module = nn.MultiHeadAttention(8, 2)
+        module.k_proj.weight.requires_grad_(False)
+        x = ta.tensor(np.random.default_rng(7).standard_normal((2, 4, 8)), dtype="float32")
+        module(x).square().sum().backward()
+        monkeypatch.undo()
+        return {name: p.grad for name, p in module.named_parameters()}
+
+    stacked, separate = grads(True), grads(False)
+    assert stacked["k_proj.weight"] is None and separate["k_proj.weight"] is None
+    for name, grad in stacked.items():
+        if grad is not None:
+            np.testing.assert_allclose(
+                grad.numpy(), separate[name].numpy(), rtol=2e-6, atol=2e-6, err_msg=name
+            )
