@@ -363,7 +363,7 @@ class MultiHeadAttention(Module):
 
     def _projected(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[tuple, bool]:
         """(q, k, v) projected, and False; or for self-attention through three plain Linear
-        layers (no hooks, one dtype and device, all with a bias or none), ([q | k | v],) and
+        layers (`_stackable`: no hooks, one dtype, all with a bias or none), ([q | k | v],) and
         True: one product of query with the weights stacked (PyTorch's in_proj_weight layout).
         The same values: each block of the product is that projection's product. Backward
         then takes one product for dL/dquery and one for the stacked dL/dW, not three each,
