@@ -21,12 +21,13 @@ EXACT = ("cpu", "strict")  # where both paths' forwards are the same library cal
 
 
 def _count_fused(monkeypatch) -> list:
+    """One entry per HeadsAttention forward: its `packed` flag."""
     calls = []
     forward = ops.HeadsAttention.forward
     monkeypatch.setattr(
         ops.HeadsAttention,
         "forward",
-        lambda self, *a, **k: calls.append(1) or forward(self, *a, **k),
+        lambda self, *a, **k: calls.append(k.get("packed", False)) or forward(self, *a, **k),
     )
     return calls
 
@@ -226,18 +227,6 @@ def test_heads_attention_names_inputs_that_do_not_fit(device, shapes, heads):
 
 
 # ------------------------------------------------------------- self-attention's packed projection
-def _packed_calls(monkeypatch) -> list:
-    """The `packed` flag of every HeadsAttention forward."""
-    calls = []
-    forward = ops.HeadsAttention.forward
-    monkeypatch.setattr(
-        ops.HeadsAttention,
-        "forward",
-        lambda self, *a, **k: calls.append(k.get("packed", False)) or forward(self, *a, **k),
-    )
-    return calls
-
-
 def _self_attention(monkeypatch, stacked, device, dtype, **kwargs):
     """Output, input gradient and parameter gradients of self-attention, with the q, k, v
     projections stacked into one product or called one by one."""
@@ -267,10 +256,10 @@ def test_self_attention_stacks_its_projections_into_one_product(monkeypatch, dev
         kwargs["mask"] = np.tril(np.ones((3, 5, 5), bool), k=1)
     if "key_padding_mask" in kwargs:
         kwargs["key_padding_mask"] = np.array([[False] * 4 + [True]] * 3)
-    calls = _packed_calls(monkeypatch)
+    calls = _count_fused(monkeypatch)
     stacked = _self_attention(monkeypatch, True, device, dtype, **kwargs)
     assert calls == [True], calls
-    calls = _packed_calls(monkeypatch)
+    calls = _count_fused(monkeypatch)
     separate = _self_attention(monkeypatch, False, device, dtype, **kwargs)
     assert calls == [False], calls
     tol = 2e-6 if dtype == "float32" else 1e-13
@@ -285,7 +274,7 @@ def test_the_projections_are_called_one_by_one_when_stacking_would_change_what_r
     x = ta.randn(2, 4, 8)
 
     def packed_flags(module, *args):
-        calls = _packed_calls(monkeypatch)
+        calls = _count_fused(monkeypatch)
         module(*args)
         monkeypatch.undo()
         return calls
