@@ -483,6 +483,24 @@ def test_leaves_sharing_one_gradient_array_each_write_only_their_own(device, joi
         np.testing.assert_array_equal(want_b, np.arange(6.0, 12.0).reshape(2, 3))
 
 
+def test_memory_extent_is_the_span_of_bytes_a_view_reaches(device):
+    """`backend.memory_extent`: [first byte, end) from pointer, shape and strides, for arrays,
+    their views (row blocks, strided and reversed ones), empty ones and NumPy scalars."""
+    from tinyattn import backend
+
+    base = ta.zeros(4, 6, dtype="float32", device=device).array
+    start, end = backend.memory_extent(base)
+    assert end - start == 4 * 6 * 4
+    top, bottom = backend.memory_extent(base[:2, :]), backend.memory_extent(base[2:, :])
+    assert top == (start, start + 48) and bottom == (start + 48, end)  # disjoint row blocks
+    assert backend.memory_extent(base[:, ::2]) == (start, end - 4)  # interleaved: they meet
+    assert backend.memory_extent(base[::-1, :]) == (start, end)
+    assert backend.memory_extent(base[:0, :])[0] == backend.memory_extent(base[:0, :])[1]
+    scalar = np.float32(2.0)
+    low, high = backend.memory_extent(scalar)
+    assert high - low == 4
+
+
 @pytest.mark.parametrize("clip", ["norm", "value"])
 def test_gradient_clipping_writes_into_the_gradients_in_place(device, clip):
     """``clip_grad_norm_`` and ``clip_grad_value_`` change each .grad in place, as in PyTorch: a

@@ -77,7 +77,8 @@ def extent(array: Any) -> tuple[int, int]:
     """[first byte, end) of the memory a NumPy, CuPy or strict stand-in array reaches, by its
     pointer, shape and strides: views of one array whose extents do not meet share no element."""
     array = getattr(array, "_array", array)  # the strict stand-in's NumPy array
-    start = array.__array_interface__["data"][0] if type(array) is np.ndarray else array.data.ptr
+    interface = getattr(array, "__array_interface__", None)  # NumPy arrays and scalars
+    start = interface["data"][0] if interface is not None else array.data.ptr  # CuPy
     low = high = start
     for size, stride in zip(array.shape, array.strides, strict=True):
         if size == 0:
