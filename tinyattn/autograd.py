@@ -575,7 +575,7 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
 
 def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
     """Hand the leaves their summed gradients: into ``.grad``, or into `captured` for grad()."""
-    handed: dict[int, list] = {}  # memory root -> the byte extents handed to leaves so far
+    handed: dict[int, list] = {}  # memory root -> the gradients in it handed to leaves so far
     for leaf, grad in leaves.items():
         if leaf._hooks:
             grad = _run_hooks(leaf, grad)
@@ -598,15 +598,20 @@ def _own_memory(grad: Any, handed: dict) -> Any:
     inputs; the blocks of a stacked weight's gradient are views of one array, which is fine
     as long as they do not overlap), and a sum's gradient is a broadcast view, copied here as
     PyTorch copies an expanded one. (A sum below is a new array anyway.)"""
-    root, (low, high) = backend.storage_root(grad.array), backend.memory_extent(grad.array)
-    taken = handed.get(root, ())
-    if backend.repeats_or_is_read_only(grad.array) or any(
-        low < end and start < high for start, end in taken
-    ):
+    root = backend.storage_root(grad.array)
+    if backend.repeats_or_is_read_only(grad.array) or _overlaps(grad.array, handed.get(root)):
         grad = grad.clone()
-        root, (low, high) = backend.storage_root(grad.array), backend.memory_extent(grad.array)
-    handed.setdefault(root, []).append((low, high))
+        root = backend.storage_root(grad.array)
+    handed.setdefault(root, []).append(grad.array)
     return grad
+
+
+def _overlaps(array: Any, others: list | None) -> bool:
+    """Whether `array` reaches a byte that one of `others` (arrays of its memory) reaches."""
+    if not others:  # the common case: the first gradient in this memory, no extent needed
+        return False
+    low, high = backend.memory_extent(array)
+    return any(low < end and start < high for start, end in map(backend.memory_extent, others))
 
 
 def _run_hooks(tensor: Any, grad: Any) -> Any:
