@@ -280,6 +280,47 @@ def test_multihead_attention(device, case):
     check_mha_grads(attn, torch_attn)
 
 
+@pytest.mark.parametrize("case", ["self", "causal", "key padding"])
+def test_self_attention_with_stacked_projections(device, monkeypatch, case):
+    """No weights asked for: the fused path, whose q, k, v are one product of the stacked
+    weights (as torch's in_proj_weight). Output and every gradient match torch; each
+    projection's .grad is its own writable memory, as a separate torch Parameter's is."""
+    from tinyattn import ops
+
+    packed = []
+    forward = ops.HeadsAttention.forward
+    monkeypatch.setattr(
+        ops.HeadsAttention,
+        "forward",
+        lambda self, *a, **k: packed.append(k.get("packed")) or forward(self, *a, **k),
+    )
+    attn, torch_attn = mha_pair(device)
+    x, tx = pair(device, 2, 4, 6)
+    padding = np.array([[False] * 3 + [True], [False] * 4])
+    kwargs, torch_kwargs = {}, {}
+    if case == "causal":
+        kwargs, torch_kwargs = (
+            {"is_causal": True},
+            {
+                "attn_mask": torch.tensor(~np.tril(np.ones((4, 4), bool))),
+                "is_causal": True,
+            },
+        )
+    if case == "key padding":
+        kwargs = {"key_padding_mask": ta.tensor(padding, device=device)}
+        torch_kwargs = {"key_padding_mask": torch.tensor(padding)}
+    out = attn(x, **kwargs)
+    torch_out, _ = torch_attn(tx, tx, tx, need_weights=False, **torch_kwargs)
+    assert packed == [True]
+    close(out, torch_out)
+    backward_both(out, torch_out)
+    close(x.grad, tx.grad, "query")
+    check_mha_grads(attn, torch_attn)
+    k_grad = attn.k_proj.weight.grad.numpy().copy()
+    attn.q_proj.weight.grad.zero_()
+    np.testing.assert_array_equal(attn.k_proj.weight.grad.numpy(), k_grad)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_transformer_block_matches_encoder_layer(device, norm_first):
     ta.manual_seed(4)

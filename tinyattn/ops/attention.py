@@ -119,9 +119,11 @@ class HeadsAttention(Function):
         grads = kernels.heads_attention_grads(
             grad, q, k, v, weights, self.heads, self.scale, (True,) * 3, into
         )
-        if grads is None or packed is not None:
-            return grads and (packed,)
-        return (xp.concat(grads, axis=-1),)
+        if grads is None:  # declined (another dtype): the Tensor ops run
+            return None
+        if packed is not None:  # the three blocks were written in place
+            return (packed,)
+        return (xp.concat(grads, axis=-1),)  # off the host: [dQ | dK | dV] joined
 
     def _split(self, x: Any) -> Any:
         """(B, T, H * D) -> (B, H, T, D), as Tensor ops."""
