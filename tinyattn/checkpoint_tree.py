@@ -27,6 +27,12 @@ from .tensor import Tensor
 _VALUES = (bool, int, float, str, type(None))
 # A Module's registries: their entries get state_dict-style names ("encoder.weight").
 _REGISTRIES = ("_parameters", "_buffers", "_modules")
+# How deeply a manifest's JSON may nest. The reader walks the tree by recursion, at most two
+# Python frames per level (a frozenset: node, its reader, _read_set, the list comprehension), so
+# 256 levels stay inside Python's default limit of 1000 frames even when load is called from
+# deep in a program. A saved module costs 7 levels per level of submodules, a nested list 2:
+# real checkpoints need a few dozen. The save refuses a deeper tree, so whatever saves loads.
+MAX_DEPTH = 256
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: made at run time (a `class` statement, or C code)
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: set on C types, never on `class` ones
 
@@ -455,14 +461,31 @@ class TreeReader:
         if "state" in body:
             raise TinyattnError(f"{type(obj).__name__} has no __setstate__ for its saved state")
         if attributes:
-            vars(obj).update(attributes)
+            _instance_dict(obj).update(attributes)
+        own_slots = set(_slot_names(type(obj)))
         for name, value in slots.items():
+            if name not in own_slots:  # e.g. "__class__": setattr would change the object's class
+                raise TinyattnError(
+                    f"the manifest sets slot {name!r} of a {type(obj).__name__}, whose slots are "
+                    f"{sorted(own_slots)}"
+                )
             setattr(obj, name, value)  # as pickle sets slot values
 
     def ref(self, memo: int) -> Any:
         if memo not in self._objects:
             raise TinyattnError(f"the manifest refers to object {memo} before defining it")
         return self._objects[memo]
+
+
+def _instance_dict(obj: Any) -> dict:
+    """The instance dict the manifest's attributes go into; a class with only slots has none."""
+    try:
+        return vars(obj)
+    except TypeError:
+        raise TinyattnError(
+            f"the manifest gives instance attributes to a {type(obj).__name__}, whose instances "
+            "have no __dict__ (only __slots__)"
+        ) from None
 
 
 def _own_setstate(cls: type) -> bool:
@@ -568,6 +591,7 @@ _READERS: dict[str, tuple[Any, Any]] = {
 }
 
 __all__ = [
+    "MAX_DEPTH",
     "PLAIN_GLOBALS",
     "TreeReader",
     "TreeWriter",

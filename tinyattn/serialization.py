@@ -39,14 +39,16 @@ A class is written ``"module:qualname"``. An object is saved as pickle saves a p
 its ``__getstate__()``, or its instance dict and set ``__slots__`` (a Module drops only the cache
 its `_replay_key` rebuilds); it is rebuilt as pickle rebuilds one, without ``__init__``:
 ``cls.__new__(cls)``, then ``__setstate__(state)`` where the class defines it, else the dict is
-put into ``__dict__`` and each slot set. Objects and tensors keep their identity within a file
+put into ``__dict__`` and each of the class's own slots set (a file naming any other slot, such
+as ``__class__``, is refused). Objects and tensors keep their identity within a file
 (shared submodules, weight tying, an object that refers to itself); a list, dict or set is
 stored by value, so one reached twice loads as two equal containers, and one inside itself is
 refused. Views are not kept: a tensor that viewed another loads with its own memory. Tensors
 load on `device` (default the CPU), without gradients. Refused at save: functions and classes not
 reachable by their import path (lambdas, local functions), bound methods, and instances of
 builtin or extension types or of classes with their own ``__reduce__`` (a generator, a file, an
-Enum); the error names the value's path.
+Enum); the error names the value's path; and a value nested deeper than the manifest's
+`checkpoint_tree.MAX_DEPTH` levels of JSON, which a load would refuse.
 
 Loading follows PyTorch's ``weights_only=True`` (the default): besides the plain node kinds, only
 `checkpoint_tree.PLAIN_GLOBALS` (Tensor, Parameter, the hook lists of a Module) and the globals
@@ -67,7 +69,9 @@ import os
 from typing import Any, BinaryIO
 
 from . import backend
+from .backend.files import json_depth
 from .checkpoint_tree import (
+    MAX_DEPTH,
     PLAIN_GLOBALS,
     TreeReader,
     TreeWriter,
@@ -128,11 +132,23 @@ def _save_path(f: Any) -> str:
 def _npz_payload(obj: Any) -> bytes:
     """The bytes of a tinyattn .npz checkpoint of `obj`."""
     writer = TreeWriter(reserved=backend.NPZ_METADATA_ENTRY)
-    tree = writer.node(obj, "")  # all type errors surface before any file is touched
+    try:
+        tree = writer.node(obj, "")  # all type errors surface before any file is touched
+    except RecursionError:  # the writer recurses: a value this deep is far past MAX_DEPTH
+        raise _too_deep() from None
     metadata = json.dumps({"format": FORMAT, "version": writer.version, "tree": tree})
+    if json_depth(metadata, MAX_DEPTH) > MAX_DEPTH:  # a load would refuse it: refuse it now
+        raise _too_deep()
     buffer = io.BytesIO()
     backend.save_npz(buffer, writer.arrays, metadata)
     return buffer.getvalue()
+
+
+def _too_deep() -> TypeError:
+    return TypeError(
+        f"save: the value nests deeper than the {MAX_DEPTH} levels of JSON a manifest may have "
+        "(a module costs 7 levels per level of submodules, a list 2); flatten it"
+    )
 
 
 def _safetensors_payload(obj: Any) -> bytes:
@@ -235,7 +251,10 @@ def load(
     `add_safe_globals` or a `safe_globals` block load, any other raises `UnsafeGlobalError`
     naming it; with False the modules the file names are imported. ``mmap`` is accepted for
     PyTorch's sake and changes nothing. A truncated, corrupt or foreign file raises ValueError
-    naming the path and the reason.
+    naming the path and the reason (a ``torch.save`` file: that it is one, and how to convert
+    it). A file is untrusted input: sizes are checked before memory is taken (an .npz may not
+    inflate to more than `backend.files.MAX_INFLATION` times its size beyond 64 MiB), and a
+    manifest may nest `checkpoint_tree.MAX_DEPTH` levels deep.
     """
     device = _load_device(device, map_location)
     allow_only_safe = weights_only is not False
@@ -275,11 +294,6 @@ def _load_device(device: Any, map_location: Any) -> Any:
 def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]:
     try:
         arrays = backend.load_safetensors(data)
-    except ImportError:
-        raise ImportError(
-            "load: reading .safetensors files needs the safetensors package "
-            "(pip install safetensors)"
-        ) from None
     except ValueError as exc:
         raise TinyattnError(f"load: {shown}: {exc}") from None
     return {name: Tensor(array, device=device) for name, array in arrays.items()}
@@ -324,6 +338,11 @@ def _header(source: Any, shown: str) -> tuple[dict, dict]:
         raise TinyattnError(
             f"load: {shown} is an .npz archive but not a tinyattn checkpoint (no "
             f"{backend.NPZ_METADATA_ENTRY!r} entry); read plain archives with numpy.load"
+        )
+    if json_depth(metadata, MAX_DEPTH) > MAX_DEPTH:  # json.loads and the reader recurse
+        raise TinyattnError(
+            f"load: {shown} has a manifest nested deeper than {MAX_DEPTH} levels, the most "
+            "tinyattn reads (and writes): a damaged or hostile file"
         )
     try:
         header = json.loads(metadata)
