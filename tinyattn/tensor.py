@@ -36,9 +36,13 @@ from .methods.common import (
     by_mask,
     check_integral,
     device_spec,
+    integer_operands,
     is_float,
     named,
+    number_operand,
     promote,
+    refuse_bool_subtraction,
+    result_type,
     type_name,
 )
 from .methods.conversions import ConversionMethods
@@ -52,11 +56,15 @@ from .ops import (
     MatMul,
     Mul,
     Neg,
+    Sub,
     broadcast_shapes,
     matmul_shape,
 )
 from .ops.computed import array_call, computed
 from .ops.table import BINARY, LOGICAL, UNARY, Binary, Logical, Unary
+
+# Ops that compute in floats whatever their operands' dtypes (the default float32 for integers).
+_TRUE_DIVISIONS = (Div, Atan2)
 
 
 # --------------------------------------------------------------------------- generated methods
@@ -64,12 +72,16 @@ from .ops.table import BINARY, LOGICAL, UNARY, Binary, Logical, Unary
 # closures keep the hot path short: a Python number with a float tensor goes straight to the
 # scalar Function (no constant tensor, no sum_to).
 def _unary_method(spec: Unary) -> Callable:
-    function, name, floats_only = spec.function, spec.name, spec.floats_only
+    function, name, integers, bool_error = spec.function, spec.name, spec.integers, spec.bool_error
 
     def method(self: Tensor) -> Tensor:
-        if floats_only:
-            backend.check_floating(name, self.array)
-        return function.apply(self)
+        if is_float(self.array):
+            return function.apply(self)
+        if integers == "float":  # exp(int) is a float32, as PyTorch computes it
+            return function.apply(self._cast("float32"))
+        if backend.dtype_name(self.dtype) == "bool":
+            raise bool_error(f"{name}: not implemented for bool tensors")
+        return self.clone() if integers == "keep" else function.apply(self)
 
     return named(method, name, function.__doc__)
 
@@ -383,28 +395,33 @@ class Tensor(
                 )
             return other
         if isinstance(other, bool | int | float):
-            xp = backend.namespace(self.array)
-            dtype = self.array.dtype
-            if isinstance(other, float) and not backend.is_floating(xp, dtype):
-                dtype = backend.dtype_of_name(xp, "float32")
-            return type(self)._from_op(
-                xp.asarray(other, dtype=dtype, device=self.array.device), None
-            )
+            if is_float(self.array):  # a float tensor keeps its dtype with any number
+                xp = backend.namespace(self.array)
+                return Tensor._from_op(
+                    xp.asarray(other, dtype=self.array.dtype, device=self.array.device), None
+                )
+            # int8 tensor * 2.5 meets a float32 2.5; uint8 tensor + (-2) a uint8 254, as in PyTorch
+            return number_operand(self, other, result_type(self, other), op)
         if isinstance(other, list | tuple) or hasattr(other, "__array_interface__"):
             return Tensor(other, device=self.device)
         raise TypeError(f"{op}: unsupported operand type {type_name(other)}")
 
     def _binary(self, function: type, other: Any, op: str, reverse: bool = False) -> Tensor:
+        if function is Sub:
+            refuse_bool_subtraction(op, self, other)
+        number = other if isinstance(other, bool | int | float) else None
+        if number is not None and function in _TRUE_DIVISIONS and not is_float(self.array):
+            self = self._cast("float32")  # int / -2 is a float division by -2.0, not by 254
         other = self._operand(other, op)
         a, b = (other, self) if reverse else (self, other)
         if a.array.shape != b.array.shape:
             broadcast_shapes(op, a.array.shape, b.array.shape)
         if a.array.dtype != b.array.dtype and not (function is Mul and by_mask(a, b)):
             a, b = promote(a, b, op)
-        if (function is Div or function is Atan2) and not is_float(a.array):
-            # True division (and atan2) of integers gives the default float dtype on every
-            # backend (NumPy would give float64, array_api_strict refuses), as in PyTorch.
-            a, b = a._cast("float32"), b._cast("float32")
+        if not is_float(a.array):
+            # True division gives float32 on every backend (NumPy would give float64, the
+            # strict stand-in refuses); integer division by zero raises: PyTorch's meanings.
+            a, b = integer_operands(function, a, b, op, number, reverse)
         return function.apply(a, b)
 
     def _logical(

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from .. import backend
+from ..backend import promotion
 from ..errors import DimError, TinyattnError
 from ..ops import (
     Clip,
@@ -26,7 +27,19 @@ from ..ops import (
 )
 from ..ops.computed import array_call, computed
 from ..ops.division import Copysign, Fmod, RoundedDivide
-from .common import SCALARS, Tensor, TensorBase, concat, describe, is_float, promote, where
+from .common import (
+    SCALARS,
+    Tensor,
+    TensorBase,
+    check_integer_divisor,
+    concat,
+    describe,
+    is_float,
+    number_operand,
+    promote,
+    result_type,
+    where,
+)
 
 _LN2 = math.log(2.0)
 
@@ -112,10 +125,17 @@ class ArithmeticMethods(TensorBase):
             raise TinyattnError("clip: at least one of min and max must be given")
         if isinstance(min, Tensor) or isinstance(max, Tensor):
             return self._clip_by_tensors(min, max)
-        if isinstance(min, float) or isinstance(max, float):
-            if not is_float(self.array):
-                return self._cast("float32").clip(min, max)  # float bounds: a float result
-        return Clip.apply(self, low=min, high=max)
+        if is_float(self.array):
+            return Clip.apply(self, low=min, high=max)
+        # PyTorch's promotion with the bounds: clamp(int_tensor, 0.5) is float32 and
+        # clamp(bool_tensor, 0, 1) int64; each bound as that dtype holds it (-1 is 255 in uint8).
+        bounds = [bound for bound in (min, max) if bound is not None]
+        name = result_type(self, *bounds)
+        low, high = (
+            None if bound is None else promotion.number_as(bound, name, "clamp")
+            for bound in (min, max)
+        )
+        return Clip.apply(self._cast(name), low=low, high=high)
 
     clamp = clip
 
@@ -153,8 +173,9 @@ class ArithmeticMethods(TensorBase):
             raise TinyattnError(
                 f"masked_fill: mask of shape {mask.shape} does not broadcast to {self.shape}"
             )
-        if isinstance(value, Tensor):
-            value = value.to(self.dtype)
+        # The result keeps this tensor's dtype: an int64 tensor filled with 2.7 holds 2, and
+        # NaN, which no integer holds, raises (as PyTorch converts the value).
+        value = number_operand(self, value, backend.dtype_name(self.dtype), "masked_fill")
         return where(mask, value, self)
 
     def _products(self, op: str, other: Any, dims: tuple[int, int], inner: bool = True) -> Tensor:
@@ -196,6 +217,8 @@ class ArithmeticMethods(TensorBase):
         float result requires grad when the input does). Shapes: any."""
         if is_float(self.array):
             return Sign.apply(self)
+        if backend.dtype_name(self.dtype) == "bool":
+            return self.clone()  # NumPy has no bool sign; a bool's sign is itself
         return computed(array_call, self, name="sign")
 
     def isnan(self) -> Tensor:
@@ -208,7 +231,9 @@ class ArithmeticMethods(TensorBase):
         return computed(array_call, self, name="isfinite")
 
     def square(self) -> Tensor:
-        return self * self
+        """x * x (int64 for a bool tensor, as PyTorch's square);  dL/dx = 2 g x.  Shapes: any."""
+        x = self._cast("int64") if backend.dtype_name(self.dtype) == "bool" else self
+        return x * x
 
     def reciprocal(self) -> Tensor:
         """1 / x (a float result for an integer tensor)."""
@@ -286,9 +311,7 @@ class ArithmeticMethods(TensorBase):
         exponent clipped at 0 in each branch so that the branch not taken cannot overflow.
         dL/dx = g * sigmoid(x - y), dL/dy = g * sigmoid(y - x) (1/2 each at ties).
         Shapes: x and y broadcast together."""
-        backend.check_floating("logaddexp", self.array)
-        other = self._operand(other, "logaddexp")
-        broadcast_shapes("logaddexp", self.shape, other.shape)
+        self, other = _float_operands(self, other, "logaddexp")
         # Two equal infinities: inf - inf would be NaN (with a warning), but the result is that
         # infinity, so their difference is taken as 0.
         same_infinity = (self == other) & self.isinf()
@@ -300,9 +323,7 @@ class ArithmeticMethods(TensorBase):
     def logaddexp2(self, other: Any) -> Tensor:
         """log2(2^x + 2^y): logaddexp in base 2;  dL/dx = g * 2^x / (2^x + 2^y).
         Shapes: x and y broadcast together."""
-        backend.check_floating("logaddexp2", self.array)
-        other = self._operand(other, "logaddexp2")
-        broadcast_shapes("logaddexp2", self.shape, other.shape)
+        self, other = _float_operands(self, other, "logaddexp2")
         return (self * _LN2).logaddexp(other * _LN2) * (1.0 / _LN2)
 
     def nan_to_num(
@@ -403,8 +424,21 @@ def _broadcast_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]
 
 
 def _integer_safe_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
-    """`_broadcast_operands`, refusing an integer division by zero (PyTorch raises too)."""
+    """`_broadcast_operands`, refusing bool operands and an integer division by zero (PyTorch
+    raises for both; NumPy would give 0)."""
     a, b = _broadcast_operands(x, other, op)
-    if not is_float(b.array) and b.numel() and not bool(backend.namespace(b.array).all(b.array)):
-        raise RuntimeError(f"{op}: ZeroDivisionError (an integer divisor is zero)")
+    if not is_float(b.array):
+        check_integer_divisor(op, a, b)
+    return a, b
+
+
+def _float_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
+    """Both operands in their promoted dtype, which must be floating (PyTorch has no integer
+    kernel for these ops, but an integer meets a float operand as in any other op)."""
+    a, b = _broadcast_operands(x, other, op)
+    if not is_float(a.array):
+        raise NotImplementedError(
+            f"{op}: not implemented for {backend.dtype_name(a.dtype)} tensors; "
+            "give at least one floating-point operand"
+        )
     return a, b

@@ -17,13 +17,18 @@ from typing import Any, NamedTuple
 
 from .. import backend
 from ..autograd import note_created
+from ..backend import promotion
 from ..errors import TinyattnError
 from ..ops import (
+    Atan2,
     Concat,
+    Div,
+    Pow,
     Where,
     broadcast_shapes,
     normalize_axes,
 )
+from ..ops.rounding import FloorDivide, Remainder
 
 HOST_ARRAY = backend.HOST_ARRAY
 # Python numbers that go straight to the array library as the other operand of a float tensor.
@@ -99,36 +104,65 @@ def by_mask(a: Tensor, b: Tensor) -> bool:
 
 
 def promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
-    """Cast both operands to their common dtype, by PyTorch's rule: the higher kind wins (bool <
-    integer < float); within one kind a 0-d tensor does not widen a tensor with dimensions
-    (``float32 tensor * 0-d float64`` is float32), else the wider dtype wins."""
-    xp = backend.namespace(a.array)
-    if _kind(xp, a.dtype) == _kind(xp, b.dtype) and (a.ndim == 0) != (b.ndim == 0):
-        dtype = b.dtype if a.ndim == 0 else a.dtype  # the operand with dimensions decides
-        return a._cast(dtype), b._cast(dtype)
-    a_float, b_float = backend.is_floating(xp, a.dtype), backend.is_floating(xp, b.dtype)
-    if a_float and not b_float:
-        return a, b._cast(a.dtype)
-    if b_float and not a_float:
-        return a._cast(b.dtype), b
-    a_bool, b_bool = backend.dtype_name(a.dtype) == "bool", backend.dtype_name(b.dtype) == "bool"
-    if a_bool != b_bool:  # True + 1 == 2 as in NumPy and PyTorch (strict alone refused it)
-        return (a._cast(b.dtype), b) if a_bool else (a, b._cast(a.dtype))
-    try:
-        common = xp.result_type(a.dtype, b.dtype)
-    except TypeError as exc:
-        raise TypeError(
-            f"{op}: dtypes {backend.dtype_name(a.dtype)} and {backend.dtype_name(b.dtype)} "
-            "cannot be combined"
-        ) from exc
-    return a._cast(common), b._cast(common)
+    """Both operands cast to the dtype PyTorch's rule gives them (`result_type`): the higher
+    category wins (bool < integer < floating); within one, a 0-d tensor or a Python number
+    does not widen a tensor with dimensions (``float32 tensor * 0-d float64`` is float32)."""
+    name = result_type(a, b)
+    return a._cast(name), b._cast(name)
 
 
-def _kind(xp: Any, dtype: Any) -> int:
-    """0 bool, 1 integer, 2 floating: the categories of PyTorch's promotion rule."""
-    if backend.dtype_name(dtype) == "bool":
-        return 0
-    return 2 if backend.is_floating(xp, dtype) else 1
+def result_type(*operands: Any) -> str:
+    """The dtype name of an op of `operands` (Tensors and Python numbers), by PyTorch's rule:
+    the one home of type promotion is backend/promotion.py."""
+    return promotion.result_type(*operands, names=backend.dtype_name)
+
+
+def integer_operands(
+    function: type, a: Tensor, b: Tensor, op: str, number: Any = None, reverse: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Operands of one integer or bool dtype, made ready for `function` as PyTorch computes it:
+    true division and atan2 in the default float32; floor division, remainder and shifts
+    refused on bool (PyTorch has no bool kernel for them); an integer divisor of zero refused,
+    where NumPy would give 0; an integer to a negative Python-number power refused (a tensor
+    exponent may be negative: ``Pow`` gives PyTorch's 0, 1 or -1 there). `number` is the
+    Python number the caller turned into an operand, if any (`reverse`: it came first)."""
+    if function is Div or function is Atan2:
+        return a._cast("float32"), b._cast("float32")
+    if function is Pow:
+        if backend.dtype_name(a.dtype) == "bool" and (number is None or reverse):
+            # PyTorch's one bool power is a bool tensor to a Python bool (x ** True is x)
+            raise NotImplementedError(f"{op}: not implemented for bool tensors")
+        if number is not None and not reverse and number < 0:
+            raise RuntimeError(f"{op}: Integers to negative integer powers are not allowed.")
+        return a, b
+    if function in _INTEGER_DIVISIONS:
+        check_integer_divisor(op, a, b)
+    return a, b
+
+
+def check_integer_divisor(op: str, a: Tensor, b: Tensor) -> None:
+    """Refuse a bool division (PyTorch has no bool kernel) and an integer divisor of zero."""
+    if backend.dtype_name(a.dtype) == "bool":
+        raise NotImplementedError(f"{op}: not implemented for bool tensors; cast them with .long()")
+    if b.numel() and not bool(backend.namespace(b.array).all(b.array)):
+        raise RuntimeError(f"{op}: ZeroDivisionError (an integer divisor is zero)")
+
+
+def refuse_bool_subtraction(op: str, *operands: Any) -> None:
+    """PyTorch refuses ``-`` with a bool operand (a mask is inverted with ``~``, not ``1 - m``)."""
+    for operand in operands:
+        if (
+            operand is True
+            or operand is False
+            or (isinstance(operand, Tensor) and backend.dtype_name(operand.dtype) == "bool")
+        ):
+            raise RuntimeError(
+                f"{op}: subtraction with a bool operand is not supported; to invert a mask use "
+                "~mask or mask.logical_not(), or cast it first with .long() or .float()"
+            )
+
+
+_INTEGER_DIVISIONS = (FloorDivide, Remainder)
 
 
 def checked_shape(op: str, shape: tuple) -> tuple:
@@ -157,15 +191,26 @@ def where(cond: Tensor, a: Any = None, b: Any = None) -> Any:
         raise TypeError("where: give both a and b, or neither (the indices of cond's non-zeros)")
     if not isinstance(cond, Tensor) or backend.dtype_name(cond.dtype) != "bool":
         raise TypeError(f"where: cond must be a bool Tensor, got {describe(cond)}")
-    anchor = next((t for t in (a, b) if isinstance(t, Tensor)), None)
-    if anchor is None:
-        anchor = cond._operand(0.0, "where")  # a float32 zero on cond's device
-    a, b = anchor._operand(a, "where"), anchor._operand(b, "where")
+    # The result's dtype is PyTorch's promotion of a and b, Python numbers included:
+    # where(c, 1, 0) is int64, where(c, 1.0, 0) float32, where(c, int_tensor, 2.5) float32.
+    anchor = next((t for t in (a, b) if isinstance(t, Tensor)), cond)
+    a, b = (t if isinstance(t, bool | int | float) else anchor._operand(t, "where") for t in (a, b))
+    name = result_type(a, b)
+    a, b = (number_operand(anchor, t, name, "where") for t in (a, b))
     anchor._operand(cond, "where")
     broadcast_shapes("where", broadcast_shapes("where", cond.shape, a.shape), b.shape)
-    if a.dtype != b.dtype:
-        a, b = promote(a, b, "where")
     return Where.apply(cond, a, b)
+
+
+def number_operand(anchor: Tensor, value: Any, name: str, op: str) -> Tensor:
+    """`value` (a Tensor or a Python number) as a Tensor of dtype `name` on anchor's device; a
+    number is converted as PyTorch converts it (`promotion.number_as`: ints wrap, 2.7 is 2)."""
+    if not isinstance(value, bool | int | float):
+        return anchor._operand(value, op)._cast(name)
+    xp = backend.namespace(anchor.array)
+    number = promotion.number_as(value, name, op)
+    array = xp.asarray(number, dtype=backend.dtype_of_name(xp, name), device=anchor.array.device)
+    return anchor._from_op(array, None)
 
 
 def describe(value: Any) -> str:

@@ -51,7 +51,7 @@ from .trig import Acos, Acosh, Asin, Asinh, Atan, Atan2, Atanh, Cos, Cosh, Sin, 
 
 @dataclass(frozen=True)
 class Unary:
-    """``x.name()`` and ``tinyattn.name(x)``: `function` applied to a floating tensor."""
+    """``x.name()`` and ``tinyattn.name(x)``: `function` applied to a tensor."""
 
     name: str
     function: type
@@ -59,7 +59,11 @@ class Unary:
     # Where the tests draw inputs: normal, positive, distinct, nonzero, unit (|x| < 1, for asin,
     # acos and atanh), above_one (acosh) or moderate (|x| < 1.3, away from tan's poles).
     domain: str = "normal"
-    floats_only: bool = True  # refuse integer input (abs takes any dtype)
+    # What an integer or bool input does, as in PyTorch: "float" is computed in the default
+    # float32; "keep" (the roundings) returns the integers unchanged; "same" computes in the
+    # input's dtype (abs, relu). "keep" and "same" refuse bool with `bool_error`.
+    integers: str = "float"
+    bool_error: type = NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -100,8 +104,8 @@ UNARY = (
     Unary("sqrt",    Sqrt,    "sqrt", domain="positive"),
     Unary("tanh",    Tanh,    "tanh"),
     Unary("sigmoid", Sigmoid, None),
-    Unary("relu",    Relu,    None),
-    Unary("abs",     Abs,     "abs",  domain="distinct", floats_only=False),
+    Unary("relu",    Relu,    None, integers="same", bool_error=RuntimeError),
+    Unary("abs",     Abs,     "abs",  domain="distinct", integers="same"),
     Unary("sin",     Sin,     "sin"),
     Unary("cos",     Cos,     "cos"),
     Unary("tan",     Tan,     "tan",     domain="moderate"),
@@ -113,10 +117,10 @@ UNARY = (
     Unary("asinh",   Asinh,   "arcsinh"),
     Unary("acosh",   Acosh,   "arccosh", domain="above_one"),
     Unary("atanh",   Atanh,   "arctanh", domain="unit"),
-    Unary("floor",   Floor,   "floor"),
-    Unary("ceil",    Ceil,    "ceil"),
-    Unary("round",   Round,   "round"),
-    Unary("trunc",   Trunc,   "trunc"),
+    Unary("floor",   Floor,   "floor", integers="keep"),
+    Unary("ceil",    Ceil,    "ceil", integers="keep"),
+    Unary("round",   Round,   "round", integers="keep"),
+    Unary("trunc",   Trunc,   "trunc", integers="keep"),
     Unary("erf",     Erf,     None),  # NumPy has no erf: tests/test_erf.py checks it
 )
 
