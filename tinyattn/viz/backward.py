@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,35 @@ def _page_data(graph: _Graph, steps: list[Step], leaves: list[LeafGradient]) -> 
     }
 
 
+# ------------------------------------------------------------------ escaping
+# Every text on the page comes from the program (tensor names, op names, docstrings, numbers), so
+# each is escaped for the place it goes: HTML text in the SVG, JSON inside a <script> element, an
+# attribute value for the notebook's frame; and the template is filled in one pass, so that no
+# inserted text is ever read again as a placeholder.
+_PLACEHOLDER = re.compile(r"__([A-Z]+)__")
+# Not allowed in an HTML page, or not encodable in UTF-8 (a lone surrogate): shown as U+FFFD.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+
+
+def _svg_text(text: str) -> str:
+    """`text` as the content of an SVG (or HTML) element: shown as written, never as markup."""
+    return html.escape(_UNPRINTABLE.sub("\ufffd", text), quote=True)
+
+
+def _script_json(data: Any) -> str:
+    """`data` as JSON to place inside a <script> element. The HTML parser ends a script at
+    "</script" and changes state at "<!--" before any JSON is read, so no "<", ">" or "&" may
+    appear in it: JSON writes them as \\u escapes, which JSON.parse reads back unchanged."""
+    text = json.dumps(data, ensure_ascii=True, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _fill_page(template: str, parts: dict[str, str]) -> str:
+    """`template` with each __NAME__ replaced by parts[NAME], in one pass over the template
+    only: a name such as "__DATA__" inside an inserted part stays text."""
+    return _PLACEHOLDER.sub(lambda match: parts[match.group(1)], template)
+
+
 # ------------------------------------------------------------------ the picture (inline SVG)
 # The graph is laid out here rather than by Graphviz, so that saving a page needs no program.
 # Like to_dot's picture, inputs stand above the ops that use them and the output at the bottom.
@@ -315,7 +345,7 @@ def _node_svg(index: int, parts: tuple, corner: tuple, size: tuple) -> str:
     radius = 4 if shape == "box" else height / 2  # leaves: a rounded "ellipse", as in to_dot
     centre = left + width / 2
     spans = [
-        f'<tspan x="{centre:.1f}" dy="{LINE_HEIGHT if n else 0}">{html.escape(line)}</tspan>'
+        f'<tspan x="{centre:.1f}" dy="{LINE_HEIGHT if n else 0}">{_svg_text(line)}</tspan>'
         for n, line in enumerate(lines)
     ]
     spans.append(f'<tspan x="{centre:.1f}" dy="{LINE_HEIGHT}" class="grad"></tspan>')
@@ -350,7 +380,8 @@ def _edge_svg(edge: tuple, corners: list, sizes: list, slots: list[int]) -> str:
     )
 
 
-def _svg(graph: _Graph, data: dict) -> str:
+def _svg(graph: _Graph, data: dict) -> tuple[str, float]:
+    """The picture, and its height in pixels."""
     count = len(graph.nodes)
     grad_texts = _grad_texts(data, count)
     sizes = []
@@ -367,7 +398,7 @@ def _svg(graph: _Graph, data: dict) -> str:
     height = max(y + h for (_, y), (_, h) in zip(corners, sizes)) + MARGIN
     edges = [_edge_svg(edge, corners, sizes, slots) for edge in graph.edges]
     nodes = [_node_svg(i, graph.parts[i], corners[i], sizes[i]) for i in range(count)]
-    return (
+    svg = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}">'
         # userSpaceOnUse: a thick, highlighted edge keeps a normal-sized arrowhead.
@@ -375,6 +406,7 @@ def _svg(graph: _Graph, data: dict) -> str:
         'markerHeight="8" markerUnits="userSpaceOnUse" orient="auto">'
         '<path d="M0,0 L10,5 L0,10 z"/></marker></defs>' + "\n".join(edges + nodes) + "</svg>"
     )
+    return svg, height
 
 
 # ------------------------------------------------------------------ the page
@@ -390,15 +422,9 @@ class BackwardAnimation:
         self.steps = steps
         self.leaves = leaves
         data = _page_data(graph, steps, leaves)
-        svg = _svg(graph, data)
-        # Inside a <script> element only "</" can end it early (a name such as "</script>").
-        script_data = json.dumps(data).replace("</", "<\\/")
-        self._html = (
-            _PAGE.replace("__SVG__", svg)
-            .replace("__DATA__", script_data)
-            .replace("__SCRIPT__", _SCRIPT)
-        )
-        self._height = int(float(svg.split('height="', 1)[1].split('"', 1)[0]))
+        svg, height = _svg(graph, data)
+        self._html = _fill_page(_PAGE, {"SVG": svg, "DATA": _script_json(data), "SCRIPT": _SCRIPT})
+        self._height = round(height)
 
     def page(self) -> str:
         """The whole page: one HTML file that needs nothing else (no network, no files)."""
@@ -412,11 +438,13 @@ class BackwardAnimation:
 
     def _repr_html_(self) -> str:
         # In a frame of its own, the page's ids, styles and arrow keys cannot clash with the
-        # notebook's or with another animation's in the same notebook.
+        # notebook's or with another animation's in the same notebook; srcdoc is an attribute,
+        # so the page is escaped as one (quotes included).
         height = min(self._height + 320, 900)
+        # sandbox: the page's script runs in an origin of its own, never the notebook's.
         return (
-            f'<iframe srcdoc="{html.escape(self._html, quote=True)}" width="100%" '
-            f'height="{height}" style="border: 1px solid #ddd"></iframe>'
+            f'<iframe srcdoc="{html.escape(self._html, quote=True)}" sandbox="allow-scripts" '
+            f'width="100%" height="{height}" style="border: 1px solid #ddd"></iframe>'
         )
 
 

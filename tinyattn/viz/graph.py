@@ -15,6 +15,7 @@ needs nothing, ``render`` looks for the ``dot`` program (or the package) only wh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -149,8 +150,18 @@ def summary(tensor: Tensor) -> str:
     return f"mean {mean:.3g}, min {min(values):.3g}, max {max(values):.3g}"
 
 
+# Characters a label cannot show (controls, lone surrogates that UTF-8 cannot encode): U+FFFD.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
+
+
 def _escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
+    """`text` inside a DOT quoted string, shown as written: a backslash or a quote cannot end
+    the string or start an escape, "&" is written "&amp;" (Graphviz reads entities such as
+    "&lt;" in every label), and a newline is DOT's line break. Graphviz escapes "<" and the
+    rest itself when it writes SVG, so no name becomes markup."""
+    text = _UNPRINTABLE.sub("\ufffd", text)
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
+    return text.replace("\n", "\\n")
 
 
 def _node_parts(
