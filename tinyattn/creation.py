@@ -16,6 +16,7 @@ from . import backend
 from .autograd import (
     note_created,
 )
+from .backend import promotion
 from .errors import TinyattnError
 from .methods.common import HOST_ARRAY, checked_shape, filled, shape_arg
 from .tensor import Tensor
@@ -102,13 +103,21 @@ def arange(
     """Evenly spaced values in [start, end); integers give int64, floats float32."""
     if end is None:
         start, end = 0, start
-    if step == 0:
-        raise TinyattnError(f"arange: step must not be zero (start={start}, end={end})")
     if dtype is None:
         all_ints = all(isinstance(v, int) for v in (start, end, step))
         dtype = "int64" if all_ints else "float32"
+    name = backend.dtype_name(dtype)
+    if promotion.CATEGORY.get(name) == 1:  # PyTorch converts the bounds to the dtype first:
+        start, end, step = (int(v) for v in (start, end, step))  # (0, 3, 0.5) has step 0
+    if step == 0:
+        raise TinyattnError(f"arange: step must be nonzero (start={start}, end={end})")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise TinyattnError(
+            f"arange: upper bound and lower bound inconsistent with step sign "
+            f"(start={start}, end={end}, step={step})"
+        )
     xp, native = backend.resolve_device(device)
-    dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype))
+    dtype = backend.dtype_of_name(xp, name)
     out = Tensor._from_op(xp.arange(start, end, step, dtype=dtype, device=native), None)
     note_created(out.array)
     return out.requires_grad_() if requires_grad else out

@@ -104,25 +104,42 @@ def can_cast(source: str, target: str) -> bool:
     return CATEGORY[source] <= CATEGORY[target]
 
 
-def number_as(value: bool | int | float, dtype: str, op: str) -> bool | int | float:
+def number_as(
+    value: bool | int | float, dtype: str, op: str, checked: bool = False
+) -> bool | int | float:
     """The Python number `value` as a `dtype` element holds it, as PyTorch converts a number.
 
-    An int wraps into an integer dtype's range (``uint8``: -1 is 255; int32: 2**40 is 0); a
-    float becomes an integer by truncation toward zero (2.7 is 2), and NaN or an infinity,
-    which no integer holds, raises RuntimeError naming `op`; any nonzero number is True in
-    bool. Floats are left to the array library (a float16 overflow is inf, as in PyTorch)."""
+    An operand of arithmetic (``checked=False``) wraps into an integer dtype's range as C
+    integers do (``uint8``: -1 is 255; int32: 2**40 is 0). A value written into a tensor
+    (``checked=True``: fill_, x[i] = v, full, masked_fill) must fit instead: PyTorch refuses
+    300 for uint8 and 1e10 for float16 (an unsigned dtype takes down to minus its maximum, as
+    c10's overflow check does). Either way a float becomes an integer by truncation toward
+    zero (2.7 is 2), NaN and the infinities fit no integer and raise RuntimeError naming `op`,
+    and any nonzero number is True in bool."""
     if dtype == "bool":
         return bool(value)
     if CATEGORY[dtype] == 2:
-        return float(value)
+        value = float(value)
+        if checked and math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype]:
+            raise _overflow(op, value, dtype)
+        return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise RuntimeError(
-                f"{op}: value {value} cannot be converted to type {dtype} without overflow"
-            )
+            raise _overflow(op, value, dtype)
         value = int(value)  # truncates toward zero
-    bits = _BITS[dtype]
-    value = int(value) % (1 << bits)
+    value, bits = int(value), _BITS[dtype]
+    if checked:
+        low, high = (-255, 255) if dtype == "uint8" else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        if not low <= value <= high:
+            raise _overflow(op, value, dtype)
+    value %= 1 << bits
     if dtype != "uint8" and value >= 1 << (bits - 1):
         value -= 1 << bits  # two's complement
     return value
+
+
+_FLOAT_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38, "float64": math.inf}
+
+
+def _overflow(op: str, value: Any, dtype: str) -> RuntimeError:
+    return RuntimeError(f"{op}: value {value} cannot be converted to type {dtype} without overflow")

@@ -90,7 +90,8 @@ class ArithmeticMethods(TensorBase):
         """|x| with the sign of other (a float result; -0.0 is negative).
         dL/dx = g * sign(x) * sign(other) (0 where x = 0), dL/dother = 0.
         Shapes: x and other broadcast together."""
-        a, b = _broadcast_operands(self, other, "copysign")
+        x = self if is_float(self.array) or isinstance(other, Tensor) else self._cast("float32")
+        a, b = _broadcast_operands(x, other, "copysign")  # a number's sign survives: not wrapped
         if not is_float(a.array):
             a, b = a._cast("float32"), b._cast("float32")
         return Copysign.apply(a, b)
@@ -131,6 +132,8 @@ class ArithmeticMethods(TensorBase):
         # clamp(bool_tensor, 0, 1) int64; each bound as that dtype holds it (-1 is 255 in uint8).
         bounds = [bound for bound in (min, max) if bound is not None]
         name = result_type(self, *bounds)
+        if name == "bool":
+            raise NotImplementedError("clamp: not implemented for bool tensors and bool bounds")
         low, high = (
             None if bound is None else promotion.number_as(bound, name, "clamp")
             for bound in (min, max)
@@ -175,7 +178,7 @@ class ArithmeticMethods(TensorBase):
             )
         # The result keeps this tensor's dtype: an int64 tensor filled with 2.7 holds 2, and
         # NaN, which no integer holds, raises (as PyTorch converts the value).
-        value = number_operand(self, value, backend.dtype_name(self.dtype), "masked_fill")
+        value = number_operand(self, value, backend.dtype_name(self.dtype), "masked_fill", True)
         return where(mask, value, self)
 
     def _products(self, op: str, other: Any, dims: tuple[int, int], inner: bool = True) -> Tensor:

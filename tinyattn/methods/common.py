@@ -202,15 +202,25 @@ def where(cond: Tensor, a: Any = None, b: Any = None) -> Any:
     return Where.apply(cond, a, b)
 
 
-def number_operand(anchor: Tensor, value: Any, name: str, op: str) -> Tensor:
+def number_operand(anchor: Tensor, value: Any, name: str, op: str, checked: bool = False) -> Tensor:
     """`value` (a Tensor or a Python number) as a Tensor of dtype `name` on anchor's device; a
-    number is converted as PyTorch converts it (`promotion.number_as`: ints wrap, 2.7 is 2)."""
+    number is converted as PyTorch converts it (`promotion.number_as`: an operand wraps, a value
+    written into a tensor (`checked`) must fit; 2.7 is 2 in an integer dtype, NaN raises)."""
     if not isinstance(value, bool | int | float):
         return anchor._operand(value, op)._cast(name)
     xp = backend.namespace(anchor.array)
-    number = promotion.number_as(value, name, op)
+    number = promotion.number_as(value, name, op, checked)
     array = xp.asarray(number, dtype=backend.dtype_of_name(xp, name), device=anchor.array.device)
     return anchor._from_op(array, None)
+
+
+def written_value(tensor: Tensor, value: Any, op: str) -> Tensor:
+    """A value about to be written into `tensor` (fill_, x[i] = v): a Python number in the
+    tensor's dtype, checked to fit as PyTorch checks it (NaN into an integer tensor raises);
+    anything else as an operand, cast when it is stored."""
+    if isinstance(value, bool | int | float):
+        return number_operand(tensor, value, backend.dtype_name(tensor.dtype), op, checked=True)
+    return tensor._operand(value, op)
 
 
 def describe(value: Any) -> str:
@@ -298,8 +308,10 @@ def filled(
     """A new leaf of `shape` filled with `value` (float32 unless `dtype` says); `wrap` is
     ``Tensor._from_op``, passed in because this module sits below the Tensor class."""
     xp, native = backend.resolve_device(device)
-    dtype = backend.dtype_of_name(xp, backend.dtype_name(dtype) if dtype is not None else "float32")
-    data = xp.full(shape, value, dtype=dtype, device=native)
+    name = backend.dtype_name(dtype) if dtype is not None else "float32"
+    if isinstance(value, bool | int | float):  # full_like(int64 tensor, 2.7) holds 2, as PyTorch
+        value = promotion.number_as(value, name, "full", checked=True)
+    data = xp.full(shape, value, dtype=backend.dtype_of_name(xp, name), device=native)
     note_created(data)
     out = wrap(data, None)
     return out.requires_grad_() if requires_grad else out

@@ -26,7 +26,7 @@ from ..ops import (
     normalize_axes,
 )
 from ..ops.computed import computed
-from .common import Tensor, TensorBase, named, new_leaf, where
+from .common import Tensor, TensorBase, named, new_leaf, where, written_value
 from .inplace_graph import dtype_kind, fitted, recorded_inplace, replaced
 
 # Unary ops that also have an in-place form, ``x.exp_()``: the out-of-place result stored back.
@@ -101,6 +101,12 @@ class InPlaceMethods(TensorBase):
     def __itruediv__(self, other: Any) -> Tensor:
         return self._inplace("div_", lambda x: x / other, other)
 
+    def __ifloordiv__(self, other: Any) -> Tensor:
+        return self._inplace("floor_divide_", lambda x: x // other, other)
+
+    def __imod__(self, other: Any) -> Tensor:
+        return self._inplace("remainder_", lambda x: x % other, other)
+
     def add_(self, other: Any, alpha: float = 1) -> Tensor:
         """``self += alpha * other``, in place."""
         return self._inplace("add_", lambda x: x + (other if alpha == 1 else other * alpha), other)
@@ -133,7 +139,7 @@ class InPlaceMethods(TensorBase):
         """Set every element to `value` (a number or a one-element tensor)."""
         return self._inplace(
             "fill_",
-            lambda x: x._operand(value, "fill_").reshape(()).broadcast_to(x.shape),
+            lambda x: written_value(x, value, "fill_").reshape(()).broadcast_to(x.shape),
             value,
             cast=True,
         )
@@ -172,13 +178,14 @@ class InPlaceMethods(TensorBase):
 
     def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
         """Set the elements where the bool `mask` (broadcast to this shape) is True to `value`."""
-        return self._inplace("masked_fill_", lambda x: where(mask, value, x), value, cast=True)
+        return self._inplace("masked_fill_", lambda x: x.masked_fill(mask, value), value, cast=True)
 
     def index_fill_(self, dim: int, index: Any, value: Any) -> Tensor:
         """Set the slices ``index`` along dimension `dim` to `value`."""
         axis = normalize_axes("index_fill_", dim, max(self.ndim, 1))[0]
         hit = _positions_hit("index_fill_", self, axis, index)
-        return self._inplace("index_fill_", lambda x: where(hit, value, x), value, cast=True)
+        filling = written_value(self, value, "index_fill_")
+        return self._inplace("index_fill_", lambda x: where(hit, filling, x), value, cast=True)
 
     def scatter_(
         self, dim: int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None
@@ -383,7 +390,7 @@ def _bool_key(tensor: Tensor, key: Any) -> Tensor | None:
 def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
     """The values of `tensor` after ``tensor[key] = value``, computed out of place (as one op,
     so a compiled step writes the new values on every replay)."""
-    value = tensor._operand(value, "setitem")
+    value = written_value(tensor, value, "setitem")
     mask = _bool_key(tensor, key)
     if mask is not None:
         return _mask_assigned(tensor, mask, value)
