@@ -339,6 +339,18 @@ def test_constructors_refuse_what_pytorch_refuses():
     assert ta.arange(0, 2.5, dtype=ta.int64).tolist() == [0, 1]
 
 
+def test_the_legacy_constructor_is_pytorchs(device):
+    """``Tensor(...)`` is PyTorch's legacy constructor: sizes, or data made float32."""
+    assert ta.Tensor(2, 3).shape == (2, 3) and _dtype(ta.Tensor(2, 3)) == "float32"
+    assert ta.Tensor().shape == (0,)
+    assert _dtype(ta.Tensor([1, 0])) == "float32" and ta.Tensor([1, 0]).tolist() == [1.0, 0.0]
+    assert _dtype(ta.Tensor(np.array([True]))) == "float32"
+    assert _dtype(ta.Tensor([1, 0], dtype="int64", device=device)) == "int64"
+    ints = ta.tensor([1, 0], device=device)
+    assert _dtype(ta.Tensor(ints)) == "int64"  # a tensor's copy keeps its dtype
+    assert _dtype(ta.tensor(np.array([1], dtype=np.int16))) == "int16"  # tensor() keeps it
+
+
 @pytest.mark.parametrize("name", ["add_", "sub_", "mul_", "div_", "clamp_", "pow_"])
 def test_in_place_ops_cast_as_pytorch(name):
     """In place, the result must fit the tensor's dtype: PyTorch refuses a float result in an

@@ -418,13 +418,15 @@ class TreeReader:
         if name not in self._arrays:
             raise TinyattnError(f"the manifest names entry {name!r}, which is missing")
         if class_name is None:
-            tensor = Tensor(self._arrays[name], device=self._device)
+            tensor = Tensor(self._arrays[name], dtype=self._arrays[name].dtype, device=self._device)
         else:
             cls = self.global_(class_name)
             if not (isinstance(cls, type) and issubclass(cls, Tensor)):
                 raise TinyattnError(f"the tensor {name!r} names {class_name!r}, not a Tensor class")
             tensor = cls.__new__(cls)  # as pickle: the subclass's __init__ is not run
-            Tensor.__init__(tensor, self._arrays[name], device=self._device)
+            Tensor.__init__(
+                tensor, self._arrays[name], dtype=self._arrays[name].dtype, device=self._device
+            )
             tensor.requires_grad_(requires_grad)
         self._tensors[name] = tensor
         return tensor

@@ -18,20 +18,23 @@ from .autograd import (
 )
 from .backend import promotion
 from .errors import TinyattnError
-from .methods.common import HOST_ARRAY, checked_shape, filled, shape_arg
+from .methods.common import HOST_ARRAY, checked_shape, filled, new_leaf, shape_arg
 from .tensor import Tensor
 
 
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """A new leaf tensor holding a copy of `data` (floats default to float32)."""
-    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+    """A new leaf tensor holding a copy of `data` in its own dtype: Python floats are float32,
+    Python ints int64, bools bool, and an array keeps its dtype (`dtype` chooses another)."""
+    if isinstance(data, Tensor):
+        data = data.array
+    return new_leaf(Tensor._from_op, data, dtype, device, requires_grad)
 
 
 def from_numpy(array: Any, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor from a NumPy array, keeping its dtype."""
     if not isinstance(array, HOST_ARRAY):
         raise TypeError(f"from_numpy: expected a NumPy array, got {type(array).__name__}")
-    return Tensor(array, device=device, requires_grad=requires_grad)
+    return tensor(array, device=device, requires_grad=requires_grad)
 
 
 def _filled(shape: Any, value: float, dtype: Any, device: Any, requires_grad: bool) -> Tensor:

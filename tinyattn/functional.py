@@ -19,7 +19,7 @@ from typing import Any
 
 from . import backend, kernels, ops
 from .attention_heads import repeat_kv_heads
-from .creation import arange
+from .creation import arange, tensor
 from .errors import TinyattnError
 from .methods.common import where
 from .ops import BlockwiseAttention, Dropout, Erf, Gelu, LogSoftmax, Softmax, broadcast_shapes
@@ -121,7 +121,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 def _integer_tensor(op: str, values: Any, name: str, like: Tensor, like_name: str) -> Tensor:
     """`values` (embedding indices) as an integer Tensor on `like`'s device."""
     if not isinstance(values, Tensor):
-        values = Tensor(values, device=like.device)
+        values = tensor(values, device=like.device)
     if values.device != like.device:
         raise RuntimeError(
             f"{op}: {name} are on device '{values.device}' but {like_name} is on "
@@ -413,7 +413,7 @@ def _checked_mask(op: str, mask: Any, shape: tuple, query: Tensor) -> Tensor | N
     if mask is None:
         return None
     if not isinstance(mask, Tensor):
-        mask = Tensor(mask, device=query.device)
+        mask = tensor(mask, device=query.device)
     if not _is_bool(mask) and not backend.is_floating(backend.namespace(mask.array), mask.dtype):
         raise TypeError(
             f"{op}: attn_mask must be bool (True = may attend) or floating (added to the "

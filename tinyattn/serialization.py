@@ -82,6 +82,7 @@ from .checkpoint_tree import (
     globals_in,
     safe_globals,
 )
+from .creation import tensor
 from .errors import TinyattnError
 from .tensor import Tensor
 
@@ -296,7 +297,7 @@ def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]
         arrays = backend.load_safetensors(data)
     except ValueError as exc:
         raise TinyattnError(f"load: {shown}: {exc}") from None
-    return {name: Tensor(array, device=device) for name, array in arrays.items()}
+    return {name: tensor(array, device=device) for name, array in arrays.items()}
 
 
 def get_unsafe_globals_in_checkpoint(f: str | os.PathLike | BinaryIO) -> list[str]:

@@ -35,10 +35,12 @@ from .methods.common import (
     SCALARS,
     by_mask,
     check_integral,
+    checked_shape,
     device_spec,
     integer_operands,
     is_float,
     named,
+    new_leaf,
     number_operand,
     promote,
     refuse_bool_subtraction,
@@ -170,10 +172,23 @@ class Tensor(
     __array_ufunc__ = None
 
     def __init__(
-        self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+        self, *data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
     ) -> None:
-        if isinstance(data, Tensor):
-            data = data.array
+        """PyTorch's legacy constructor; `tinyattn.tensor` (which keeps the data's dtype) is
+        the one to use. ``Tensor(2, 3)`` is a (2, 3) float32 tensor (of zeros: PyTorch leaves
+        it unset), ``Tensor()`` an empty one; ``Tensor([1, 0])`` and ``Tensor(int_array)`` hold
+        float32 values, whatever the data's own dtype; ``Tensor(t)`` of a tensor is a copy in
+        t's dtype. `dtype` chooses another dtype in every form."""
+        if len(data) == 1 and not _is_size(data[0]):
+            data = data[0]
+            if isinstance(data, Tensor):
+                data = data.array
+            elif dtype is None:
+                dtype = "float32"
+        else:
+            shape = checked_shape("Tensor", data) if data else (0,)
+            data = backend.host_zeros(shape)  # float64 zeros, cast below
+            dtype = "float32" if dtype is None else dtype
         self.array = backend.asarray(data, dtype=dtype, device=device_spec(data, device))
         note_created(self.array)
         self._grad = None
@@ -403,7 +418,7 @@ class Tensor(
             # int8 tensor * 2.5 meets a float32 2.5; uint8 tensor + (-2) a uint8 254, as in PyTorch
             return number_operand(self, other, result_type(self, other), op)
         if isinstance(other, list | tuple) or hasattr(other, "__array_interface__"):
-            return Tensor(other, device=self.device)
+            return new_leaf(Tensor._from_op, other, None, self.device, False)
         raise TypeError(f"{op}: unsupported operand type {type_name(other)}")
 
     def _binary(self, function: type, other: Any, op: str, reverse: bool = False) -> Tensor:
@@ -496,6 +511,9 @@ autograd._wrap = Tensor._from_op
 
 
 # ------------------------------------------------------------------------------------- helpers
+def _is_size(value: Any) -> bool:
+    """Whether a lone argument of ``Tensor(...)`` is a size (an int, not a bool), not data."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_assigned_grad(tensor: Tensor, value: Any) -> None:

@@ -309,9 +309,10 @@ def filled(
     ``Tensor._from_op``, passed in because this module sits below the Tensor class."""
     xp, native = backend.resolve_device(device)
     name = backend.dtype_name(dtype) if dtype is not None else "float32"
+    resolved = backend.dtype_of_name(xp, name)  # an unknown dtype is named before the value
     if isinstance(value, bool | int | float):  # full_like(int64 tensor, 2.7) holds 2, as PyTorch
         value = promotion.number_as(value, name, "full", checked=True)
-    data = xp.full(shape, value, dtype=backend.dtype_of_name(xp, name), device=native)
+    data = xp.full(shape, value, dtype=resolved, device=native)
     note_created(data)
     out = wrap(data, None)
     return out.requires_grad_() if requires_grad else out

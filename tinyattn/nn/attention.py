@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import autograd, backend
 from .. import functional as F
-from ..creation import arange, zeros
+from ..creation import arange, tensor, zeros
 from ..errors import TinyattnError
 from ..methods.common import where
 from ..ops import Concat, HeadsAttention
@@ -249,7 +249,7 @@ class MultiHeadAttention(Module):
         """key_padding_mask (B, Tk), True = ignore, as the (B, 1, 1, Tk) may-attend tensor."""
         op = "MultiHeadAttention"
         if not isinstance(key_padding_mask, Tensor):
-            key_padding_mask = Tensor(key_padding_mask, device=device)
+            key_padding_mask = tensor(key_padding_mask, device=device)
         if backend.dtype_name(key_padding_mask.dtype) != "bool":
             raise TypeError(
                 f"{op}: key_padding_mask must be bool (True = padding to ignore), got dtype "
@@ -295,7 +295,7 @@ class MultiHeadAttention(Module):
                 t.expand_dims(0) for t in (query, key, value)
             )  # (T, C) -> (1, T, C)
         if mask is not None and not isinstance(mask, Tensor):
-            mask = Tensor(mask, device=query.device)  # a NumPy or nested-list bool mask
+            mask = tensor(mask, device=query.device)  # a NumPy or nested-list bool mask
         if mask is not None:
             self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1], query.device)
             self._check_mask_rows(mask)
@@ -305,7 +305,7 @@ class MultiHeadAttention(Module):
             if unbatched and isinstance(key_padding_mask, Tensor) and key_padding_mask.ndim == 1:
                 key_padding_mask = key_padding_mask.expand_dims(0)  # (Tk,) -> (1, Tk)
             elif unbatched and not isinstance(key_padding_mask, Tensor):
-                key_padding_mask = Tensor(key_padding_mask, device=query.device).reshape(1, -1)
+                key_padding_mask = tensor(key_padding_mask, device=query.device).reshape(1, -1)
             allowed = self._padding_allowed(
                 key_padding_mask, query.shape[0], key.shape[1], query.device
             )  # (B, 1, 1, Tk): True = may attend
@@ -522,7 +522,7 @@ class MultiheadAttention(Module):
         if mask is None:
             return None
         if not isinstance(mask, Tensor):
-            mask = Tensor(mask, device=scores.device)
+            mask = tensor(mask, device=scores.device)
         if mask.shape != shape:
             raise TinyattnError(f"MultiheadAttention: {name} of shape {mask.shape} must be {shape}")
         xp = backend.namespace(mask.array)
@@ -587,7 +587,7 @@ class MultiheadAttention(Module):
         if query.ndim == 2:
             query, key, value = (t.expand_dims(0) for t in (query, key, value))  # (1, L, E)
             if padding is not None:
-                padding = Tensor(padding, device=query.device).reshape(1, -1)
+                padding = tensor(padding, device=query.device).reshape(1, -1)
         elif not self.batch_first:  # (L, N, E) -> (N, L, E)
             query, key, value = (t.swapaxes(0, 1) for t in (query, key, value))
         if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
@@ -610,7 +610,7 @@ class MultiheadAttention(Module):
         batch, heads, length_q, length_k = scores.shape
         if attn_mask is not None:
             if not isinstance(attn_mask, Tensor):
-                attn_mask = Tensor(attn_mask, device=scores.device)
+                attn_mask = tensor(attn_mask, device=scores.device)
             attn_shape = (
                 (length_q, length_k) if attn_mask.ndim == 2 else (batch * heads, length_q, length_k)
             )

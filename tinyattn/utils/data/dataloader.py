@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ...creation import tensor
 from ...errors import TinyattnError
 from ...methods.common import stack
 from ...tensor import Tensor
@@ -32,7 +33,7 @@ def default_convert(data: Any) -> Any:
     if isinstance(data, Tensor):
         return data
     if _is_array(data):
-        return Tensor(data)
+        return tensor(data)
     if isinstance(data, dict):
         return {key: default_convert(value) for key, value in data.items()}
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
@@ -50,7 +51,7 @@ def default_collate(batch: Sequence[Any]) -> Any:
     if isinstance(first, Tensor):
         return stack(list(batch), axis=0)
     if _is_array(first):
-        return stack([Tensor(sample) for sample in batch], axis=0)
+        return stack([tensor(sample) for sample in batch], axis=0)
     if isinstance(first, bool):
         return Tensor(list(batch), dtype="bool")
     if isinstance(first, int):
