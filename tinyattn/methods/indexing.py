@@ -21,7 +21,7 @@ from ..ops import (
     GetItem,
     IndexAdd,
     broadcast_shapes,
-    normalize_axes,
+    normalize_dim,
 )
 from ..ops.computed import computed
 from ..ops.indexing import parse_key
@@ -100,7 +100,7 @@ class IndexingMethods(TensorBase):
         along `dim`; index has this tensor's ndim and no larger sizes. The gradient adds back.
         """
         index = self._operand(index, "gather")
-        axis = normalize_axes("gather", dim, self.ndim)[0]
+        axis = normalize_dim("gather", dim, self.ndim)
         _check_index("gather", self, axis, index)
         positions = computed(_flat_positions, index, shape=self.shape, axis=axis)
         return self.reshape(-1)[positions].reshape(index.shape)
@@ -140,7 +140,7 @@ class IndexingMethods(TensorBase):
         (checked), their key, and src's values for them in this tensor's dtype, flat (a tensor
         cut to index's shape, or a number repeated)."""
         index = self._operand(index, op)
-        axis = normalize_axes(op, dim, self.ndim)[0]
+        axis = normalize_dim(op, dim, self.ndim)
         _check_index(op, self, axis, index)
         positions = computed(_flat_positions, index, shape=self.shape, axis=axis).array
         if isinstance(src, Tensor):
@@ -171,7 +171,7 @@ class IndexingMethods(TensorBase):
                 f"index_add: source ({backend.dtype_name(source.dtype)}) and this tensor "
                 f"({backend.dtype_name(self.dtype)}) must have the same dtype"
             )
-        axis = normalize_axes("index_add", dim, self.ndim)[0]
+        axis = normalize_dim("index_add", dim, self.ndim)
         name = backend.dtype_name(index.dtype)
         if not name.startswith(("int", "uint")) or index.ndim != 1:
             raise TypeError(
@@ -196,7 +196,7 @@ class IndexingMethods(TensorBase):
         sorted: bool = True,  # noqa: A002
     ) -> ValuesIndices:
         """The k largest (or smallest) values along dim, in order, and their indices."""
-        axis = normalize_axes("topk", dim, self.ndim)[0] if self.ndim else 0
+        axis = normalize_dim("topk", dim, self.ndim) if self.ndim else 0
         length = self.shape[axis] if self.ndim else 1
         if not 0 <= k <= length:
             raise TinyattnError(f"topk: k={k} is out of range for dim {dim} of shape {self.shape}")
@@ -224,7 +224,7 @@ class IndexingMethods(TensorBase):
         inverse gives each element's (slice's) position in the values. No gradient flows
         through it. Shapes: (...) -> (k,), inverse (...), counts (k,)."""
         check_host_read("unique() (its length depends on the values)")
-        axis = None if dim is None else normalize_axes("unique", dim, self.ndim)[0]
+        axis = None if dim is None else normalize_dim("unique", dim, self.ndim)
         values, inverse, counts = (self._from_op(a, None) for a in backend.unique(self.array, axis))
         extra = [t for t, wanted in ((inverse, return_inverse), (counts, return_counts)) if wanted]
         return (values, *extra) if extra else values
@@ -300,7 +300,7 @@ class IndexingMethods(TensorBase):
         whatever `stable` says)."""
         if not self.ndim:
             return self.topk(1, dim, largest=descending)
-        axis = normalize_axes("sort", dim, self.ndim)[0]
+        axis = normalize_dim("sort", dim, self.ndim)
         return self.topk(self.shape[axis], axis, largest=descending)
 
     def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:

@@ -26,6 +26,7 @@ from ..ops import (
     Prod,
     Sum,
     normalize_axes,
+    normalize_dim,
 )
 from ..ops.computed import computed
 from ..ops.cumulative import running_extreme_positions, running_logsumexp
@@ -204,7 +205,7 @@ class ReductionMethods(TensorBase):
                 reduction_axes(op, axis, 0)
             axis, keepdims = 0, keepdims and self.ndim == 0  # PyTorch: a flat index, 0-d
         else:
-            axis = normalize_axes(op, axis, self.ndim)[0]
+            axis = normalize_dim(op, axis, self.ndim)
         return computed(_arg_extreme_of, self, name=op, axis=axis, keepdims=keepdims, flat=flat)
 
     def var(
@@ -274,7 +275,7 @@ class ReductionMethods(TensorBase):
         if not self.ndim:  # a 0-d tensor takes dim 0 or -1, as in PyTorch: itself, 0-d
             reduction_axes("cumsum", dim, 0)
             return Cumsum.apply(source.reshape(1), axis=0).reshape(())
-        return Cumsum.apply(source, axis=normalize_axes("cumsum", dim, self.ndim)[0])
+        return Cumsum.apply(source, axis=normalize_dim("cumsum", dim, self.ndim))
 
     def cumprod(self, dim: int, *, axis: Any = None, dtype: Any = None) -> Tensor:
         """Running product along dim, in the dtype `sum` would use, composed of Tensor products
@@ -284,7 +285,7 @@ class ReductionMethods(TensorBase):
         source = _accumulated(self, dtype, "cumprod")
         if backend.is_half(source.array):
             return source._cast("float32").cumprod(dim)._cast("float16")
-        axis = normalize_axes("cumprod", dim, max(self.ndim, 1))[0]
+        axis = normalize_dim("cumprod", dim, max(self.ndim, 1))
         if not self.ndim:  # a 0-d tensor takes dim 0 or -1, as in PyTorch: itself
             return running_product(source.reshape(1), 0).reshape(())
         return running_product(source, axis)
@@ -300,7 +301,7 @@ class ReductionMethods(TensorBase):
         return self._running_extreme("cummin", dim, largest=False)
 
     def _running_extreme(self, op: str, dim: int, largest: bool) -> ValuesIndices:
-        axis = normalize_axes(op, dim, max(self.ndim, 1))[0]
+        axis = normalize_dim(op, dim, max(self.ndim, 1))
         source = self.reshape(1) if not self.ndim else self  # 0-d: dim 0 or -1, itself
         indices = computed(running_extreme_positions, source, axis=axis, largest=largest)
         values = source.gather(axis, indices)
@@ -312,7 +313,7 @@ class ReductionMethods(TensorBase):
         """log(sum_{j <= i} exp(x_j)) along dim, never forming a large exponential (doubling
         with logaddexp, `ops.cumulative.running_logsumexp`). Shapes: x (...) -> (...)."""
         backend.check_floating("logcumsumexp", self.array)
-        axis = normalize_axes("logcumsumexp", dim, max(self.ndim, 1))[0]
+        axis = normalize_dim("logcumsumexp", dim, max(self.ndim, 1))
         if not self.ndim:
             return running_logsumexp(self.reshape(1), 0).reshape(())
         return running_logsumexp(self, axis)
@@ -488,7 +489,7 @@ def _positions_of(xp: Any, x: Any, name: str) -> Any:
 
 def _scatter_operands(op: str, x: Tensor, dim: int, index: Any, src: Any) -> tuple:
     """The axis, the checked integer index and src cut to index's shape in x's dtype."""
-    axis = normalize_axes(op, dim, max(x.ndim, 1))[0]
+    axis = normalize_dim(op, dim, max(x.ndim, 1))
     index = x._operand(index, op)
     if not isinstance(src, Tensor):
         raise TypeError(f"{op}: src must be a Tensor, got {describe(src)}")

@@ -10,6 +10,7 @@ tensor layer: imports `backend`, `ops` and `methods.common`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from .. import backend
@@ -25,7 +26,7 @@ from ..ops import (
     SumTo,
     broadcast_shapes,
     check_reshape,
-    normalize_axes,
+    normalize_dim,
 )
 from ..ops.reductions import reduction_axes
 from .common import (
@@ -59,7 +60,7 @@ class ShapeMethods(TensorBase):
         """The shape (PyTorch's ``x.size()``), or the length of one dimension: ``x.size(0)``."""
         if dim is None:
             return self.shape
-        return self.shape[normalize_axes("size", dim, self.ndim)[0]]
+        return self.shape[normalize_dim("size", dim, self.ndim)]
 
     def numel(self) -> int:
         """The number of elements."""
@@ -108,7 +109,7 @@ class ShapeMethods(TensorBase):
         """Merge dims start_dim..end_dim into one."""
         if self.ndim == 0:
             return self.reshape(1)
-        start, end = (normalize_axes("flatten", d, self.ndim)[0] for d in (start_dim, end_dim))
+        start, end = (normalize_dim("flatten", d, self.ndim) for d in (start_dim, end_dim))
         if start > end:
             raise TinyattnError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
         return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1 :])
@@ -133,8 +134,8 @@ class ShapeMethods(TensorBase):
 
     def swapaxes(self, axis1: int, axis2: int) -> Tensor:
         a, b = (
-            normalize_axes("swapaxes", axis1, self.ndim)[0],
-            normalize_axes("swapaxes", axis2, self.ndim)[0],
+            normalize_dim("swapaxes", axis1, self.ndim),
+            normalize_dim("swapaxes", axis2, self.ndim),
         )
         axes = list(range(self.ndim))
         axes[a], axes[b] = axes[b], axes[a]
@@ -209,7 +210,7 @@ class ShapeMethods(TensorBase):
 
     def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `split_size` along dim (the last may be shorter), or of the listed sizes."""
-        axis = normalize_axes("split", dim, self.ndim)[0]
+        axis = normalize_dim("split", dim, self.ndim)
         length = self.shape[axis]
         if isinstance(split_size_or_sections, int):
             step = split_size_or_sections
@@ -230,7 +231,7 @@ class ShapeMethods(TensorBase):
         """At most `chunks` pieces of equal size ceil(n / chunks) along dim."""
         if chunks <= 0:
             raise TinyattnError(f"chunk: chunks must be positive, got {chunks}")
-        length = self.shape[normalize_axes("chunk", dim, self.ndim)[0]]
+        length = self.shape[normalize_dim("chunk", dim, self.ndim)]
         return self.split(max(1, -(-length // chunks)), dim)
 
     def tril(self, diagonal: int = 0) -> Tensor:
@@ -258,7 +259,7 @@ class ShapeMethods(TensorBase):
             raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
         if self.ndim < 2:
             raise TinyattnError(f"diagonal: needs at least 2 dimensions, got shape {self.shape}")
-        first, second = (normalize_axes("diagonal", d, self.ndim)[0] for d in (dim1, dim2))
+        first, second = (normalize_dim("diagonal", d, self.ndim) for d in (dim1, dim2))
         if first == second:
             raise TinyattnError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
         return Diagonal.apply(self, offset=offset, axes=(first, second))  # a view, as PyTorch's
@@ -384,7 +385,7 @@ class ShapeMethods(TensorBase):
             )
         out = self
         for shift, dim in zip(shifts, dims, strict=True):
-            dim = normalize_axes("roll", dim, self.ndim)[0]
+            dim = normalize_dim("roll", dim, self.ndim)
             size = out.shape[dim]
             keep = (size - shift % size) % size if size else 0
             if keep:
@@ -398,7 +399,7 @@ class ShapeMethods(TensorBase):
         adds the overlaps back).
 
         Shapes: (..., n, ...) -> (..., (n - size) // step + 1, ..., size)."""
-        axis = normalize_axes("unfold", dimension, max(self.ndim, 1))[0]
+        axis = normalize_dim("unfold", dimension, max(self.ndim, 1))
         length = self.shape[axis] if self.ndim else 1
         if type(step) is not int or step <= 0:
             raise RuntimeError(f"unfold: step is {step!r} but must be > 0")
@@ -420,7 +421,7 @@ class ShapeMethods(TensorBase):
         """Dimension `dim` split into `sizes` (one may be -1), a view where reshape gives one.
 
         Shapes: (..., n, ...) -> (..., *sizes, ...) with prod(sizes) = n."""
-        axis = normalize_axes("unflatten", dim, self.ndim)[0]
+        axis = normalize_dim("unflatten", dim, self.ndim)
         sizes = tuple(sizes)
         if not sizes:
             raise RuntimeError("unflatten: sizes must be non-empty")
@@ -436,14 +437,44 @@ class ShapeMethods(TensorBase):
             )
         return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1 :])
 
-    def movedim(self, source: int, destination: int) -> Tensor:
-        """Dimension `source` moved to position `destination`, the others in order."""
-        source, destination = (
-            normalize_axes("movedim", d, self.ndim)[0] for d in (source, destination)
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
+        """Dims `source` moved to positions `destination` (two ints, or two sequences of the
+        same length), the others keeping their order; a view, as PyTorch's.
+        Shapes: (2, 3, 4).movedim((0, 1), (1, 0)) -> (3, 2, 4); .movedim(0, -1) -> (3, 4, 2)."""
+        sources, destinations = _moved_dims(self.ndim, source, destination)
+        order = [d for d in range(self.ndim) if d not in sources]
+        # Filling the destinations from the lowest up leaves each earlier one where it is.
+        for position, dim in sorted(zip(destinations, sources)):
+            order.insert(position, dim)
+        return self.permute(*order) if self.ndim else self.view(())
+
+    moveaxis = movedim  # PyTorch's alias (NumPy's name)
+
+
+def _moved_dims(ndim: int, source: Any, destination: Any) -> tuple[list[int], list[int]]:
+    """`movedim`'s source and destination as equal-length lists of distinct non-negative dims,
+    or PyTorch's TypeError (mixed or non-int arguments) or RuntimeError (lengths, repeats)."""
+    pair = (source, destination)
+    if all(isinstance(d, int) and not isinstance(d, bool) for d in pair):
+        pair = ([source], [destination])
+    elif not all(isinstance(d, tuple | list) for d in pair):
+        raise TypeError(
+            "movedim: source and destination must be two ints or two sequences of ints, got "
+            f"{source!r} and {destination!r}"
         )
-        order = list(range(self.ndim))
-        order.insert(destination, order.pop(source))
-        return self.permute(*order)
+    if len(pair[0]) != len(pair[1]):
+        raise RuntimeError(
+            f"movedim: source {list(source)} and destination {list(destination)} must name the "
+            "same number of dims"
+        )
+    named = []
+    for role, dims in zip(("source", "destination"), pair, strict=True):
+        # A 0-d tensor takes dim 0 or -1, as in PyTorch.
+        wrapped = [normalize_dim("movedim", d, max(ndim, 1)) for d in dims]
+        if len(set(wrapped)) != len(wrapped):
+            raise RuntimeError(f"movedim: repeated dim in {role} {list(dims)}")
+        named.append(wrapped)
+    return named[0], named[1]
 
 
 def _band(tensor: Tensor, diagonal: int, lower: bool) -> Tensor:

