@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -116,3 +117,81 @@ def test_a_single_dim_refuses_a_tuple(call):
     }
     with pytest.raises(TypeError, match=call):
         calls[call]()
+
+
+# dim=() and dim=[] in reductions
+
+
+REDUCTIONS = {
+    "sum": lambda x, d, k: x.sum(dim=d, keepdim=k),
+    "mean": lambda x, d, k: x.mean(dim=d, keepdim=k),
+    "amax": lambda x, d, k: x.amax(dim=d, keepdim=k),
+    "amin": lambda x, d, k: x.amin(dim=d, keepdim=k),
+    "std": lambda x, d, k: x.std(dim=d, keepdim=k),
+    "var": lambda x, d, k: x.var(dim=d, keepdim=k),
+    "std_mean": lambda x, d, k: _module(x).std_mean(x, dim=d, keepdim=k)[1],
+    "var_mean": lambda x, d, k: _module(x).var_mean(x, dim=d, keepdim=k)[0],
+    "norm": lambda x, d, k: x.norm(dim=d, keepdim=k),
+    "norm1": lambda x, d, k: x.norm(p=1, dim=d, keepdim=k),
+    "norm_inf": lambda x, d, k: x.norm(p=INF, dim=d, keepdim=k),
+    "norm3": lambda x, d, k: x.norm(p=3, dim=d, keepdim=k),
+    "count_nonzero": lambda x, d, k: x.count_nonzero(dim=d),
+    "any": lambda x, d, k: x.any(dim=d, keepdim=k),  # PyTorch: no dims, x tested elementwise
+    "all": lambda x, d, k: x.all(dim=d, keepdim=k),
+    "logsumexp_keepdim": lambda x, d, k: x.logsumexp(dim=d, keepdim=True),
+}
+SHAPES = [(2, 3), (4,), ()]
+
+
+def _module(x):
+    """ta or torch, by the tensor's library: std_mean and var_mean are functions in torch."""
+    return ta if isinstance(x, ta.Tensor) else _torch()
+
+
+def test_empty_dims_reduce_every_dim_known_values():
+    x = ta.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    for dims in ((), []):
+        assert x.sum(dim=dims).item() == 21.0
+        assert x.mean(dim=dims).item() == 3.5
+        assert x.amax(dim=dims).item() == 6.0
+        assert x.amin(dim=dims).item() == 1.0
+        assert x.var(dim=dims).item() == pytest.approx(3.5)
+        assert x.sum(dim=dims, keepdim=True).shape == (1, 1)
+        assert x.any(dim=dims).shape == (2, 3)
+    # The generic spelling "every dim but the batch" on a 1-d tensor reduces it all.
+    v = ta.tensor([1.0, 2.0, 3.0])
+    assert v.sum(dim=tuple(range(1, v.ndim))).item() == 6.0
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dims", [(), []], ids=["tuple", "list"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_empty_dims_against_torch(name, shape, dims, keepdim):
+    torch = _torch()
+    values = np.arange(1.0, 1.0 + math.prod(shape)).reshape(shape)
+    call = REDUCTIONS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the variance of one element warns in both
+        ours, theirs = (
+            call(ta.tensor(values), dims, keepdim),
+            call(torch.tensor(values), dims, keepdim),
+        )
+        _same(ours, theirs, rtol=1e-12)
+
+
+def test_logsumexp_empty_dims_without_keepdim_refuses_as_pytorch():
+    x = ta.tensor([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(RuntimeError, match="logsumexp"):
+        x.logsumexp(dim=())
+    assert x.logsumexp(dim=(), keepdim=True).shape == (1, 1)
+    assert ta.tensor(2.0).logsumexp(dim=()).item() == 2.0
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError):
+        torch.tensor([[1.0, 2.0], [3.0, 4.0]]).logsumexp(dim=())
+
+
+def test_empty_dims_gradient():
+    x = ta.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    x.mean(dim=()).backward()
+    assert np.array_equal(x.grad.numpy(), np.full((2, 2), 0.25))

@@ -62,6 +62,7 @@ class ReductionMethods(TensorBase):
         """Sum over axes; bool and integer tensors sum to int64, as in PyTorch; `dtype` casts
         the input first (`_accumulated`)."""
         axis, keepdims = merged_dims("sum", axis, keepdims, dim, keepdim)
+        axis = _every_dim_if_empty(axis)
         source = _accumulated(self, dtype)
         out = Sum.apply(source, axis=axis, keepdims=keepdims)
         # NumPy and the array API widen an int32 sum to int64; an asked-for dtype is kept.
@@ -79,6 +80,7 @@ class ReductionMethods(TensorBase):
         """Product over axes (all by default), in the dtype `sum` would use. The gradient is
         exact where elements are zero (`ops.Prod`)."""
         axis, keepdims = merged_dims("prod", axis, keepdims, dim, keepdim)
+        axis = _every_dim_if_empty(axis)
         return Prod.apply(_accumulated(self, dtype, "prod"), axis=axis, keepdims=keepdims)
 
     def mean(
@@ -92,6 +94,7 @@ class ReductionMethods(TensorBase):
     ) -> Tensor:
         """Mean over axes, of a float tensor (or with `dtype`, of the input cast to it)."""
         axis, keepdims = merged_dims("mean", axis, keepdims, dim, keepdim)
+        axis = _every_dim_if_empty(axis)
         source = self if dtype is None else _accumulated(self, dtype, "mean")
         backend.check_floating("mean", source.array)
         return Mean.apply(source, axis=axis, keepdims=keepdims)
@@ -101,6 +104,7 @@ class ReductionMethods(TensorBase):
         any other number p, (sum |x|^p)^(1/p) (p = 0 counts nonzero elements). The 2-norm's
         gradient is 0 where the norm is 0, as in PyTorch."""
         backend.check_floating("norm", self.array)
+        dim = _every_dim_if_empty(dim)
         axis = None if dim is None or not self.ndim else normalize_axes("norm", dim, self.ndim)
         if p in ("fro", 2):
             return Norm.apply(self, axis=axis, keepdims=keepdim)
@@ -120,6 +124,7 @@ class ReductionMethods(TensorBase):
     ) -> Tensor:
         """The largest value over axes (a tuple allowed); tied maxima share the gradient."""
         axis, keepdims = merged_dims("amax", axis, keepdims, dim, keepdim)
+        axis = _every_dim_if_empty(axis)
         if self.ndim:  # an error names amax, not the op (a 0-d tensor: Max checks axis 0 or -1)
             axis = normalize_axes("amax", axis, self.ndim)
         return Max.apply(self, axis=axis, keepdims=keepdims)
@@ -129,6 +134,7 @@ class ReductionMethods(TensorBase):
     ) -> Tensor:
         """The smallest value over axes (a tuple allowed); tied minima share the gradient."""
         axis, keepdims = merged_dims("amin", axis, keepdims, dim, keepdim)
+        axis = _every_dim_if_empty(axis)
         if self.ndim:  # an error names amin, not the op (a 0-d tensor: Min checks axis 0 or -1)
             axis = normalize_axes("amin", axis, self.ndim)
         return Min.apply(self, axis=axis, keepdims=keepdims)
@@ -160,7 +166,7 @@ class ReductionMethods(TensorBase):
         if self.ndim == 0:  # PyTorch: the value itself and index 0, for dim 0 or -1
             values = (Max if op == "max" else Min).apply(self, axis=axis, keepdims=keepdims)
             return ValuesIndices(values, self._arg_extreme("arg" + op, axis, keepdims, None, None))
-        indices = self.argmax(axis, True) if op == "max" else self.argmin(axis, True)
+        indices = self._arg_extreme("argmax" if op == "max" else "argmin", axis, True, None, None)
         values = self.gather(axis, indices)
         if not keepdims:
             values, indices = values.squeeze(axis), indices.squeeze(axis)
@@ -180,19 +186,24 @@ class ReductionMethods(TensorBase):
 
     def _logical_reduce(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
         axis, keepdims = merged_dims(op, axis, keepdims, dim, keepdim)
+        # Unlike sum's, PyTorch's all/any read dim=() as no dims: x tested elementwise.
         axes = None if axis is None else reduction_axes(op, axis, self.ndim)
-        return computed(_any_or_all, self, name=op, axes=axes, keepdims=keepdims)
+        result = computed(_any_or_all, self, name=op, axes=axes, keepdims=keepdims)
+        # PyTorch keeps uint8 for a uint8 input (its old mask dtype); every other input is bool
+        return result._cast("uint8") if backend.dtype_name(self.dtype) == "uint8" else result
 
     def argmax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
     ) -> Tensor:
         """Index of the first largest value (of the flattened tensor when no dim), int64."""
+        _refuse_bool("argmax", self)
         return self._arg_extreme("argmax", axis, keepdims, dim, keepdim)
 
     def argmin(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
     ) -> Tensor:
         """Index of the first smallest value (of the flattened tensor when no dim), int64."""
+        _refuse_bool("argmin", self)
         return self._arg_extreme("argmin", axis, keepdims, dim, keepdim)
 
     def _arg_extreme(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
@@ -260,7 +271,16 @@ class ReductionMethods(TensorBase):
     ) -> Tensor:
         """log(sum(exp(x))) along dim, shifted by the (detached) maximum so exp cannot overflow."""
         dim, keepdim = merged_dims("logsumexp", dim, keepdim, axis, keepdims)
-        backend.check_floating("logsumexp", self.array)
+        if not backend.is_float_array(self.array):  # an integer tensor's is float32, as in PyTorch
+            return self._cast("float32").logsumexp(dim, keepdim)
+        if _every_dim_if_empty(dim) is None:
+            # PyTorch reads dim=() as every dim but then refuses the reduced shape unless kept.
+            if self.ndim and not keepdim:
+                raise RuntimeError(
+                    f"logsumexp: dim={dim!r} reduces every dim of shape {self.shape} only with "
+                    "keepdim=True (as in PyTorch); pass dim=tuple(range(x.ndim)) instead"
+                )
+            dim = None
         axes = reduction_axes("logsumexp", dim, self.ndim)  # a 0-d tensor: itself
         shift = self.detach().amax(axis=axes, keepdims=True)
         # An all -inf row: shift by 0 so the result is -inf, not NaN (inf - inf).
@@ -408,6 +428,12 @@ class ReductionMethods(TensorBase):
         return (self != 0).sum(dim=dim)
 
 
+def _every_dim_if_empty(axis: Any) -> Any:
+    """None (every dim) for an empty dim list: PyTorch's sum, mean, amax, var, norm and the
+    like reduce over every dim for ``dim=()`` or ``dim=[]`` (NumPy's over none)."""
+    return None if isinstance(axis, tuple | list) and not axis else axis
+
+
 def _accumulated(tensor: Tensor, dtype: Any = None, op: str = "sum") -> Tensor:
     """What sums and products run on: the tensor cast to `dtype` when given, else bool and
     integer tensors as int64 (PyTorch's rule: no overflow of small integer types), floats as
@@ -427,6 +453,7 @@ def _variance(tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: fl
     """sum((x - mean)**2) / (N - correction) over `axis`; with N <= correction, PyTorch's
     warning (its text) and its division by 0: NaN where the squares sum to 0, else inf."""
     backend.check_floating(op, tensor.array)
+    axis = _every_dim_if_empty(axis)
     if backend.is_half(tensor.array):  # PyTorch computes a float16 variance in float32
         wide = _squares_over_freedom(tensor._cast("float32"), op, axis, keepdims, correction)
         return wide._cast("float16")
@@ -457,6 +484,11 @@ def _squares_over_freedom(
 def _any_or_all(xp: Any, x: Any, name: str, axes: Any, keepdims: bool) -> Any:
     nonzero = x if backend.dtype_name(x.dtype) == "bool" else x != 0
     return getattr(xp, name)(nonzero, axis=axes, keepdims=keepdims)
+
+
+def _refuse_bool(op: str, x: Tensor) -> None:
+    if backend.dtype_name(x.dtype) == "bool":  # max(dim) of a bool tensor is fine: its values
+        raise RuntimeError(f"{op}: does not support bool input; cast it with .long()")
 
 
 def _arg_extreme_of(xp: Any, x: Any, name: str, axis: int, keepdims: bool, flat: bool) -> Any:
