@@ -195,3 +195,32 @@ def test_empty_dims_gradient():
     x = ta.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
     x.mean(dim=()).backward()
     assert np.array_equal(x.grad.numpy(), np.full((2, 2), 0.25))
+
+
+# index_select and index_add take no negative index
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_index_select_refuses_a_negative_index(device, dim):
+    x = ta.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], device=device)
+    with pytest.raises(IndexError, match="index_select: index -1"):
+        x.index_select(dim, ta.tensor([0, -1], device=device))
+    with pytest.raises(RuntimeError):  # the type PyTorch's kernel for a middle dim raises
+        x.index_select(dim, ta.tensor([-1], device=device))
+    with pytest.raises(IndexError, match="index_add: index -1"):
+        x.index_add(dim, ta.tensor([-1], device=device), x.index_select(dim, ta.tensor([0])))
+    torch = pytest.importorskip("torch")
+    with pytest.raises((IndexError, RuntimeError)):
+        torch.zeros(2, 3).index_select(dim, torch.tensor([0, -1]))
+
+
+def test_index_select_keeps_valid_indices():
+    x = ta.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], requires_grad=True)
+    picked = x.index_select(1, ta.tensor([2, 2, 0]))
+    assert picked.tolist() == [[2.0, 2.0, 0.0], [5.0, 5.0, 3.0]]
+    picked.sum().backward()
+    assert x.grad.tolist() == [[1.0, 0.0, 2.0], [1.0, 0.0, 2.0]]
+    assert x.index_select(1, ta.tensor(1)).shape == (2, 1)  # a 0-d index is one position
+    assert ta.tensor(5.0).index_select(0, ta.tensor([0])).item() == 5.0
+    with pytest.raises(IndexError, match="gather"):
+        x.gather(1, ta.tensor([[-1], [0]]))

@@ -16,7 +16,7 @@ from .. import backend
 from ..autograd import (
     check_host_read,
 )
-from ..errors import TinyattnError
+from ..errors import DimError, TinyattnError
 from ..ops import (
     GetItem,
     IndexAdd,
@@ -184,6 +184,7 @@ class IndexingMethods(TensorBase):
                 f"index_add: source of shape {source.shape} does not fit: {index.shape[0]} "
                 f"entries along dim {axis} of a tensor of shape {self.shape} need {expected}"
             )
+        _check_in_range("index_add", index, axis, self.shape[axis])  # no counting from the end
         key = parse_key((slice(None),) * axis + (index.array,), self.shape)
         source = source.to(self.dtype) if alpha == 1 else source.to(self.dtype) * alpha
         return self + IndexAdd.apply(source, shape=self.shape, key=key)
@@ -288,11 +289,22 @@ class IndexingMethods(TensorBase):
         return self.broadcast_to(shape)[mask.broadcast_to(shape)]
 
     def index_select(self, dim: int, index: Tensor) -> Tensor:
-        """The entries of `dim` at the positions of the 1-D integer tensor `index`."""
-        if not isinstance(index, Tensor) or index.ndim != 1:
+        """The entries of `dim` at the positions of the 1-D integer tensor `index` (0-d: one
+        position), each in 0..n-1: a negative one is refused, as in PyTorch, where ``x[index]``
+        would count it from the end.  Shapes: x (..., n, ...), index (k,) -> (..., k, ...)."""
+        if not isinstance(index, Tensor) or index.ndim > 1:
             raise TinyattnError(f"index_select: index must be a 1-D integer Tensor, got {index!r}")
-        check_integral("index_select", index)
-        return self[(*self._along("index_select", dim), index)]
+        check_integral("index_select", index, bools=False)
+        if not self.ndim:  # dim 0 or -1, and one position, as in PyTorch
+            normalize_dim("index_select", dim, 1)
+            if index.numel() != 1:
+                raise TinyattnError(
+                    f"index_select: a 0-d tensor takes one index, got {index.numel()}"
+                )
+            return self.reshape(1).index_select(0, index.reshape(1)).reshape(())
+        axis = normalize_dim("index_select", dim, self.ndim)
+        _check_in_range("index_select", index, axis, self.shape[axis])
+        return self[(*self._along("index_select", axis), index.reshape(-1))]
 
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
         """(values, indices) along `dim`, ascending unless `descending`: ``topk`` of the whole
@@ -324,13 +336,19 @@ def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
             f"{op}: index of shape {index.shape} does not fit a tensor of shape {tensor.shape} "
             f"along dim {axis} (same ndim, no larger size in the other dims)"
         )
+    _check_in_range(op, index, axis, tensor.shape[axis])
+
+
+def _check_in_range(op: str, index: Tensor, axis: int, size: int) -> None:
+    """Every index in 0..size-1, or PyTorch's refusal: a DimError, both of the types PyTorch
+    raises here (IndexError, and RuntimeError from some of its kernels)."""
     if index.numel():
         xp = backend.namespace(index.array)
         low, high = int(xp.min(index.array)), int(xp.max(index.array))
-        if low < 0 or high >= tensor.shape[axis]:
-            raise IndexError(
+        if low < 0 or high >= size:
+            raise DimError(
                 f"{op}: index {low if low < 0 else high} is out of range for dim {axis} of "
-                f"size {tensor.shape[axis]}"
+                f"size {size}"
             )
 
 
