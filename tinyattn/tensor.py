@@ -487,6 +487,11 @@ class Tensor(
         return self.abs()
 
     def __neg__(self) -> Tensor:
+        if not is_float(self.array) and backend.dtype_name(self.dtype) == "bool":
+            raise RuntimeError(
+                "neg: negating a bool tensor is not supported; to invert a mask use ~mask or "
+                "mask.logical_not()"
+            )
         return Neg.apply(self)
 
     neg = __neg__
