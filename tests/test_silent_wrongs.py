@@ -197,6 +197,48 @@ def test_empty_dims_gradient():
     assert np.array_equal(x.grad.numpy(), np.full((2, 2), 0.25))
 
 
+# NaN ranks above every number in topk and sort, as in max
+
+
+def test_topk_keeps_nan_known():
+    top = ta.tensor([3.0, NAN, 1.0]).topk(2)
+    assert math.isnan(top.values[0].item()) and top.values[1].item() == 3.0
+    assert top.indices.tolist() == [1, 0]
+    low = ta.tensor([3.0, NAN, 1.0]).topk(2, largest=False)
+    assert low.values.tolist() == [1.0, 3.0]
+    assert ta.tensor([NAN, 2.0, NAN]).sort(descending=True).indices.tolist() == [0, 2, 1]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_sort_and_topk_with_nan_against_torch(device, dtype):
+    torch = _torch()
+    _no_half_on_strict(device, dtype)
+    pool = [NAN, INF, -INF, 0.0, -0.0, 1.0, 2.0, -1.0]
+    rng = random.Random(1)
+    for _ in range(60):
+        shape = rng.choice([(5,), (3, 4), (2, 3, 4), (1,), (4, 0)])
+        values = np.array([rng.choice(pool) for _ in range(math.prod(shape))], dtype=dtype)
+        values = values.reshape(shape)
+        dim = rng.randrange(len(shape))
+        x, t = ta.tensor(values, device=device), torch.tensor(values)
+        for descending in (False, True):
+            ours = x.sort(dim, descending=descending)
+            theirs = t.sort(dim=dim, descending=descending, stable=True)
+            _same(ours.values, theirs.values)
+            assert ours.indices.tolist() == theirs.indices.tolist()
+            k = rng.randint(0, shape[dim])
+            # topk's order among equal values is unspecified in PyTorch
+            # (so the sign of a zero among -0.0 and 0.0 too): compare the values.
+            top = x.topk(k, dim, largest=descending).values
+            _same(top, t.topk(k, dim, largest=descending)[0], signs=False)
+
+
+def test_topk_gradient_reaches_the_nan():
+    x = ta.tensor([3.0, NAN, 1.0], requires_grad=True)
+    x.topk(2).values.sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0, 0.0]
+
+
 # index_select and index_add take no negative index
 
 

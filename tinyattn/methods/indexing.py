@@ -362,14 +362,24 @@ def _merged_index(xp: Any, *parts: Any, sizes: tuple, shape: tuple) -> Any:
 
 
 def _top_order(xp: Any, x: Any, axis: int, k: int, largest: bool) -> Any:
-    """The positions of the k largest (or smallest) along `axis`, ties in index order."""
-    if backend.is_float_array(x):  # a stable sort of -x puts the largest first, ties in order
-        keys = -x if largest else x
+    """The positions of the k largest (or smallest) along `axis`, ties in index order. NaN
+    ranks above every number, as in PyTorch (so NaN logits show in the top k)."""
+    if backend.is_float_array(x):  # ascending puts NaN last, as the largest
+        order = _descending_order(xp, x, axis) if largest else xp.argsort(x, axis=axis, stable=True)
     else:  # integers as they are (float64 rounds past 2**53); ~x reverses them, -x can overflow
         keys = xp.astype(x, xp.uint8) if backend.dtype_name(x.dtype) == "bool" else x
         keys = xp.bitwise_invert(keys) if largest else keys
-    order = xp.argsort(keys, axis=axis, stable=True)
+        order = xp.argsort(keys, axis=axis, stable=True)
     return xp.astype(order[(slice(None),) * axis + (slice(0, k), Ellipsis)], xp.int64)
+
+
+def _descending_order(xp: Any, x: Any, axis: int) -> Any:
+    """A stable descending argsort of floats, NaN first. A stable sort of -x would put NaN
+    last; the ascending sort (NaN last) of x reversed along `axis`, itself reversed, puts it
+    first and keeps equal values in index order."""
+    n = x.shape[axis]
+    flipped_order = xp.argsort(xp.flip(x, axis=axis), axis=axis, stable=True)
+    return (n - 1) - xp.flip(flipped_order, axis=axis)
 
 
 def _flat_positions(xp: Any, index: Any, shape: tuple, axis: int) -> Any:
