@@ -239,6 +239,26 @@ def test_topk_gradient_reaches_the_nan():
     assert x.grad.tolist() == [1.0, 1.0, 0.0]
 
 
+# sign: 0 for NaN
+
+
+def test_sign_of_nan_zero_and_inf(device):
+    values = [NAN, -NAN, -0.0, 0.0, INF, -INF, 2.0, -3.0]
+    for dtype in ("float16", "float32", "float64")[device == "strict" :]:
+        signs = ta.tensor(values, dtype=dtype, device=device).sign().numpy()
+        assert signs.tolist() == [0.0, 0.0, 0.0, 0.0, 1.0, -1.0, 1.0, -1.0]
+        assert not np.signbit(signs[:4]).any()  # +0.0, as PyTorch's
+    torch = pytest.importorskip("torch")
+    _same(ta.tensor(values).sign(), torch.tensor(values, dtype=torch.float32).sign())
+
+
+def test_abs_gradient_at_nan_is_zero():
+    """|x|' = sign(x), 0 at NaN: a NaN masked out after abs sends no NaN back."""
+    x = ta.tensor([NAN, -0.0, 2.0], requires_grad=True)
+    ta.where(ta.tensor([False, True, True]), x.abs(), 0.0).sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0, 1.0]
+
+
 # index_select and index_add take no negative index
 
 

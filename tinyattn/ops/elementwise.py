@@ -13,9 +13,9 @@ from typing import Any
 
 from ..autograd import Function, constants, rules_on_arrays
 from ..backend import has_out, namespace
-from ..errors import TinyattnError
 from ..kernels import power, relu_array, same_float, scalar_operand
 from .reductions import sum_to_array
+from .rounding import sign_array
 
 # ------------------------------------------------------------------------------------ arithmetic
 # The commonest rules also take their Tensor ops' array calls directly when no graph is recorded
@@ -128,8 +128,10 @@ class Pow(Function):
 
     def forward(self, a: Any, b: Any) -> Any:
         xp = namespace(a)
-        if all(xp.isdtype(t.dtype, "integral") for t in (a, b)) and bool(xp.any(b < 0)):
-            raise TinyattnError("pow: Integers to negative integer powers are not allowed.")
+        if xp.isdtype(a.dtype, "bool"):
+            return xp.logical_or(a, xp.logical_not(b))  # x ** True is x, x ** False is True
+        if xp.isdtype(a.dtype, "integral") and bool(xp.any(b < 0)):
+            return _integer_power(xp, a, b)
         return a**b
 
     def backward(self, grad: Any) -> tuple:
@@ -141,6 +143,20 @@ class Pow(Function):
             at_zero = (a.array == 0) & (b.array >= 0)
             grad_b = (grad * _zero_where(at_zero, self.output * a.log())).sum_to(b.shape)
         return grad_a, grad_b
+
+
+def _integer_power(xp: Any, a: Any, b: Any) -> Any:
+    """a ** b in integers with some b < 0, as PyTorch computes it (NumPy refuses): the exact
+    quotient 1 / a**|b| truncated, so 1 for a = 1, +-1 for a = -1 by the parity of b, else 0
+    (0 ** -n included, where PyTorch also gives 0). Shapes: a and b broadcast together."""
+    negative = b < 0
+    result = a ** xp.where(negative, xp.zeros_like(b), b)
+    one, minus_one, zero = (
+        xp.asarray(v, dtype=result.dtype, device=result.device) for v in (1, -1, 0)
+    )
+    odd = (b % 2) != 0
+    reciprocal = xp.where(a == 1, one, xp.where(a == -1, xp.where(odd, minus_one, one), zero))
+    return xp.where(negative, reciprocal, result)
 
 
 def _zero_where(condition: Any, value: Any) -> Any:
@@ -389,7 +405,7 @@ class Relu(Function):
 
 
 class Abs(Function):
-    """y = |x|;  dL/dx = g * sign(x) (0 at x = 0)."""
+    """y = |x|;  dL/dx = g * sign(x) (0 at x = 0 and, as in PyTorch, at NaN)."""
 
     __slots__ = ()
     backward_reads = ("inputs",)
@@ -398,8 +414,7 @@ class Abs(Function):
         return namespace(x).abs(x)
 
     def backward(self, grad: Any) -> Any:
-        x = self.inputs[0].array
-        return grad * grad.constant(namespace(x).sign(x))
+        return grad * grad.constant(sign_array(self.inputs[0].array))
 
 
 class Clip(Function):

@@ -69,13 +69,24 @@ class Trunc(_Step):
 
 
 class Sign(_Step):
-    """y = -1, 0 or 1 by the sign of x (NaN stays NaN);  dL/dx = 0.
+    """y = -1, 0 or 1 by the sign of x (NaN gives 0, as in PyTorch);  dL/dx = 0.
 
     Shapes: x (...) -> y (...).
     """
 
     __slots__ = ()
     step = "sign"
+
+    def forward(self, x: Any) -> Any:
+        return sign_array(x)
+
+
+def sign_array(x: Any) -> Any:
+    """PyTorch's sign of a float array: -1, 0 or 1, and 0 for NaN. The array API's sign keeps
+    NaN (both give +0.0 for -0.0); Abs's gradient uses this too, 0 at NaN as PyTorch's."""
+    xp = namespace(x)
+    y = xp.sign(x)
+    return xp.where(xp.isnan(y), xp.zeros_like(y), y)
 
 
 class FloorDivide(Function):
