@@ -286,3 +286,28 @@ def test_index_select_keeps_valid_indices():
     assert ta.tensor(5.0).index_select(0, ta.tensor([0])).item() == 5.0
     with pytest.raises(IndexError, match="gather"):
         x.gather(1, ta.tensor([[-1], [0]]))
+
+
+# a recurrent layer over an empty sequence
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_recurrent_layers_refuse_an_empty_sequence(name, batch_first):
+    layer = getattr(ta.nn, name)(3, 4, batch_first=batch_first)
+    empty = (2, 0, 3) if batch_first else (0, 2, 3)
+    for shape in (empty, (0, 3)):
+        with pytest.raises(RuntimeError, match=f"{name}: expected sequence length"):
+            layer(ta.zeros(*shape))
+    torch = pytest.importorskip("torch")
+    theirs = getattr(torch.nn, name)(3, 4, batch_first=batch_first)
+    for shape in (empty, (0, 3)):
+        with pytest.raises(RuntimeError):
+            theirs(torch.zeros(*shape))
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU", "RNN"])
+def test_recurrent_layers_take_an_empty_batch(name):
+    output, final = getattr(ta.nn, name)(3, 4)(ta.zeros(2, 0, 3))
+    assert output.shape == (2, 0, 4)
+    assert (final[0] if name == "LSTM" else final).shape == (1, 0, 4)

@@ -384,6 +384,11 @@ class RNNBase(Module):
             x = (
                 sequence.transpose(0, 1) if self.batch_first else sequence
             )  # (B, T, in) -> (T, B, in)
+        if x.shape[0] == 0:  # no step would run: no output and no final state to give
+            raise RuntimeError(
+                f"{op}: expected sequence length to be larger than 0, got input of shape "
+                f"{_shape(sequence)} (batch_first={self.batch_first})"
+            )
         expected = (self.num_layers * self._directions, x.shape[1], self.hidden_size)
         if hx is None:
             h = zeros(*expected, dtype=x.dtype, device=x.device)
