@@ -311,3 +311,48 @@ def test_recurrent_layers_take_an_empty_batch(name):
     output, final = getattr(ta.nn, name)(3, 4)(ta.zeros(2, 0, 3))
     assert output.shape == (2, 0, 4)
     assert (final[0] if name == "LSTM" else final).shape == (1, 0, 4)
+
+
+# F.pad always returns a new tensor
+
+
+@pytest.mark.parametrize("pads", [(), (0, 0), (0, 0, 0, 0), (-1, 0), (-1, -1), (1, -1), (2, 1)])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_pad_is_a_new_tensor(pads, mode):
+    import tinyattn.nn.functional as F
+
+    if mode != "constant" and not pads:
+        pytest.skip("non-constant modes need pads for one dim or more")
+    values = np.arange(12.0).reshape(1, 3, 4)
+    x = ta.tensor(values, requires_grad=True)
+    padded = F.pad(x, pads, mode=mode)
+    assert padded is not x
+    weights = np.random.default_rng(0).random(padded.shape)
+    (padded * ta.tensor(weights)).sum().backward()
+    torch = pytest.importorskip("torch")
+    theirs = torch.tensor(values, requires_grad=True)
+    expected = torch.nn.functional.pad(theirs, pads, mode=mode)
+    _same(padded, expected)
+    (expected * torch.tensor(weights)).sum().backward()
+    _same(x.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("pads", [(), (0, 0), (0, 0, 0, 0), (-1, 0), (-1, -1)])
+def test_pad_without_a_positive_amount_copies(pads):
+    import tinyattn.nn.functional as F
+
+    values = np.arange(12.0).reshape(1, 3, 4)
+    x = ta.tensor(values)
+    F.pad(x, pads).add_(1.0)  # a write into the result leaves the input alone
+    assert np.array_equal(x.numpy(), values)
+
+
+def test_pad_refuses_what_pytorch_refuses():
+    import tinyattn.nn.functional as F
+
+    x = ta.zeros(1, 2, 4)
+    with pytest.raises(RuntimeError, match="pad"):
+        F.pad(x, (-5, 0))  # a crop larger than the dim
+    with pytest.raises(RuntimeError, match="reflect"):
+        F.pad(x, (1, 1), mode="reflect", value=1.0)  # a fill value it would not use
+    assert F.pad(x, (1, 1), mode="reflect", value=0.0).shape == (1, 2, 6)

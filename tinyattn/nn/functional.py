@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 from .. import backend
-from ..creation import full
+from ..creation import tensor
 from ..errors import TinyattnError
 from ..functional import (  # the core functions, re-exported as the same objects
     BlockwiseAttention,  # noqa: F401
@@ -41,7 +41,7 @@ from ..functional import (  # the core functions, re-exported as the same object
     softmax,
 )
 from ..functional import __all__ as _core_all
-from ..methods.common import concat, where
+from ..methods.common import where
 from ..ops import BinaryCrossEntropy, CrossEntropy, NegLogLikelihood, bad_targets
 from ..ops.computed import computed
 from ..tensor import Tensor
@@ -56,7 +56,7 @@ def _as_tensor(op: str, x: Any, like: Tensor | None = None) -> Tensor:
     if isinstance(x, Tensor):
         return x
     try:
-        return Tensor(x, device=None if like is None else like.device)
+        return tensor(x, device=None if like is None else like.device)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{op}: expected a Tensor, got {type(x).__name__} ({exc})") from None
 
@@ -590,34 +590,12 @@ def kl_div(
 # ----------------------------------------------------------------------------------------- pad
 def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:
     """Padding, PyTorch's order: pad = (left, right) of the last axis, then of the one before,
-    ...; negative amounts crop. Gradients flow to the kept elements. Modes "reflect",
-    "replicate" and "circular" are `tinyattn.pad`'s, with PyTorch's rules on dims and sizes."""
-    if mode != "constant":  # reflect, replicate, circular (or the error for another mode)
-        return tensor_pad(input, pad, mode=mode)
-    pad = tuple(pad)
-    if len(pad) % 2 or len(pad) // 2 > input.ndim:
-        raise TinyattnError(
-            f"pad: pad {pad} must hold (left, right) pairs for at most {input.ndim} axes"
-        )
-    value = 0.0 if value is None else value
-    out = input
-    for pair in range(len(pad) // 2):
-        axis = input.ndim - 1 - pair
-        left, right = pad[2 * pair], pad[2 * pair + 1]
-        if left < 0 or right < 0:  # crop first
-            index = [slice(None)] * out.ndim
-            index[axis] = slice(max(-left, 0), out.shape[axis] - max(-right, 0))
-            out = out[tuple(index)]
-        parts = []
-        for amount, at_end in ((left, False), (right, True)):
-            if amount > 0:
-                shape = out.shape[:axis] + (amount,) + out.shape[axis + 1 :]
-                block = full(shape, value, dtype=backend.dtype_name(out.dtype), device=out.device)
-                parts.append((at_end, block))
-        if parts:
-            pieces = [b for end, b in parts if not end] + [out] + [b for end, b in parts if end]
-            out = concat(pieces, axis=axis)
-    return out
+    ...; negative amounts crop. Gradients flow to the kept elements; the result is always a
+    new tensor, as PyTorch's. Modes "reflect", "replicate" and "circular" are `tinyattn.pad`'s,
+    with PyTorch's rules on dims and sizes."""
+    if mode != "constant" and value:  # PyTorch refuses a fill value it would not use
+        raise RuntimeError(f'pad: padding mode "{mode}" doesn\'t take in value argument {value}')
+    return tensor_pad(input, pad, mode=mode, value=0.0 if value is None else value)
 
 
 __all__ = sorted(
