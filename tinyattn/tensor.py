@@ -58,15 +58,19 @@ from .ops import (
     MatMul,
     Mul,
     Neg,
+    Pow,
     Sub,
     broadcast_shapes,
     matmul_shape,
 )
 from .ops.computed import array_call, computed
+from .ops.rounding import FloorDivide, Remainder
 from .ops.table import BINARY, LOGICAL, UNARY, Binary, Logical, Unary
 
-# Ops that compute in floats whatever their operands' dtypes (the default float32 for integers).
+# Ops that compute in floats whatever their operands' dtypes (the default float32 for integers),
+# and the ops with a rule of their own for integer or bool operands (common.integer_operands).
 _TRUE_DIVISIONS = (Div, Atan2)
+_INTEGER_RULES = frozenset((Sub, Div, Atan2, Pow, FloorDivide, Remainder))
 
 
 # --------------------------------------------------------------------------- generated methods
@@ -422,20 +426,25 @@ class Tensor(
         raise TypeError(f"{op}: unsupported operand type {type_name(other)}")
 
     def _binary(self, function: type, other: Any, op: str, reverse: bool = False) -> Tensor:
-        if function is Sub:
-            refuse_bool_subtraction(op, self, other)
-        number = other if isinstance(other, bool | int | float) else None
-        if number is not None and function in _TRUE_DIVISIONS and not is_float(self.array):
-            self = self._cast("float32")  # int / -2 is a float division by -2.0, not by 254
+        # The common case, two float tensors of one dtype, pays two tests below; the rules for
+        # integers, bools and Python numbers (promotion, true division, ZeroDivisionError)
+        # run only where a dtype differs or is not floating.
+        given = other
+        if function in _TRUE_DIVISIONS and not isinstance(other, Tensor):
+            if not is_float(self.array):
+                self = self._cast("float32")  # int / -2 is a float division by -2.0, not by 254
+        elif function is Sub and (other is True or other is False):
+            refuse_bool_subtraction(op, other)
         other = self._operand(other, op)
         a, b = (other, self) if reverse else (self, other)
         if a.array.shape != b.array.shape:
             broadcast_shapes(op, a.array.shape, b.array.shape)
         if a.array.dtype != b.array.dtype and not (function is Mul and by_mask(a, b)):
+            if function is Sub:
+                refuse_bool_subtraction(op, a, b)
             a, b = promote(a, b, op)
-        if not is_float(a.array):
-            # True division gives float32 on every backend (NumPy would give float64, the
-            # strict stand-in refuses); integer division by zero raises: PyTorch's meanings.
+        if function in _INTEGER_RULES and not is_float(a.array):
+            number = given if isinstance(given, bool | int | float) else None
             a, b = integer_operands(function, a, b, op, number, reverse)
         return function.apply(a, b)
 

@@ -24,6 +24,7 @@ from ..ops import (
     Concat,
     Div,
     Pow,
+    Sub,
     Where,
     broadcast_shapes,
     normalize_axes,
@@ -128,6 +129,9 @@ def integer_operands(
     Python number the caller turned into an operand, if any (`reverse`: it came first)."""
     if function is Div or function is Atan2:
         return a._cast("float32"), b._cast("float32")
+    if function is Sub:
+        refuse_bool_subtraction(op, a)  # one dtype here: a bool a means a bool b
+        return a, b
     if function is Pow:
         if backend.dtype_name(a.dtype) == "bool" and (number is None or reverse):
             # PyTorch's one bool power is a bool tensor to a Python bool (x ** True is x)
