@@ -417,7 +417,7 @@ class _BatchNorm(Module):
         tracked = track_running_stats
         self.register_buffer("running_mean", zeros(num_features) if tracked else None)
         self.register_buffer("running_var", ones(num_features) if tracked else None)
-        count = Tensor(0, dtype="int64") if tracked else None
+        count = zeros((), dtype="int64") if tracked else None  # a 0-d counter, as PyTorch's
         self.register_buffer("num_batches_tracked", count)
         _place(self, device, dtype)
 
