@@ -14,7 +14,7 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.nn.functional as F
-from tinyattn import backend, nn, optim
+from tinyattn import backend, nn, ops, optim
 
 torch = pytest.importorskip("torch")
 
@@ -361,6 +361,29 @@ def test_windows_are_a_strided_view_on_numpy_and_slices_elsewhere(device):
     np.testing.assert_array_equal(backend.to_numpy(stacked), windows)
     # window (o1, o2), offset (k1, k2) holds x[..., o1 + 2 k1, 2 o2 + k2]
     np.testing.assert_array_equal(windows[:, 1, 0, 1, 2], x.numpy()[:, 1 + 2, 0 + 2])
+
+
+def test_unfold_puts_offsets_before_windows_and_fold_is_its_adjoint(device):
+    """Unfold's (lead, window, counts) layout, PyTorch's im2col order; <Unfold(x), g> equals
+    <x, Fold(g)>, the adjoint identity each op's gradient rests on."""
+    x = ta.tensor(np.arange(60.0).reshape(3, 4, 5), device=device)
+    geometry = {"window": (2, 3), "step": (1, 2), "dilation": (2, 1)}
+    windows = ops.Unfold.apply(x, **geometry)
+    assert windows.shape == (3, 2, 3, 2, 2)  # (lead, window, counts)
+    # offset (k1, k2), window (o1, o2) holds x[..., o1 + 2 k1, 2 o2 + k2]
+    assert windows.numpy()[1, 1, 2, 0, 1] == x.numpy()[1, 0 + 2, 2 + 2]
+    g = ta.tensor(np.random.default_rng(0).standard_normal(windows.shape), device=device)
+    folded = ops.Fold.apply(g, size=(4, 5), **geometry)
+    np.testing.assert_allclose((windows * g).sum().item(), (x * folded).sum().item(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("call", [F.conv1d, F.conv2d, F.conv_transpose2d], ids=lambda f: f.__name__)
+def test_convolution_output_is_row_major(call):
+    """(N, C_out, *out) in row-major order, PyTorch's layout: a batch norm after it sums over
+    contiguous memory (pairwise in NumPy; one element at a time where channels vary fastest)."""
+    spatial = 1 if call is F.conv1d else 2
+    x, w = ta.randn(2, 4, *(6,) * spatial), ta.randn(4, 2, *(3,) * spatial)
+    assert call(x, w, groups=2).is_contiguous()
 
 
 # ------------------------------------------------------------------------- compiled training

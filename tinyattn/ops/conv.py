@@ -2,9 +2,12 @@
 
 `Unfold` lays every window of the trailing axes out as new axes (im2col); `Fold` adds window
 values back where they came from (col2im). Each is the other's adjoint, so each one's backward
-is the other and both are differentiable to any order. A convolution is then one product of the
-windows with the weight (`tinyattn.nn.functional.conv2d`): its input gradient is the transposed
-product, folded back onto the input; pooling reduces the window axes.
+is the other and both are differentiable to any order. The window offsets come before the
+window positions, PyTorch's im2col layout: for an image (N, C, H, W) the windows are (N, C, kh,
+kw, H_out, W_out), so (N, C * kh * kw, H_out * W_out) is a reshape away, and a convolution is
+the weight (C_out, C * kh * kw) times that matrix, its output (N, C_out, H_out * W_out) in
+row-major (N, C, H, W) order (`tinyattn.nn.functional.conv2d`). The input gradient is the
+transposed product, folded back onto the input; pooling reduces the offset axes.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from ..backend import contiguous_copy, namespace, sliding_windows
 
 
 class Unfold(Function):
-    """y[..., o, k] = x[..., o * step + k * dilation] (per trailing axis);
+    """y[..., k, o] = x[..., o * step + k * dilation] (per trailing axis: offset k, window o);
     dL/dx = Fold(g): each window's gradient added back where the window was.
 
-    Shapes: x (*lead, *size) -> y (*lead, *counts, *window).
+    Shapes: x (*lead, *size) -> y (*lead, *window, *counts).
     """
 
     __slots__ = ("size", "window", "step", "dilation")
@@ -29,9 +32,16 @@ class Unfold(Function):
     def forward(self, x: Any, window: tuple = (), step: tuple = (), dilation: tuple = ()) -> Any:
         self.size = x.shape[x.ndim - len(window) :]
         self.window, self.step, self.dilation = window, step, dilation
+        lead, spatial = x.ndim - len(window), len(window)
+        view = sliding_windows(x, window, step, dilation)  # (*lead, *counts, *window)
+        # Offsets before positions: the copy then reads runs of neighbouring input elements
+        # (the last axis of positions), about 10x faster than copying each small window in turn,
+        # and a product with the weight comes out in the input's (N, C, H, W) order.
+        order = (*range(lead), *range(lead + spatial, lead + 2 * spatial))
+        order += tuple(range(lead, lead + spatial))
         # The strided view reads overlapping memory; the copy is the im2col matrix, so a later
         # write to x cannot reach the windows.
-        return contiguous_copy(sliding_windows(x, window, step, dilation))
+        return contiguous_copy(namespace(view).permute_dims(view, order))
 
     def backward(self, grad: Any) -> Any:
         return Fold.apply(
@@ -40,10 +50,10 @@ class Unfold(Function):
 
 
 class Fold(Function):
-    """y[..., i] = sum of g[..., o, k] over the windows o and offsets k with
+    """y[..., i] = sum of g[..., k, o] over the offsets k and windows o with
     o * step + k * dilation = i (Unfold's adjoint);  dL/dg = Unfold(dL/dy).
 
-    Shapes: g (*lead, *counts, *window) -> y (*lead, *size).
+    Shapes: g (*lead, *window, *counts) -> y (*lead, *size).
     """
 
     __slots__ = ("window", "step", "dilation")
@@ -60,7 +70,7 @@ class Fold(Function):
         self.window, self.step, self.dilation = window, step, dilation
         xp, spatial = namespace(windows), len(window)
         lead = windows.shape[: windows.ndim - 2 * spatial]
-        counts = windows.shape[len(lead) : len(lead) + spatial]
+        counts = windows.shape[windows.ndim - spatial :]
         out = xp.zeros(lead + tuple(size), dtype=windows.dtype, device=windows.device)
         # One strided slice of the output per window offset: the scatter-add without atomics,
         # as the windows at one offset never overlap each other.
@@ -69,7 +79,7 @@ class Fold(Function):
                 slice(o * d, o * d + (n - 1) * s + 1, s)
                 for o, d, n, s in zip(offset, dilation, counts, step, strict=True)
             )
-            out[index] = out[index] + windows[(..., *offset)]
+            out[index] = out[index] + windows[(slice(None),) * len(lead) + offset + (...,)]
         return out
 
     def backward(self, grad: Any) -> Any:
