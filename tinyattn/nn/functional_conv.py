@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from ..autograd import no_grad
-from ..backend import check_floating, dtype_name, window_counts
+from ..backend import check_floating, dtype_name, is_half, window_counts
 from ..creation import arange, ones, tensor, zeros
 from ..errors import TinyattnError
 from ..ops import Fold, Unfold
@@ -777,8 +777,10 @@ def batch_norm(
     eps: float = 1e-5,
 ) -> Tensor:
     """y = (x - mean) / sqrt(var + eps) * weight + bias per channel (axis 1). Training uses the
-    batch's statistics (biased variance) and moves the running ones towards them, in place:
-    r = (1 - momentum) r + momentum s, with the unbiased variance; eval uses the running ones.
+    batch's statistics (biased variance, `_batch_normalized`) and moves the running ones towards
+    them, in place: r = (1 - momentum) r + momentum s, with the unbiased variance; eval uses the
+    running ones. The gradient comes from the ops that compute y:
+    dL/dx = weight / sqrt(var + eps) * (g - mean(g) - x_hat * mean(g * x_hat)) in training.
     Shapes: (N, C, ...) -> the same."""
     op = "batch_norm"
     if input.ndim < 2:
@@ -802,22 +804,49 @@ def batch_norm(
                 f"{op}: expected more than 1 value per channel when training, got input of "
                 f"shape {input.shape}"
             )
-        mean, var = input.mean(axes), input.var(axes, correction=0)
+        out, mean, var = _batch_normalized(input, axes, eps)
         if running_mean is not None and running_var is not None:
             with no_grad():
-                running_mean.mul_(1.0 - momentum).add_(mean.detach() * momentum)
-                unbiased = var.detach() * (count / (count - 1))
+                running_mean.mul_(1.0 - momentum).add_(mean.reshape(channels) * momentum)
+                unbiased = var.detach().reshape(channels) * (count / (count - 1))
                 running_var.mul_(1.0 - momentum).add_(unbiased * momentum)
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError(f"{op}: running_mean and running_var are needed when not training")
-        mean, var = running_mean, running_var
-    out = (input - mean.reshape(shape)) / (var.reshape(shape) + eps).sqrt()
+        out = (input - running_mean.reshape(shape)) / (running_var.reshape(shape) + eps).sqrt()
     if weight is not None:
         out = out * weight.reshape(shape)
     if bias is not None:
         out = out + bias.reshape(shape)
     return out
+
+
+def _batch_normalized(x: Tensor, axes: tuple, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """x_hat = (x - mean) / sqrt(var + eps) with the batch's mean and biased variance over
+    `axes`, to float32's precision even where the mean is large next to the spread.
+
+    The variance is two-pass, mean((x - mean)^2), never E[x^2] - E[x]^2. The mean is found in
+    two steps too: an estimate m0 without gradient, then m = m0 + mean(x - m0). A float32 mean
+    errs by about 1e-7 |mean|, and subtracting it would shift every x_hat by as much (1e-4 of
+    the spread at x = 1000 + randn); x - m0 is small and nearly exact, so its mean errs by 1e-7
+    of the spread instead. The gradient is that of one mean: m0 is a constant, and
+    x - m0 - mean(x - m0) = x - mean(x).
+    The sums run over row-major memory, where NumPy adds pairwise, not one element at a time.
+    float16 is normalised in float32 and rounded once, as PyTorch's kernels do.
+    Shapes: x (N, C, ...) -> x_hat like x; mean (detached) and var (1, C, 1, ...)."""
+    half = is_half(x.array)
+    wide = x.contiguous().float() if half else x.contiguous()
+    with no_grad():
+        first = wide.mean(axes, keepdims=True)  # m0
+    shifted = wide - first
+    correction = shifted.mean(axes, keepdims=True)
+    centered = shifted - correction  # x - m
+    var = (centered * centered).mean(axes, keepdims=True)
+    x_hat = centered / (var + eps).sqrt()
+    mean = first + correction.detach()
+    if half:
+        return x_hat.half(), mean.half(), var.half()
+    return x_hat, mean, var
 
 
 __all__ = [
