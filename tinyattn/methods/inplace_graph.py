@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from .. import autograd, backend
 from ..autograd import _next_seq
+from ..backend import promotion
 from ..ops import Clone, IndexAdd
 from ..ops.indexing import parse_key
 from .common import Tensor, where
@@ -151,14 +152,13 @@ def fitted(op: str, tensor: Tensor, result: Tensor, cast: bool) -> Tensor:
 
 
 def dtype_kind(tensor: Tensor) -> int:
-    """0 bool, 1 integer, 2 floating: a result may be stored in place only into its kind or up."""
-    if backend.dtype_name(tensor.dtype) == "bool":
-        return 0
-    return 2 if backend.is_floating(backend.namespace(tensor.array), tensor.dtype) else 1
+    """0 bool, 1 integer, 2 floating: the category of the tensor's dtype in the promotion rule."""
+    return promotion.CATEGORY[backend.dtype_name(tensor.dtype)]
 
 
 def check_dtype(op: str, tensor: Tensor, result: Tensor) -> None:
-    if dtype_kind(result) > dtype_kind(tensor):
+    """PyTorch's in-place rule: a result may be stored only into its category or a higher one."""
+    if not promotion.can_cast(backend.dtype_name(result.dtype), backend.dtype_name(tensor.dtype)):
         raise RuntimeError(
             f"{op}: result type {backend.dtype_name(result.dtype)} can't be cast to the desired "
             f"output type {backend.dtype_name(tensor.dtype)} (shape {tensor.shape})"
