@@ -547,12 +547,8 @@ def asarray(data: Any, dtype: Any = None, device: Any = None) -> Any:
         raise TinyattnError(
             f"tensor: data is ragged (nested sequences of unequal length): {exc}"
         ) from None
-    if host.dtype.kind == "u" and host.dtype != np.uint8 and not is_host_array(data):
-        # NumPy gives uint64 to Python ints from 2**63 up; PyTorch's int64 holds none of them
-        raise TinyattnError(
-            f"tensor: a value of {np.max(host)} overflows int64 (PyTorch: Overflow when unpacking "
-            "long long)"
-        )
+    if host.dtype == np.uint64 and not is_host_array(data):  # Python ints from 2**63 up
+        raise TinyattnError(f"tensor: a value of {np.max(host)} overflows int64, as in PyTorch")
     if host.dtype.kind not in "biuf":
         raise TypeError(f"tensor: data must be numeric or bool, got NumPy dtype {host.dtype}")
     if dtype is None and host.dtype == np.float64 and not is_host_array(data):
