@@ -356,3 +356,81 @@ def test_pad_refuses_what_pytorch_refuses():
     with pytest.raises(RuntimeError, match="reflect"):
         F.pad(x, (1, 1), mode="reflect", value=1.0)  # a fill value it would not use
     assert F.pad(x, (1, 1), mode="reflect", value=0.0).shape == (1, 2, 6)
+
+
+# a second backward through nodes that saved nothing
+
+
+def _twice(make):
+    """Build a graph on a fresh leaf, backward through it twice; the leaf's gradient."""
+    x = ta.ones(6, requires_grad=True)
+    for loss in make(x):
+        loss.backward()
+    return x.grad.tolist()
+
+
+GRAPHS = {
+    "slice": lambda x: [x[0:3].sum()] * 2,
+    "two slices": lambda x: [x[0:3].sum(), x[1:4].sum()],
+    "chunk": lambda x: [part.sum() for part in x.chunk(2)],
+    "unbind": lambda x: [row.sum() for row in x.view(2, 3).unbind()],
+    "view then rows": lambda x: (lambda v: [v[0].sum(), v[1].sum()])(x.view(2, 3)),
+    "add then slices": lambda x: (lambda y: [y[0:2].sum(), y[1:3].sum()])(x + 1),
+    "flip and cumsum": lambda x: (lambda y: [y.sum(), y.sum()])(x.flip(0).cumsum(0)),
+}
+
+
+def test_a_graph_that_saved_nothing_backpropagates_twice_known():
+    assert _twice(GRAPHS["slice"]) == [2.0, 2.0, 2.0, 0.0, 0.0, 0.0]
+    assert _twice(GRAPHS["two slices"]) == [1.0, 2.0, 2.0, 1.0, 0.0, 0.0]
+    assert _twice(GRAPHS["chunk"]) == [1.0] * 6
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_a_graph_that_saved_nothing_backpropagates_twice_as_in_torch(name):
+    torch = _torch()
+    ours = _twice(GRAPHS[name])
+    x = torch.ones(6, requires_grad=True)
+    for loss in GRAPHS[name](x):
+        loss.backward()
+    assert ours == x.grad.tolist()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: (x * x).sum(),  # the product saved x
+        lambda x: x.exp()[0:3].sum(),  # exp saved its output, under a slice that saved nothing
+        lambda x: ta.where(x > 1, x, 0.0).sum(),
+    ],
+)
+def test_a_graph_that_saved_values_still_refuses_a_second_backward(make):
+    x = ta.ones(6, requires_grad=True)
+    loss = make(x)
+    loss.backward()
+    first = x.grad.tolist()
+    with pytest.raises(RuntimeError, match="second time.*retain_graph=True"):
+        loss.backward()
+    assert x.grad.tolist() == first  # nothing accumulated by the refused walk
+
+
+def test_a_node_over_one_that_saved_values_releases_its_inputs():
+    """Keeping a sum's input would keep memory a second backward could not use."""
+    x = ta.ones(6, requires_grad=True)
+    loss = (x * x).sum()
+    loss.backward()
+    assert loss._ctx.inputs is None and loss._ctx.released_inputs is not None
+    kept = x[0:3].sum()
+    kept.backward()
+    assert kept._ctx.inputs is not None
+
+
+def test_a_number_or_an_index_kept_on_the_node_is_walked_again():
+    """A deliberate difference (docs/from-pytorch.md): PyTorch saves the 2 of x * 2 and the index
+    of x[index] as tensors and refuses a second backward; here they stay on the node."""
+    x = ta.ones(3, requires_grad=True)
+    doubled, picked = x * 2, x[ta.tensor([0, 2])]
+    for _ in range(2):
+        doubled.sum().backward()
+        picked.sum().backward()
+    assert x.grad.tolist() == [6.0, 4.0, 6.0]

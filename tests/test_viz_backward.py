@@ -324,7 +324,7 @@ def test_a_leaf_alone_a_freed_graph_and_a_long_chain():
     alone = animate_backward(x)
     assert alone.steps == [] and [leaf.grad.item() for leaf in alone.leaves] == [1.0]
     assert x.grad.item() == 1.0
-    y = (x * 2.0).sum()
+    y = (x * x).sum()  # the product saves x: its graph cannot be walked twice
     y.backward()
     with pytest.raises(RuntimeError, match="second time"):
         animate_backward(y)  # the engine's own refusal, not a failure of the picture

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import backend, grad_mode, torch_protocol
+from . import backend, grad_mode, hooks, torch_protocol
 from .errors import TinyattnError, freed_graph_message, modified_in_place_message
 from .grad_mode import (
     AnomalyError,
@@ -122,6 +122,7 @@ class Function(torch_protocol.ContextMethods):
     _ctx_protocol = False  # PyTorch's protocol: forward is a staticmethod taking ctx
     _checks_versions = True  # backward_reads or grad_reads name a value (set per subclass)
     _plain = False  # neither shares_storage nor _checks_versions: apply's short path
+    _saves = False  # set on the class by save_for_backward: some node of it saved values
 
     def reads_host(self) -> bool:
         """Whether the last forward read values back to the host (an index range check): on a
@@ -197,6 +198,8 @@ class Function(torch_protocol.ContextMethods):
     def save_for_backward(self, *values: Any) -> None:
         """Keep values (Tensors, or arrays that become constant Tensors) for the backward rule."""
         self._saved = values
+        if not self._saves:
+            type(self)._saves = True
         self._saved_versions = tuple(
             v._version_counter[0] if hasattr(v, "_version_counter") else None for v in values
         )
@@ -246,9 +249,16 @@ class Function(torch_protocol.ContextMethods):
         """After release: each former input (a leaf Tensor) or its producing Function; else None."""
         return getattr(self, "_released_inputs", None)
 
-    def release(self) -> None:
-        """Drop what backward needed, keeping the skeleton; a second backward then raises."""
+    def release(self, entirely: bool = False) -> None:
+        """Drop what backward needed, keeping the skeleton; a second backward then raises.
+
+        A node with nothing to drop keeps its inputs instead (unless `entirely`): its rule reads
+        no values (a reshape, a slice, a sum) and a later walk can get past each input, so a
+        second backward runs through it, as PyTorch's runs through nodes that saved nothing
+        (``x[0:3].sum().backward()`` twice). See `walkable_again`."""
         inputs = self.inputs
+        if not entirely and inputs is not None and walkable_again(self, inputs):
+            return
         if inputs is not None:
             if len(inputs) == 1:  # the common unary case, and its input's producer, without calls
                 producer = inputs[0]._ctx
@@ -256,6 +266,26 @@ class Function(torch_protocol.ContextMethods):
             else:
                 self._released_inputs = tuple([skeleton_of(t) for t in inputs])
         self._saved = self.inputs = None
+
+
+def walkable_again(fn: Function, inputs: tuple) -> bool:
+    """Whether backward leaves `fn` whole: its rule reads no values (no versions noted, nothing
+    saved), and each input is a leaf or comes from a node alike, not released. The inputs'
+    producers are looked at, not further: a node over one that saved values is released, so
+    the values it would keep (its inputs) are freed, and a second backward stops there."""
+    if not _saved_nothing(fn):
+        return False
+    for tensor in inputs:
+        producer = tensor._ctx
+        if producer is not None and (producer.inputs is None or not _saved_nothing(producer)):
+            return False
+    return True
+
+
+def _saved_nothing(fn: Function) -> bool:
+    """Whether fn's rule reads no values: none noted for a version check, none saved. The class
+    flag comes first: reading a slot never set costs an exception inside getattr."""
+    return fn._versions is None and (not fn._saves or not getattr(fn, "_saved", None))
 
 
 class _Outputs:
@@ -374,6 +404,8 @@ def run_backward(
     gets, and ``observer.gradient_sent(fn, position, grad)`` for each gradient it sends.
     """
     pending, leaves, ready = _seeded(roots, root_grads)
+    early = hooks.early_leaves(roots) if capture is None else None  # post-accumulate hooks
+    handed: dict[int, list] = {}  # memory root -> the gradients in it handed to leaves so far
     wanted = None if capture is None else set(capture)
     captured: dict[int, Any] = {}
     watched = wanted is not None or observer is not None  # every gradient to `_received`
@@ -382,6 +414,9 @@ def run_backward(
         while ready:
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
             entry = heapq.heappop(ready)
+            if early:  # leaves every reader of which has run get their .grad now
+                due = [leaf for leaf in early.due(-entry[0]) if leaf in leaves]
+                _deliver({leaf: leaves.pop(leaf) for leaf in due}, wanted, captured, handed)
             tensor = entry[-1]
             grad = pending.pop(tensor)
             if watched or tensor._hooks:
@@ -418,7 +453,7 @@ def run_backward(
                         observer.gradient_sent(fn, position, parent_grad)
             if release:
                 fn.release()
-        _deliver(leaves, wanted, captured)
+        _deliver(leaves, wanted, captured, handed)
     return captured
 
 
@@ -573,9 +608,9 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
     return grad
 
 
-def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
-    """Hand the leaves their summed gradients: into ``.grad``, or into `captured` for grad()."""
-    handed: dict[int, list] = {}  # memory root -> the gradients in it handed to leaves so far
+def _deliver(leaves: dict, wanted: set | None, captured: dict, handed: dict) -> None:
+    """Hand the leaves their summed gradients: into ``.grad``, or into `captured` for grad().
+    `handed`: memory root -> the gradients in it handed to leaves so far in this backward."""
     for leaf, grad in leaves.items():
         if leaf._hooks:
             grad = _run_hooks(leaf, grad)
@@ -589,6 +624,8 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict) -> None:
             leaf.grad = grad if leaf.grad is None else leaf.grad + grad
             if _recorder is not None:
                 _recorder.set_grad(leaf, leaf.grad)
+            if leaf._hooks:
+                hooks.run_post_accumulate(leaf)
 
 
 def _own_memory(grad: Any, handed: dict) -> Any:

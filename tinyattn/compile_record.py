@@ -57,10 +57,10 @@ class OutputOf:
     def reads_host(self) -> bool:
         return self.fn.reads_host()
 
-    def release(self) -> None:
+    def release(self, entirely: bool = True) -> None:
         self.inputs = None
         if hasattr(self.fn, "_seq"):
-            self.fn.release()
+            self.fn.release(entirely=True)
 
 
 class Recorder:

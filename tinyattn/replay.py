@@ -439,15 +439,16 @@ def let_go(entries: list[tuple], keep: set[int] | frozenset = frozenset()) -> No
     The recording keeps its graph whole (a rule it replays needs its node's inputs), and the
     ops run inside backward rules keep the input Tensors they were called with: as long as the
     tape, or a tensor the recording handed out, lived, so would the recording's arrays. Graph
-    nodes are released as a backward releases them; the other ops (replayed by `forward`, which
-    takes arrays) drop their inputs. `keep`: ids of the Functions whose rules are replayed.
+    nodes are released whole (a backward keeps one that saved nothing, to walk it again); the
+    other ops (replayed by `forward`, which takes arrays) drop their inputs. `keep`: ids of the
+    Functions whose rules are replayed.
     """
     for entry in entries:
         fn = entry[1]
         if entry[0] != "op" or id(fn) in keep:
             continue
-        if hasattr(fn, "_seq"):  # a graph node (Function.apply numbered it)
-            fn.release()
+        if hasattr(fn, "_seq"):  # a graph node (Function.apply numbered it): all of it
+            fn.release(entirely=True)
         else:  # a replay sets its saved values again, right before it reads them
             fn.inputs = None
             fn._saved = None

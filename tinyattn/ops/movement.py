@@ -19,6 +19,7 @@ class Flip(Function):
     """
 
     __slots__ = ("axes",)
+    backward_reads = ()  # the rule needs only the gradient
 
     def forward(self, x: Any, axes: tuple = ()) -> Any:
         self.axes = axes

@@ -19,6 +19,7 @@ class _Step(Function):
     """A piecewise-constant function: y = step(x);  dL/dx = 0 (PyTorch's convention)."""
 
     __slots__ = ()
+    backward_reads = ()  # the rule needs only the gradient
     step = ""  # the array API function name
 
     def forward(self, x: Any) -> Any:

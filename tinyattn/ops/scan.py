@@ -23,6 +23,7 @@ class Cumsum(Function):
     """
 
     __slots__ = ("axis",)
+    backward_reads = ()  # the rule needs only the gradient
 
     def forward(self, x: Any, axis: int = 0) -> Any:
         self.axis = axis
