@@ -62,3 +62,118 @@ class RemovableHandle:
     def remove(self) -> None:
         with contextlib.suppress(ValueError):
             self._hooks.remove(self._hook)
+
+
+# ------------------------------------------------------------------ post-accumulate-grad hooks
+# PyTorch's ``Tensor.register_post_accumulate_grad_hook``: ``hook(leaf)`` runs once the leaf's
+# ``.grad`` holds this backward's gradient. The engine hands such a leaf its gradient as soon as
+# every node that read it has run (not at the end of the walk), so that work on the gradient
+# (DistributedDataParallel's all-reduce) overlaps the rest of backward.
+
+
+class PostAccumulateGradHook:
+    """The mark a post-accumulate hook leaves among a leaf's hooks. As a gradient hook it does
+    nothing (returns None); `run_post_accumulate` calls the user's hook with the leaf."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: Callable[[Any], None]) -> None:
+        self.hook = hook
+
+    def __call__(self, grad: Any) -> None:
+        return None
+
+
+_live = [0]  # post-accumulate hooks registered and not removed, in the whole process
+
+
+class _PostAccumulateHandle(RemovableHandle):
+    __slots__ = ()
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+            _live[0] -= 1
+
+
+def register_post_accumulate_grad_hook(tensor: Any, hook: Callable[[Any], None]) -> Any:
+    """Add `hook` to leaf `tensor`: ``hook(tensor)`` after its ``.grad`` is accumulated."""
+    if tensor._ctx is not None or not tensor.requires_grad:
+        raise RuntimeError(
+            "register_post_accumulate_grad_hook: post accumulate grad hooks cannot be "
+            "registered on non-leaf tensors or tensors that do not require grad"
+        )
+    if tensor._hooks is None:
+        tensor._hooks = []
+    mark = PostAccumulateGradHook(hook)
+    tensor._hooks.append(mark)
+    _live[0] += 1
+    return _PostAccumulateHandle(tensor._hooks, mark)
+
+
+def run_post_accumulate(leaf: Any) -> None:
+    """Call the post-accumulate hooks of `leaf` (its ``.grad`` is now complete)."""
+    for mark in list(leaf._hooks):
+        if type(mark) is PostAccumulateGradHook:
+            mark.hook(leaf)
+
+
+class EarlyLeaves:
+    """The leaves with post-accumulate hooks in a graph, by when their gradient is complete.
+
+    Nodes run newest first (by creation number), so a leaf's gradient is complete once the
+    oldest node that read it has run: before the walk runs node number s, every leaf whose
+    oldest reader is newer than s is done. One scan of the graph finds those readers."""
+
+    def __init__(self, roots: Any) -> None:
+        oldest: dict[Any, int] = {}
+        seen: set[int] = set()
+        stack = [root._ctx for root in roots if root._ctx is not None]
+        while stack:
+            fn = stack.pop()
+            if id(fn) in seen or fn.inputs is None:
+                continue
+            seen.add(id(fn))
+            for tensor in fn.inputs:
+                if tensor._ctx is not None:
+                    stack.append(tensor._ctx)
+                elif tensor._hooks and any(
+                    type(h) is PostAccumulateGradHook for h in tensor._hooks
+                ):
+                    oldest[tensor] = min(oldest.get(tensor, fn._seq), fn._seq)
+        # Newest oldest-reader last, so that `due` pops from the end.
+        self._order = sorted(oldest.items(), key=lambda item: item[1])
+
+    def __bool__(self) -> bool:
+        return bool(self._order)
+
+    def due(self, seq: int) -> list[Any]:
+        """The leaves complete before node number `seq` runs (each given once)."""
+        done = []
+        while self._order and self._order[-1][1] > seq:
+            done.append(self._order.pop()[0])
+        return done
+
+
+def early_leaves(roots: Any) -> EarlyLeaves | None:
+    """An `EarlyLeaves` when some post-accumulate hook is registered (else None: no scan)."""
+    return EarlyLeaves(roots) if _live[0] else None
+
+
+def leaves_reached(outputs: Any) -> set[int]:
+    """The ids of the leaves the graph of `outputs` reads (DistributedDataParallel's
+    ``find_unused_parameters`` scan: a parameter not among them gets no gradient)."""
+    reached: set[int] = set()
+    seen: set[int] = set()
+    stack = [tensor._ctx for tensor in outputs if tensor._ctx is not None]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen or fn.inputs is None:
+            continue
+        seen.add(id(fn))
+        for tensor in fn.inputs:
+            if tensor._ctx is None:
+                reached.add(id(tensor))
+            else:
+                stack.append(tensor._ctx)
+    return reached

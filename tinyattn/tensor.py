@@ -395,6 +395,11 @@ class Tensor(
         self._hooks.append(hook)
         return RemovableHandle(self._hooks, hook)
 
+    def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> Any:
+        """Call ``hook(self)`` in backward once this leaf's ``.grad`` holds its gradient (the
+        engine hands it over as soon as every node that read the leaf has run)."""
+        return autograd.hooks.register_post_accumulate_grad_hook(self, hook)
+
     def zero_grad(self) -> None:
         self.grad = None
 
