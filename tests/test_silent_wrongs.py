@@ -434,3 +434,51 @@ def test_a_number_or_an_index_kept_on_the_node_is_walked_again():
         doubled.sum().backward()
         picked.sum().backward()
     assert x.grad.tolist() == [6.0, 4.0, 6.0]
+
+
+# a compiled step over a tensor whose requires_grad the caller switches
+
+
+def _frozen_steps(flags: list[bool], compiled: bool, max_signatures: int = 8):
+    """A small model trained one step per flag, its first weight's requires_grad set to the
+    flag before each step; the model, and the compiled step (None when eager)."""
+    ta.manual_seed(0)
+    model = ta.nn.Sequential(ta.nn.Linear(3, 4), ta.nn.Tanh(), ta.nn.Linear(4, 1))
+    optimizer = ta.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        optimizer.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    run = ta.compile(step, max_signatures=max_signatures) if compiled else step
+    for flag in flags:
+        model[0].weight.requires_grad_(flag)
+        run(ta.ones(2, 3))
+    return model, (run if compiled else None)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [[True, False, True, False, True], [False, True, False, True], [True] * 3 + [False] * 5],
+    ids=["alternating", "alternating from frozen", "frozen after a tape"],
+)
+def test_compiled_step_follows_a_switched_requires_grad(flags):
+    eager, _ = _frozen_steps(flags, compiled=False)
+    compiled, _ = _frozen_steps(flags, compiled=True)
+    for ours, expected in zip(compiled.parameters(), eager.parameters(), strict=True):
+        assert np.array_equal(ours.detach().numpy(), expected.detach().numpy())
+
+
+def test_compiled_step_replays_after_a_layer_is_frozen():
+    _, step = _frozen_steps([True] * 3 + [False] * 5, compiled=True)
+    assert [tape.replays for tape in step.tapes.values()] == [3]
+
+
+def test_a_requires_grad_switched_on_every_call_is_named():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "nothing replays", before the error
+        with pytest.raises(ta.CompileError, match=r"requires_grad of a tensor of shape \(4, 3\)"):
+            _frozen_steps([True, False] * 4, compiled=True, max_signatures=2)

@@ -79,6 +79,7 @@ class Recorder:
         self.mode_values: list[Any] = []  # their values when the recording ended
         self.returned: list[Any] = []  # the Python values (not tensors) the step returned
         self.owners: dict[int, Tensor] = {}  # constant slot -> the tensor it was read from
+        self.flags: list[tuple[Tensor, bool]] = []  # each owner and its requires_grad, at the end
         # (leaf, slot): a gradient the leaf held before the call, which backward added to. Like
         # an input, each replay reads the leaf's gradient of the moment into this slot.
         self.grads_read: list[tuple[Tensor, int]] = []

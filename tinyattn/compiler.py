@@ -28,7 +28,9 @@ shapes, so it can be written down once and replayed:
   replaying it would be silently wrong: that is a `CompileError` naming the op, never a replay.
   Reading a tensor's value into Python (``.item()``, ``bool(x)``, ``.numpy()``) inside the step
   is refused while recording for the same reason, and so are results whose shape depends on
-  values (``nonzero``, ``x[mask]``).
+  values (``nonzero``, ``x[mask]``). A call after the caller changed a guarded value, or the
+  requires_grad of a tensor the step reads (freezing a layer), records afresh instead, as
+  torch.compile recompiles.
 - **Replaying.** From then on, `replay.Tape` replays the last recording: its arrays are
   the buffers, each written again in place by the entry that made it. Views of buffers stay
   valid and are not made again; simple ops write with ``out=`` (NumPy, CuPy); the others call
@@ -256,6 +258,8 @@ class CompiledStep:
         first one and make the tape that later calls replay."""
         first = self._first.pop(key, None)
         changed = None if first is None else changed_between(first.guards, recorder.guards)
+        if changed is None and first is not None:
+            changed = _flipped_requires_grad(first, recorder)
         if changed is not None:
             self._count_change(*changed)
         if first is None or changed is not None or _switched_modes(first, recorder):
@@ -395,6 +399,7 @@ class CompiledStep:
         finally:
             autograd.set_recorder(previous)
             recorder.mode_values = [getattr(owner, name) for owner, name in recorder.modes]
+            recorder.flags = [(t, t.requires_grad) for t in recorder.owners.values()]
             written = dict(written_inputs(recorder.tape, recorder.arrays, len(inputs)))
             for position, (tensor, array) in enumerate(zip(inputs, given, strict=True)):
                 if position in written:
@@ -466,6 +471,21 @@ def _grad_kind(grad: Tensor | None) -> tuple | None:
 def _array_kind(array: Any) -> tuple:
     # The device's name: CuPy's Device is unhashable, and this kind is part of a dict key.
     return (type(array), backend.device_name(backend.device_of(array)), array.shape, array.dtype)
+
+
+def _flipped_requires_grad(first: Recorder, second: Recorder) -> tuple[Guard, bool] | None:
+    """A tensor both recordings read from outside the step (a parameter, a captured tensor)
+    whose requires_grad the caller switched between them (freezing a layer), as a change of a
+    guarded value: the second recording starts over, as torch.compile recompiles, rather than
+    failing the comparison of two tapes that rightly differ (one sends the tensor a gradient)."""
+    before = {id(t): flag for t, flag in first.flags}
+    for tensor, flag in second.flags:
+        was = before.get(id(tensor), flag)
+        if was != flag:
+            what = f"requires_grad of a tensor of shape {tuple(tensor.shape)} the step reads"
+            changed = Guard(lambda t=tensor: t.requires_grad, was, what, "set between calls")
+            return changed, flag
+    return None
 
 
 def _switched_modes(first: Recorder, second: Recorder) -> bool:
