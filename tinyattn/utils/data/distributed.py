@@ -1,12 +1,12 @@
 """PyTorch's ``DistributedSampler``: the share of a dataset's indices that one replica reads.
 
-Imports `backend` only. With ``num_replicas`` and ``rank`` given, the indices are
-PyTorch's: the dataset's order (or a permutation seeded by ``seed + epoch``), padded by
-repeating its head up to a multiple of ``num_replicas`` (or cut to one with ``drop_last``),
-then every ``num_replicas``-th index from ``rank``. The shuffled order comes from NumPy's
-generator, so it differs from PyTorch's. Without them, the world size comes from a process
-group, which tinyattn cannot start, so the constructor raises as PyTorch's does without
-``init_process_group``.
+Imports `backend` (and `distributed` when the ranks are not given). With ``num_replicas``
+and ``rank`` given, the indices are PyTorch's: the dataset's order (or a permutation seeded
+by ``seed + epoch``), padded by repeating its head up to a multiple of ``num_replicas`` (or
+cut to one with ``drop_last``), then every ``num_replicas``-th index from ``rank``. The
+shuffled order comes from NumPy's generator, so it differs from PyTorch's. Without them,
+they come from the default process group (``tinyattn.distributed``), and the constructor
+raises as PyTorch's does before ``init_process_group``.
 """
 
 from __future__ import annotations
@@ -35,11 +35,16 @@ class DistributedSampler(Sampler):
         drop_last: bool = False,
     ) -> None:
         if num_replicas is None or rank is None:
-            raise ValueError(
-                "DistributedSampler: num_replicas and rank default to the process group's, "
-                "and no process group has been initialized (tinyattn runs in one process); "
-                "pass num_replicas= and rank= explicitly"
-            )
+            from ... import distributed  # noqa: PLC0415  (loads the process-group layer on use)
+
+            if not distributed.is_initialized():
+                raise ValueError(
+                    "DistributedSampler: num_replicas and rank default to the process group's, "
+                    "and no process group has been initialized; call init_process_group first "
+                    "or pass num_replicas= and rank="
+                )
+            num_replicas = distributed.get_world_size() if num_replicas is None else num_replicas
+            rank = distributed.get_rank() if rank is None else rank
         if rank >= num_replicas or rank < 0:
             raise ValueError(
                 f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]"
