@@ -1,17 +1,22 @@
 """Serialization layer: ta.save / ta.load of tensors, state dicts and whole modules.
 
 Imports `backend`, `tensor` and `checkpoint_tree` (the manifest tree and the allowlist); the file
-formats are read and written by `backend`. Invariants: pickle is never written or accepted
-(arrays only, plus a JSON manifest); a save to a path is atomic (a temp file in the same
-directory, fsync, os.replace), so a failed save leaves the old file intact; a save through a
-symbolic link replaces the link's target (the link keeps pointing at the new weights); a special
-file (a device, a FIFO, a directory) is refused, never replaced; a new file gets the permissions
-the umask allows, an existing one keeps its own.
+formats are read and written by `backend`. Invariants: `pickle` never runs on a file (the .npz
+checkpoint holds arrays and a JSON manifest; PyTorch's format is read opcode by opcode); a save
+to a path is atomic (a temp file in the same directory, fsync, os.replace), so a failed save
+leaves the old file intact; a save through a symbolic link replaces the link's target (the link
+keeps pointing at the new weights); a special file (a device, a FIFO, a directory) is refused,
+never replaced; a new file gets the permissions the umask allows, an existing one keeps its own.
 
-Two formats, chosen by the file name: ``.safetensors`` (a flat ``{name: Tensor}`` state dict, the
-format PyTorch programs exchange weights in, read by ``safetensors.torch.load_file``) and, for
-everything else, tinyattn's .npz checkpoint. A file object (``io.BytesIO``) is written as an .npz
-checkpoint; `load` tells the formats apart by their first bytes.
+Three formats, chosen by the file name (a file object's ``.name``, if it has one): PyTorch's own
+for ``.pt``, ``.pth``, ``.pth.tar``, ``.bin`` and ``.ckpt`` (the zip torch.save writes, read by
+``torch.load(f, weights_only=True)``: state dicts and plain containers only, anything else is
+refused; see backend/torch_format.py), ``.safetensors`` (a flat ``{name: Tensor}`` state dict,
+read by ``safetensors.torch.load_file``) and, for everything else and a file object without a
+name (``io.BytesIO``), tinyattn's .npz checkpoint, which also holds whole modules. `load` tells
+the formats apart by their content, so any name loads. A torch.save file's pickle is read by a
+stack machine that runs only PyTorch's weights-only set of globals (backend/torch_pickle.py),
+never by `pickle`.
 
 The .npz checkpoint is an uncompressed NumPy .npz archive, written exactly at the path given.
 Each tensor is one array entry, named by its dotted path in the saved value ("q_proj.weight",
@@ -66,9 +71,12 @@ import contextlib
 import io
 import json
 import os
+import zipfile
+import zlib
 from typing import Any, BinaryIO
 
 from . import backend
+from .backend import torch_format
 from .backend.files import json_depth
 from .checkpoint_tree import (
     MAX_DEPTH,
@@ -79,32 +87,54 @@ from .checkpoint_tree import (
     add_safe_globals,
     clear_safe_globals,
     get_safe_globals,
+    global_name,
     globals_in,
+    import_global,
+    resolve_global,
     safe_globals,
 )
 from .creation import tensor
+from .devices import device as Device
 from .errors import TinyattnError
 from .tensor import Tensor
 
 FORMAT = "tinyattn-checkpoint"
 VERSION = 2  # the newest version written; version 1 files (and trees) read as before
 _VERSIONS = (1, 2)
+# Names under which `save` writes PyTorch's format (the names PyTorch programs give checkpoints).
+TORCH_SUFFIXES = (".pt", ".pth", ".pth.tar", ".bin", ".ckpt")
+# Modules no load ever takes a global from, whatever is allowed (PyTorch's blocklist).
+_BLOCKED_MODULES = ("sys", "os", "posix", "nt")
 
 
 def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
-    """Write `obj` to the path or binary file object `f` (PyTorch's ``torch.save(obj, f)``).
+    """Write `obj` to the path or binary file object `f` (PyTorch's ``torch.save(obj, f)``),
+    in the format the name says (a file object's ``.name``, if it has one):
 
-    A path ending in ``.safetensors`` takes a flat state dict (``{str: Tensor}``) in the
-    safetensors format; any other path, and any file object (``io.BytesIO``), a tinyattn .npz
-    checkpoint of `obj` (a state dict, an optimizer state dict, or any nesting of dicts, lists,
-    Tensors and numbers). A path is written atomically; a bad path raises an error that starts
-    with ``save:``.
+    - ``.pt``, ``.pth``, ``.pth.tar``, ``.bin``, ``.ckpt``: PyTorch's own format, which
+      ``torch.load(f, weights_only=True)`` reads: a state dict, an optimizer state dict, or any
+      nesting of dicts, lists, tuples, sets, Tensors, Parameters, numbers, strings and devices
+      (NumPy arrays are written as PyTorch writes them, which its loader reads once allowed).
+      Anything else (a whole Module) is refused, never written in a format PyTorch cannot read.
+    - ``.safetensors``: a flat state dict (``{str: Tensor}``).
+    - any other name, and a file object without one (``io.BytesIO``): a tinyattn .npz
+      checkpoint of `obj`, also of a whole Module.
+
+    A path is written atomically; a bad path raises an error that starts with ``save:``.
     """
+    name = os.fsdecode(f) if isinstance(f, str | bytes | os.PathLike) else getattr(f, "name", "")
+    name = name if isinstance(name, str) else ""
+    if name.endswith(TORCH_SUFFIXES):
+        make = _torch_payload
+    elif name.endswith(".safetensors"):
+        make = _safetensors_payload
+    else:
+        make = _npz_payload
     if hasattr(f, "write"):
-        f.write(_npz_payload(obj))
+        f.write(make(obj))
         return
     path = _save_path(f)
-    payload = _safetensors_payload(obj) if path.endswith(".safetensors") else _npz_payload(obj)
+    payload = make(obj)
     try:
         _write_atomically(path, lambda file: file.write(payload))
     except OSError as exc:
@@ -143,6 +173,44 @@ def _npz_payload(obj: Any) -> bytes:
     buffer = io.BytesIO()
     backend.save_npz(buffer, writer.arrays, metadata)
     return buffer.getvalue()
+
+
+def _torch_payload(obj: Any) -> bytes:
+    """The bytes of a file in PyTorch's format (backend.torch_format) holding `obj`."""
+    buffer = io.BytesIO()
+    try:
+        torch_format.save_torch_zip(buffer, obj, _tensor_parts, _device_name)
+    except RecursionError:  # the pickle writer recurses once per level of nesting
+        raise TypeError("save: the value nests too deeply to write; flatten it") from None
+    except TypeError as exc:
+        if "PyTorch's format" not in str(exc):
+            raise
+        raise TypeError(
+            f"{exc}. Save model.state_dict() (PyTorch's way), or the whole object to a .npz "
+            "path (tinyattn's own format, which PyTorch cannot read)"
+        ) from None
+    return buffer.getvalue()
+
+
+def _tensor_parts(value: Any) -> tuple[Any, bool, bool, str] | None:
+    """(host array, requires_grad, is a Parameter, location) of a tensor, for torch_format."""
+    if not isinstance(value, Tensor):
+        return None
+    name = global_name(type(value))
+    if name not in PLAIN_GLOBALS:
+        raise TypeError(f"save: a {type(value).__name__} (a Tensor subclass) has no torch class")
+    if value._ctx is not None and value.requires_grad:
+        raise RuntimeError(
+            "save: a tensor that requires grad and is not a leaf cannot be saved, as in "
+            "PyTorch; save tensor.detach()"
+        )
+    location = str(value.device) if str(value.device).startswith("cuda") else "cpu"
+    parameter = name == "tinyattn.nn.module:Parameter"
+    return backend.to_numpy(value.array), value.requires_grad, parameter, location
+
+
+def _device_name(value: Any) -> str | None:
+    return str(value) if isinstance(value, Device) else None
 
 
 def _too_deep() -> TypeError:
@@ -241,30 +309,39 @@ def load(
     weights_only: bool | None = None,
     mmap: bool | None = None,
 ) -> Any:
-    """Read a file written by `save` (or any safetensors file) from a path or a binary file
-    object; tensors go to `device` (or PyTorch's spelling, `map_location`: a device name or
-    ``ta.device``), else the CPU.
+    """Read a file written by `save`, by ``torch.save`` (its zip format, PyTorch's default), or
+    any safetensors file, from a path or a binary file object; tensors go to `device` (or
+    PyTorch's spelling, `map_location`: a device name, ``ta.device``, or a dict from saved
+    locations to devices), else to the CPU (a torch.save file: to the device it names).
 
-    A .safetensors file gives a flat ``{name: Tensor}`` dict; bfloat16 tensors in it (as
-    PyTorch writes them) load as float32, exactly. ``weights_only`` has PyTorch's meaning for
-    the classes and functions a .npz checkpoint names (a saved Module): with True (the default,
-    also for None) only tinyattn's plain-data classes and the globals allowed by
-    `add_safe_globals` or a `safe_globals` block load, any other raises `UnsafeGlobalError`
-    naming it; with False the modules the file names are imported. ``mmap`` is accepted for
-    PyTorch's sake and changes nothing. A truncated, corrupt or foreign file raises ValueError
-    naming the path and the reason (a ``torch.save`` file: that it is one, and how to convert
-    it). A file is untrusted input: sizes are checked before memory is taken (an .npz may not
-    inflate to more than `backend.files.MAX_INFLATION` times its size beyond 64 MiB), and a
-    manifest may nest `checkpoint_tree.MAX_DEPTH` levels deep.
+    A .safetensors file gives a flat ``{name: Tensor}`` dict; bfloat16 tensors in it or in a
+    torch.save file load as float32, exactly. ``weights_only`` has PyTorch's meaning: with True
+    (the default, also for None) a file may name only PyTorch's weights-only globals (tensors,
+    storages, dtypes, OrderedDict, ...), tinyattn's plain-data classes, and the globals allowed
+    by `add_safe_globals` or a `safe_globals` block; any other raises `UnsafeGlobalError`
+    naming it, before anything is imported or called. With False the modules the file names
+    are imported. Tensors of a torch.save file that share a storage load as views of one array;
+    ``mmap=True`` maps such a file's storages from a path instead of reading them (elsewhere it
+    changes nothing). A truncated, corrupt or foreign file raises ValueError naming the path and
+    the reason. A file is untrusted input: sizes are checked before memory is taken (an archive
+    may not inflate to more than `backend.files.MAX_INFLATION` times its size beyond 64 MiB), and
+    a manifest may nest `checkpoint_tree.MAX_DEPTH` levels deep.
     """
-    device = _load_device(device, map_location)
     allow_only_safe = weights_only is not False
     if hasattr(f, "read"):
         data, shown = f.read(), "the file object"
+        if _is_torch_zip(io.BytesIO(data)):
+            return _from_torch(io.BytesIO(data), shown, device, map_location, allow_only_safe)
+        device = _load_device(device, map_location)
         if not data.startswith(b"PK"):
             return _from_safetensors(data, shown, device)
         return _from_npz(io.BytesIO(data), shown, device, allow_only_safe)
     shown = os.fspath(f)
+    if _is_torch_zip(shown):
+        with open(shown, "rb") as file:
+            mapped = shown if mmap else None
+            return _from_torch(file, repr(shown), device, map_location, allow_only_safe, mapped)
+    device = _load_device(device, map_location)
     if _is_safetensors(shown):
         try:
             with open(shown, "rb") as file:
@@ -273,6 +350,85 @@ def load(
             raise FileNotFoundError(f"load: no file at {shown!r}") from None
         return _from_safetensors(data, repr(shown), device)
     return _from_npz(shown, repr(shown), device, allow_only_safe)
+
+
+def _is_torch_zip(source: Any) -> bool:
+    """Whether a path or file object holds torch.save's zip (a zip with <name>/data.pkl)."""
+    try:
+        with (
+            open(source, "rb")
+            if isinstance(source, str)
+            else contextlib.nullcontext(source) as file
+        ):
+            head = file.read(4)
+            file.seek(0)
+            return head == b"PK\x03\x04" and torch_format.is_torch_zip(file)
+    except OSError:
+        return False
+
+
+def _from_torch(
+    file: Any, shown: str, device: Any, map_location: Any, weights_only: bool, mapped: Any = None
+) -> Any:
+    place = _placement(device, map_location)
+
+    def make_tensor(array: Any, requires_grad: bool, location: str) -> Tensor:
+        target = place(location)
+        if target is not None and str(target) != "cpu":
+            try:
+                array = backend.to_device(array, target)
+            except RuntimeError as exc:
+                raise RuntimeError(
+                    f"load: {shown}: a tensor was saved on {location!r}, which is not available "
+                    f"here ({exc}); load it with map_location='cpu'"
+                ) from None
+        tensor = Tensor._from_op(array, None)  # no copy: one storage's tensors stay its views
+        return tensor.requires_grad_() if requires_grad else tensor
+
+    def make_parameter(tensor: Any, requires_grad: bool) -> Tensor:
+        if not isinstance(tensor, Tensor):
+            raise TinyattnError(f"a Parameter of a {type(tensor).__name__}")
+        tensor.__class__ = import_global("tinyattn.nn.module:Parameter")  # the same slots
+        return tensor.requires_grad_(requires_grad)
+
+    def resolve(module: str, name: str) -> Any:
+        if module.partition(".")[0] in _BLOCKED_MODULES:
+            raise UnsafeGlobalError(
+                f"the file names the global {module}.{name}; no load takes a global from "
+                f"module {module}, even when it is allowed"
+            )
+        return resolve_global(f"{module}:{name}", weights_only)
+
+    def buildable(cls: type) -> bool:  # PyTorch's rule: an allowed class, named or not
+        return not weights_only or any(cls is allowed for allowed in get_safe_globals())
+
+    hooks = torch_format.TorchHooks(make_tensor, make_parameter, Device, resolve, buildable)
+    try:
+        return torch_format.load_torch_zip(file, hooks, mapped)
+    except TinyattnError as exc:  # the same type (UnsafeGlobalError stays one), with the file
+        raise type(exc)(f"load: {shown}: {exc}") from None
+    except (
+        zipfile.BadZipFile,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+        zlib.error,
+    ) as exc:
+        raise TinyattnError(
+            f"load: {shown} is not a complete torch.save zip ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _placement(device: Any, map_location: Any) -> Any:
+    """Where a tensor saved at a location goes: `device`, or `map_location` (a device, or a
+    dict from saved locations to devices), else the saved location (PyTorch's rule)."""
+    if isinstance(map_location, dict):
+        if device is not None:
+            raise TypeError("load: give device= or map_location=, not both")
+        return lambda location: map_location.get(location, location)
+    target = _load_device(device, map_location)
+    return (lambda location: location) if target is None else (lambda location: target)
 
 
 def _load_device(device: Any, map_location: Any) -> Any:
@@ -301,21 +457,34 @@ def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]
 
 
 def get_unsafe_globals_in_checkpoint(f: str | os.PathLike | BinaryIO) -> list[str]:
-    """The classes and functions a checkpoint names that a weights_only load refuses unless
-    they are allowed, as ``"module.qualname"`` strings (PyTorch's function of that name): what
-    to pass to `safe_globals` for a trusted file. Nothing is imported."""
+    """The classes and functions a checkpoint (tinyattn's .npz, or a torch.save zip) names that
+    a weights_only load refuses unless they are allowed, as ``"module.qualname"`` strings
+    (PyTorch's function of that name): what to pass to `safe_globals` for a trusted file.
+    Nothing is imported."""
     if hasattr(f, "read"):
         data, shown = f.read(), "the file object"
+        if _is_torch_zip(io.BytesIO(data)):
+            return _torch_globals(io.BytesIO(data), shown)
         if not data.startswith(b"PK"):
             return []  # safetensors: tensors only
         header = _header(io.BytesIO(data), shown)[1]
     else:
         shown = os.fspath(f)
+        if _is_torch_zip(shown):
+            with open(shown, "rb") as file:
+                return _torch_globals(file, repr(shown))
         if _is_safetensors(shown):
             return []
         header = _header(shown, repr(shown))[1]
     names = globals_in(header.get("tree")) - PLAIN_GLOBALS
     return sorted(name.replace(":", ".") for name in names)
+
+
+def _torch_globals(file: Any, shown: str) -> list[str]:
+    try:
+        return torch_format.unknown_globals(file)
+    except TinyattnError as exc:
+        raise TinyattnError(f"{shown}: {exc}") from None
 
 
 def _from_npz(source: Any, shown: str, device: Any, weights_only: bool) -> Any:

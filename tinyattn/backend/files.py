@@ -2,10 +2,10 @@
 
 Part of the backend layer (only the backend package imports NumPy); `backend` moves arrays to
 the host before it calls these, and tinyattn.serialization is the public door (ta.save,
-ta.load). Nothing here unpickles. A file is untrusted input: every size it gives (an entry's
-declared and compressed size, its .npy header, a safetensors offset) is checked against the
-others and against the file before memory is taken for it, and a refusal names the entry and
-the numbers.
+ta.load). Nothing here unpickles (torch_format.py reads torch.save's zip, by its own rules). A
+file is untrusted input: every size it gives (an entry's declared and compressed size, its .npy
+header, a safetensors offset) is checked against the others and against the file before memory
+is taken for it, and a refusal names the entry and the numbers.
 """
 
 from __future__ import annotations
@@ -95,14 +95,12 @@ def _torch_kind(pickled: str) -> str:
 
 
 def pytorch_refusal(kind: str) -> str:
-    """Why a PyTorch (or other pickle) file does not load, and how to convert it."""
+    """Why a pickle file does not load (tinyattn reads pickles only inside torch.save's zip
+    format, torch_format.py), and how to re-save it."""
     return (
-        f"it is {kind}, not an .npz archive or a safetensors file. tinyattn never unpickles, so "
-        "it cannot read this file. Convert it where PyTorch is installed: "
-        "state = torch.load(path, weights_only=True), then "
-        "safetensors.torch.save_file(state, 'model.safetensors') (or "
-        "ta.save({k: ta.tensor(v.numpy()) for k, v in state.items()}, 'model.npz')), "
-        "and load that file"
+        f"it is {kind}, not an .npz archive or a safetensors file, and not torch.save's zip "
+        "format (which tinyattn reads). Re-save it where PyTorch is installed: "
+        "torch.save(torch.load(path, weights_only=True), 'model.pt'), and load that file"
     )
 
 
