@@ -105,6 +105,8 @@ CASES = [
     Case("clone",               lambda t, x: x.clone() * 2.0, [A]),
     Case("masked_fill",         lambda t, x, m: x.masked_fill(m, -1e9), [A, MASK]),
     Case("masked_fill row",     lambda t, x, m: x.masked_fill(m[:, None], 0.0), [A, ROW_MASK]),
+    Case("where method",        lambda t, x, y, m: x.where(m, y), [A, A, MASK]),
+    Case("where method number", lambda t, x, m: x.where(m[:, None], 0.5), [A, ROW_MASK]),
     Case("type long",           lambda t, x: x.type(t.long), [A]),
     Case("type_as",             lambda t, x, i: i.type_as(x), [A, INDEX]),
     Case("long float bool int", lambda t, x: (x.long(), x.int(), x.bool(), x.long().float()),

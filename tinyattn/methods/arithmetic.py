@@ -1,7 +1,7 @@
 """Tensor methods, arithmetic family: what the operator table (ops/table.py) does not generate.
 
-Clamping (``clip``/``clamp`` and friends), ``minimum``, ``masked_fill``, ``softmax`` and
-``log_softmax``, the logical and floating-point tests (``isnan``, ``isclose``), matrix products by
+Clamping (``clip``/``clamp`` and friends), ``minimum``, ``masked_fill``, ``where``, ``softmax``
+and ``log_softmax``, the logical and floating-point tests (``isnan``, ``isclose``), matrix products by
 PyTorch's names (``mm``, ``bmm``, ``mv``, ``dot``, ``outer``, ``addmm``), ``lerp``, ``addcmul``,
 ``logaddexp``, ``diff``, and the keyword forms of the table's ``add``/``sub``/``div``
 (``alpha``, ``rounding_mode``) with ``fmod`` and ``copysign``. Part of the tensor layer:
@@ -180,6 +180,11 @@ class ArithmeticMethods(TensorBase):
         # NaN, which no integer holds, raises (as PyTorch converts the value).
         value = number_operand(self, value, backend.dtype_name(self.dtype), "masked_fill", True)
         return where(mask, value, self)
+
+    def where(self, condition: Tensor, other: Any) -> Tensor:
+        """This tensor where the bool `condition` is True, else `other`: PyTorch's
+        ``x.where(condition, y)``, which is ``where(condition, x, y)``."""
+        return where(condition, self, other)
 
     def _products(self, op: str, other: Any, dims: tuple[int, int], inner: bool = True) -> Tensor:
         other = self._operand(other, op)
