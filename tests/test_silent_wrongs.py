@@ -482,3 +482,85 @@ def test_a_requires_grad_switched_on_every_call_is_named():
         warnings.simplefilter("ignore", RuntimeWarning)  # "nothing replays", before the error
         with pytest.raises(ta.CompileError, match=r"requires_grad of a tensor of shape \(4, 3\)"):
             _frozen_steps([True, False] * 4, compiled=True, max_signatures=2)
+
+
+# optimizers on float16 parameters compute each step in float32, as PyTorch's kernels
+
+
+OPTIMIZERS = {
+    "SGD": lambda m, ps, lr: m.optim.SGD(ps, lr=lr),
+    "SGD momentum": lambda m, ps, lr: m.optim.SGD(ps, lr=lr, momentum=0.9, weight_decay=0.01),
+    "SGD nesterov": lambda m, ps, lr: m.optim.SGD(ps, lr=lr, momentum=0.9, nesterov=True),
+    "Adam": lambda m, ps, lr: m.optim.Adam(ps, lr=lr),
+    "Adam decay": lambda m, ps, lr: m.optim.Adam(ps, lr=lr, eps=1e-3, weight_decay=0.1),
+    "AdamW": lambda m, ps, lr: m.optim.AdamW(ps, lr=lr, eps=1e-3),
+    "RMSprop": lambda m, ps, lr: m.optim.RMSprop(ps, lr=lr, eps=1e-3),
+    "RMSprop centered": lambda m, ps, lr: m.optim.RMSprop(
+        ps, lr=lr, momentum=0.5, centered=True, eps=1e-3, weight_decay=0.1
+    ),
+    "Adagrad": lambda m, ps, lr: m.optim.Adagrad(ps, lr=lr, lr_decay=0.01, eps=1e-3),
+}
+
+
+def _half_steps(module, name: str, lr: float, foreach=None) -> np.ndarray:
+    """Four steps of one optimizer on a float16 parameter of 64 elements (whole vectors for
+    PyTorch's kernels), with fixed float16 gradients: the parameter's final values."""
+    rng = np.random.default_rng(0)
+    start = rng.standard_normal((4, 16)).astype(np.float16)
+    grads = [rng.standard_normal((4, 16)).astype(np.float16) for _ in range(4)]
+    param = module.tensor(start, requires_grad=True)
+    optimizer = OPTIMIZERS[name](module, [param], lr)
+    for group in optimizer.param_groups:
+        group["foreach"] = foreach
+    for grad in grads:
+        param.grad = module.tensor(grad)
+        optimizer.step()
+    return param.detach().numpy()
+
+
+def test_adam_on_float16_keeps_its_step_size_in_float32():
+    """lr / (1 - beta1) = 1e5 overflows float16: the first step is -lr * sign(g), not -inf."""
+    param = ta.zeros(3, dtype="float16", requires_grad=True)
+    optimizer = ta.optim.Adam([param], lr=1e4)
+    param.grad = ta.tensor([1.0, -2.0, 0.5], dtype="float16")
+    optimizer.step()
+    assert param.tolist() == [-10000.0, 10000.0, -10000.0]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # lr = 1e4 overflows some runs, in both
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("lr", [1e4, 1e-2])
+def test_float16_optimizers_against_torch(name, lr):
+    torch = _torch()
+    expected = _half_steps(torch, name, lr)
+    for foreach in (None, False):  # the multi-tensor default and the loop
+        ours = _half_steps(ta, name, lr, foreach)
+        assert np.array_equal(ours, expected, equal_nan=True), (name, lr, foreach)
+
+
+def test_float16_sgd_refuses_a_learning_rate_float16_cannot_hold():
+    """PyTorch's add(alpha=-lr) rounds lr to float16, and refuses one that overflows."""
+    param = ta.zeros(2, dtype="float16", requires_grad=True)
+    param.grad = ta.ones(2, dtype="float16")
+    with pytest.raises(RuntimeError, match="SGD: lr 100000.0 cannot be converted to float16"):
+        ta.optim.SGD([param], lr=1e5).step()
+    torch = pytest.importorskip("torch")
+    theirs = torch.zeros(2, dtype=torch.float16, requires_grad=True)
+    theirs.grad = torch.ones(2, dtype=torch.float16)
+    with pytest.raises(RuntimeError):
+        torch.optim.SGD([theirs], lr=1e5).step()
+
+
+def test_float32_optimizers_are_unchanged_by_the_float16_rule():
+    """The float32 loop and the multi-tensor path still agree bit for bit."""
+    rng = np.random.default_rng(1)
+    start, grad = rng.standard_normal(10).astype(np.float32), rng.standard_normal(10)
+    results = []
+    for foreach in (None, False):
+        param = ta.tensor(start, requires_grad=True)
+        optimizer = ta.optim.Adam([param], lr=0.1, weight_decay=0.01, foreach=foreach)
+        for _ in range(3):
+            param.grad = ta.tensor(grad.astype(np.float32))
+            optimizer.step()
+        results.append(param.detach().numpy())
+    assert np.array_equal(results[0], results[1])

@@ -15,7 +15,7 @@ from typing import Any
 from .. import backend
 from ..errors import TinyattnError
 from ..tensor import Tensor
-from .optimizer import Optimizer, _check_flags, _check_number, _lerp
+from .optimizer import Optimizer, _check_flags, _check_number, _lerp, _Opmath
 
 
 class RMSprop(Optimizer):
@@ -68,19 +68,27 @@ class RMSprop(Optimizer):
             if group["centered"]:
                 state["grad_avg"] = xp.zeros_like(param)
         state["step"] += 1
+        ops = _Opmath(param, self.name)  # one PyTorch op per `ops.store`
+        param, grad = ops.wide(param), ops.wide(grad)
         if group["weight_decay"]:
-            grad = grad + group["weight_decay"] * param
-        state["square_avg"] = state["square_avg"] * alpha + (1.0 - alpha) * grad * grad
+            grad = ops.store(grad + ops.added("weight_decay", group["weight_decay"]) * param)
+        square_avg = ops.store(ops.wide(state["square_avg"]) * alpha)
+        square_avg = ops.store(square_avg + (1.0 - alpha) * grad * grad)
+        state["square_avg"] = ops.narrow(square_avg)
         if group["centered"]:
-            state["grad_avg"] = _lerp(state["grad_avg"], grad, 1.0 - alpha)
-            average = xp.sqrt(state["square_avg"] - state["grad_avg"] * state["grad_avg"])
+            grad_avg = ops.store(_lerp(ops.wide(state["grad_avg"]), grad, 1.0 - alpha))
+            state["grad_avg"] = ops.narrow(grad_avg)
+            variance = ops.store(square_avg - grad_avg * grad_avg)
+            average = ops.store(xp.sqrt(variance))
         else:
-            average = xp.sqrt(state["square_avg"])
-        average = average + group["eps"]
+            average = ops.store(xp.sqrt(square_avg))
+        average = ops.store(average + ops.added("eps", group["eps"]))
         if momentum > 0:
-            state["momentum_buffer"] = state["momentum_buffer"] * momentum + grad / average
-            return param + (-group["lr"]) * state["momentum_buffer"]
-        return param + (-group["lr"]) * (grad / average)
+            buffer = ops.store(ops.wide(state["momentum_buffer"]) * momentum)
+            buffer = ops.store(buffer + grad / average)
+            state["momentum_buffer"] = ops.narrow(buffer)
+            return ops.narrow(param + (-ops.added("lr", group["lr"])) * buffer)
+        return ops.narrow(param + (-group["lr"]) * (grad / average))
 
 
 class Adagrad(Optimizer):
@@ -132,12 +140,15 @@ class Adagrad(Optimizer):
         if not state:  # a parameter group added after construction
             state.update(self._initial_state(Tensor._from_op(param, None), group))
         state["step"] += 1
+        ops = _Opmath(param, self.name)  # one PyTorch op per `ops.store`
+        param, grad = ops.wide(param), ops.wide(grad)
         if group["weight_decay"]:
-            grad = grad + group["weight_decay"] * param
+            grad = ops.store(grad + ops.added("weight_decay", group["weight_decay"]) * param)
         step_size = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
-        state["sum"] = state["sum"] + grad * grad
-        deviation = xp.sqrt(state["sum"]) + group["eps"]
-        return param + (-step_size) * (grad / deviation)
+        total = ops.store(ops.wide(state["sum"]) + grad * grad)
+        state["sum"] = ops.narrow(total)
+        deviation = ops.store(ops.store(xp.sqrt(total)) + ops.added("eps", group["eps"]))
+        return ops.narrow(param + (-step_size) * (grad / deviation))
 
 
 __all__ = ["Adagrad", "RMSprop"]

@@ -10,6 +10,8 @@ keeps each state key of a group in one flat buffer updated in place, each parame
 a view of its slice (as PyTorch updates its state tensors in place). ``state_dict()`` copies the
 state, so a snapshot never changes with later steps. Both paths follow PyTorch's single-tensor
 arithmetic step for step, so they agree bit for bit, and float64 runs agree with torch to ~1e-15.
+float16 parameters take the loop, which computes each op in float32 as PyTorch's kernels do
+(`_Opmath`): a step of lr / (1 - beta1) = 1e5 does not overflow to inf.
 """
 
 from __future__ import annotations
@@ -195,9 +197,10 @@ class Optimizer:
         path where it can: its gradients and parameters are copied into one flat buffer each and
         the rule runs as a handful of whole-buffer array calls on them and on the flat state,
         whatever the number of parameters. It gives the same bits as the loop, so the default
-        takes it whenever it applies; the loop runs instead for a group whose parameters mix
-        dtypes or devices, whose gradients do not match their parameters, or whose parameters'
-        states are out of step (some have taken more steps than others).
+        takes it whenever it applies; the loop runs instead for a group of float16 parameters
+        (`_Opmath`), or whose parameters mix dtypes or devices, whose gradients do not match their
+        parameters, or whose parameters' states are out of step (some have taken more steps than
+        others).
         """
         loss = None
         if closure is not None:
@@ -226,6 +229,8 @@ class Optimizer:
         params = [p for p in group["params"] if p.grad is not None]
         if not params:
             return True
+        if backend.is_half(params[0].array):  # the loop computes each op in float32 (`_Opmath`)
+            return False
         states = [self.state.setdefault(p, {}) for p in params]
         if not self._flat_ready(params, states, group):
             return False
@@ -391,6 +396,43 @@ def _plain(value: Any) -> Any:
 # --------------------------------------------------------------------------------------- SGD
 
 
+class _Opmath:
+    """PyTorch's arithmetic on a float16 parameter: each of its ops computes in float32 (its
+    "opmath" type; a factor such as Adam's lr / (1 - beta1) is not rounded to float16 first, so
+    1e4 / 0.1 stays finite) and stores its result as float16. `wide` gives an operand in float32,
+    `store` rounds a result where PyTorch stores a float16 tensor (and goes on in float32),
+    `narrow` gives the float16 array to keep, and `added` a number that PyTorch's add rounds to
+    float16 (``add_(x, alpha=-lr)``, ``add_(eps)``). For every other dtype each returns its
+    argument: the dtype's own arithmetic is PyTorch's."""
+
+    __slots__ = ("xp", "dtype", "half", "op")
+
+    def __init__(self, like: Any, op: str) -> None:
+        self.xp, self.dtype, self.half = backend.namespace(like), like.dtype, backend.is_half(like)
+        self.op = op
+
+    def wide(self, array: Any) -> Any:
+        return self.xp.astype(array, self.xp.float32) if self.half else array
+
+    def narrow(self, array: Any) -> Any:
+        return self.xp.astype(array, self.dtype) if self.half else array
+
+    def store(self, array: Any) -> Any:
+        return self.wide(self.narrow(array)) if self.half else array
+
+    def added(self, name: str, value: float) -> float:
+        """`value` as PyTorch's add uses it: rounded to float16, and refused where it overflows
+        (PyTorch: "value cannot be converted to type c10::Half without overflow")."""
+        if not self.half:
+            return value
+        if math.isfinite(value) and abs(value) > float(self.xp.finfo(self.dtype).max):
+            raise RuntimeError(
+                f"{self.op}: {name} {value!r} cannot be converted to float16 without overflow: "
+                "PyTorch's add rounds it to the float16 parameters' dtype"
+            )
+        return float(self.xp.asarray(value, dtype=self.dtype))
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent, PyTorch's rule:
     g = grad + weight_decay * p;  b = g (first step) or momentum * b + (1 - dampening) * g;
@@ -435,18 +477,24 @@ class SGD(Optimizer):
             raise TinyattnError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
     def _update(self, param: Any, grad: Any, group: dict, state: dict) -> Any:
-        momentum = group["momentum"]
+        momentum, ops = group["momentum"], _Opmath(param, self.name)  # a PyTorch op per store
+        param, grad = ops.wide(param), ops.wide(grad)
         if group["weight_decay"]:
-            grad = grad + group["weight_decay"] * param
+            grad = ops.store(grad + ops.added("weight_decay", group["weight_decay"]) * param)
         if momentum:
             buffer = state.get("momentum_buffer")
             if buffer is None:
                 buffer = grad
             else:
-                buffer = momentum * buffer + (1.0 - group["dampening"]) * grad
-            state["momentum_buffer"] = buffer
-            grad = grad + momentum * buffer if group["nesterov"] else buffer
-        return param - group["lr"] * grad
+                buffer = ops.store(momentum * ops.wide(buffer))
+                dampened = ops.added("1 - dampening", 1.0 - group["dampening"])
+                buffer = ops.store(buffer + dampened * grad)
+            state["momentum_buffer"] = ops.narrow(buffer)
+            if group["nesterov"]:
+                grad = ops.store(grad + ops.added("momentum", momentum) * buffer)
+            else:
+                grad = buffer
+        return ops.narrow(param - ops.added("lr", group["lr"]) * grad)
 
     def _flat_ready(self, params: list[Tensor], states: list[dict], group: dict) -> bool:
         # Every parameter has a momentum buffer, or none has one yet.
@@ -548,17 +596,24 @@ class Adam(Optimizer):
         beta1, beta2 = group["betas"]
         if not state:
             self._init_state(state, param)
+        ops = _Opmath(param, self.name)  # one PyTorch op per `ops.store`
+        param, grad = ops.wide(param), ops.wide(grad)
+        exp_avg, exp_avg_sq = ops.wide(state["exp_avg"]), ops.wide(state["exp_avg_sq"])
         if self.decoupled:
-            param = param * (1.0 - lr * decay)
+            param = ops.store(param * (1.0 - lr * decay))
         elif decay:
-            grad = grad + decay * param
+            grad = ops.store(grad + ops.added("weight_decay", decay) * param)
         state["step"] += 1
         step = state["step"]
-        state["exp_avg"] = _lerp(state["exp_avg"], grad, 1.0 - beta1)
-        state["exp_avg_sq"] = state["exp_avg_sq"] * beta2 + (1.0 - beta2) * (grad * grad)
+        exp_avg = ops.store(_lerp(exp_avg, grad, 1.0 - beta1))
+        exp_avg_sq = ops.store(ops.store(exp_avg_sq * beta2) + (1.0 - beta2) * (grad * grad))
         step_size = lr / (1.0 - beta1**step)
-        denominator = xp.sqrt(state["exp_avg_sq"]) / math.sqrt(1.0 - beta2**step) + eps
-        return param + (-step_size) * (state["exp_avg"] / denominator)
+        root = ops.store(xp.sqrt(exp_avg_sq))
+        denominator = ops.store(
+            ops.store(root / math.sqrt(1.0 - beta2**step)) + ops.added("eps", eps)
+        )
+        state["exp_avg"], state["exp_avg_sq"] = ops.narrow(exp_avg), ops.narrow(exp_avg_sq)
+        return ops.narrow(param + (-step_size) * (exp_avg / denominator))
 
     def _flat_ready(self, params: list[Tensor], states: list[dict], group: dict) -> bool:
         # One step count t serves the whole buffer: every parameter must have taken as many steps.
