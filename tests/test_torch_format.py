@@ -120,6 +120,17 @@ def test_an_optimizer_state_dict_round_trips(tmp_path):
         np.testing.assert_array_equal(after[index]["exp_avg"].numpy(), state["exp_avg"].numpy())
 
 
+@pytest.mark.parametrize("name", ["arrays.npz", "arrays.pt"])
+def test_numpy_values_load_back_as_numpy_values(tmp_path, name):
+    value = {"a": np.arange(6.0).reshape(2, 3), "s": np.float32(1.5), "t": ta.ones(2)}
+    ta.save(value, tmp_path / name)
+    loaded = ta.load(tmp_path / name, weights_only=False)  # a .pt file names NumPy's functions
+    assert type(loaded["a"]) is np.ndarray and loaded["a"].dtype == np.float64
+    np.testing.assert_array_equal(loaded["a"], value["a"])
+    assert type(loaded["s"]) is np.float32 and loaded["s"] == 1.5
+    assert type(loaded["t"]) is ta.Tensor
+
+
 def test_the_name_chooses_the_format(tmp_path):
     state = {"w": ta.ones(2)}
     for name in ("m.pt", "m.pth", "m.pth.tar", "m.bin", "m.ckpt"):

@@ -215,8 +215,13 @@ class TreeWriter:
         self._open: set[int] = set()  # containers being written (one inside itself is refused)
 
     def node(self, value: Any, path: str) -> Any:
-        if isinstance(value, Tensor) or backend.is_host_array(value):
+        if isinstance(value, Tensor):
             return self._tensor(value, path)
+        if backend.is_host_array(value):  # loads back as NumPy's, as PyTorch pickles it
+            self.version = 2
+            name = self._entry_name(path)
+            self.arrays[name] = value
+            return {"ndarray": [name, not isinstance(value, backend.HOST_ARRAY)]}
         if type(value) in _VALUES:
             return {"value": value}
         writer = _CONTAINER_WRITERS.get(type(value))
@@ -431,6 +436,11 @@ class TreeReader:
         self._tensors[name] = tensor
         return tensor
 
+    def ndarray(self, name: str, scalar: bool) -> Any:
+        if name not in self._arrays:
+            raise TinyattnError(f"the manifest names entry {name!r}, which is missing")
+        return self._arrays[name][()] if scalar else self._arrays[name]
+
     def global_(self, name: str) -> Any:
         return resolve_global(name, self._weights_only)
 
@@ -527,6 +537,15 @@ def _tensor_body(body: Any) -> bool:
     )
 
 
+def _ndarray_body(body: Any) -> bool:
+    return (
+        isinstance(body, list)
+        and len(body) == 2
+        and isinstance(body[0], str)
+        and isinstance(body[1], bool)
+    )
+
+
 def _read_items(reader: TreeReader, body: list, kind: type) -> Any:
     out = kind()
     for key_node, item in body:
@@ -590,6 +609,10 @@ _READERS: dict[str, tuple[Any, Any]] = {
     "global": (lambda body: isinstance(body, str), TreeReader.global_),
     "object": (_object_body, TreeReader.object_),
     "ref": (lambda body: type(body) is int, TreeReader.ref),
+    "ndarray": (  # a NumPy array, or a NumPy scalar (True), as saved
+        _ndarray_body,
+        lambda reader, body: reader.ndarray(*body),
+    ),
 }
 
 __all__ = [

@@ -35,7 +35,8 @@ object with one key, its kind:
   or a tensor that requires grad); ``{"items": [[key_node, node], ...]}`` (a dict with other
   keys); ``{"ordered_dict": [[key_node, node], ...]}``; ``{"set": [...]}``,
   ``{"frozenset": [...]}``; ``{"complex": [real, imag]}``; ``{"bytes": hex}``;
-  ``{"device": name}``; ``{"global": class}`` (a class or function, by import path);
+  ``{"device": name}``; ``{"ndarray": [entry, scalar]}`` (a NumPy array, or with true a NumPy
+  scalar, loaded back as NumPy's); ``{"global": class}`` (a class or function, by import path);
   ``{"object": {"id": n, "class": class, "dict": [[name, node], ...], "slots": [[name, node],
   ...], "state": node}}`` (an instance; "dict", "slots" and "state" are each optional) and
   ``{"ref": n}`` (the object with that id again, written earlier in depth-first order).
