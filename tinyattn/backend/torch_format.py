@@ -19,6 +19,7 @@ import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from reprlib import repr as short  # a hostile value's repr, cut short (a deep one cannot recurse)
 from typing import Any
 
 import numpy as np
@@ -139,7 +140,7 @@ def _byteorder(archive: zipfile.ZipFile, prefix: str) -> str:
         return "little"  # files from before PyTorch 1.10 have none: they were little-endian
     order = bytes(_read(archive, info, np.empty(min(info.file_size, 16), np.uint8))).decode()
     if order not in ("little", "big"):
-        raise TinyattnError(f"entry {info.filename!r} says byte order {order!r:.20}")
+        raise TinyattnError(f"entry {info.filename!r} says byte order {short(order)}")
     return order
 
 
@@ -165,12 +166,12 @@ class _StorageReader:
 
     def load(self, pid: Any) -> _Storage:
         if not (type(pid) is tuple and len(pid) == 5 and pid[0] in ("storage", b"storage")):
-            raise TinyattnError(f"data.pkl names a persistent id {pid!r:.80}, not a storage")
+            raise TinyattnError(f"data.pkl names a persistent id {short(pid)}, not a storage")
         _, dtype, key, location, numel = pid
         if not (isinstance(dtype, str) and isinstance(key, str) and isinstance(location, str)):
-            raise TinyattnError(f"data.pkl names a malformed storage {pid!r:.80}")
+            raise TinyattnError(f"data.pkl names a malformed storage {short(pid)}")
         if type(numel) is not int or numel < 0:
-            raise TinyattnError(f"storage {key!r} declares {numel!r:.20} elements")
+            raise TinyattnError(f"storage {key!r} declares {short(numel)} elements")
         known = self._storages.get(key)
         if known is None:
             known = self._storages[key] = _Storage(self._array(key, dtype, numel), dtype, location)
@@ -230,7 +231,7 @@ def _tensor(
     numbers = (offset, *size, *stride)
     if not all(type(n) is int and n >= 0 for n in numbers) or len(size) != len(stride):
         raise TinyattnError(
-            f"a tensor has offset {offset!r:.20}, size {size!r:.60} and stride {stride!r:.60}"
+            f"a tensor has offset {short(offset)}, size {short(size)} and stride {short(stride)}"
         )
     array = storage.array
     last = offset + sum((n - 1) * step for n, step in zip(size, stride, strict=True))
@@ -263,7 +264,9 @@ def _torch_globals(hooks: TorchHooks) -> dict[str, Any]:
 
     def from_type(func, new_type, args, state):
         if state or new_type not in ("torch.Tensor", "torch.nn.parameter.Parameter"):
-            raise TinyattnError(f"a tensor of class {new_type} with attributes {state!r:.60}")
+            raise TinyattnError(
+                f"a tensor of class {short(new_type)} with attributes {short(state)}"
+            )
         tensor = func(*args)
         return tensor if new_type == "torch.Tensor" else hooks.parameter(tensor, True)
 
@@ -299,7 +302,7 @@ def _torch_globals(hooks: TorchHooks) -> dict[str, Any]:
 def _parameter_with_state(hooks: TorchHooks) -> Callable:
     def rebuild(data: Any, requires_grad: bool, backward_hooks: Any, state: Any) -> Any:
         if state:
-            raise TinyattnError(f"a Parameter with attributes {state!r:.60}")
+            raise TinyattnError(f"a Parameter with attributes {short(state)}")
         return hooks.parameter(data, requires_grad)
 
     return rebuild
@@ -308,7 +311,7 @@ def _parameter_with_state(hooks: TorchHooks) -> Callable:
 def _encode(text: Any, encoding: str = "utf-8") -> bytes:
     """``_codecs.encode(text, "latin1")``: how protocol 2 writes bytes."""
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise TinyattnError(f"_codecs.encode of a {type(text).__name__} as {encoding!r:.20}")
+        raise TinyattnError(f"_codecs.encode of a {type(text).__name__} as {short(encoding)}")
     return text.encode("latin-1")
 
 

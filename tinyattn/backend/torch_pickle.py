@@ -16,11 +16,13 @@ import pickletools  # the opcodes' names, for messages
 import struct
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from reprlib import repr as short  # a hostile value's repr, cut short (a deep one cannot recurse)
 from typing import Any, NamedTuple
 
 from ..errors import TinyattnError
 
 _CODES = {info.name: ord(code) for code, info in pickletools.code2op.items()}
+_STOP = _CODES["STOP"]
 
 
 class Global(NamedTuple):
@@ -54,10 +56,6 @@ def _op(*names: str) -> Callable:
         return method
 
     return register
-
-
-class _Stop(Exception):  # noqa: N818  (control flow: the STOP opcode)
-    pass
 
 
 class PickleReader:
@@ -97,9 +95,9 @@ class PickleReader:
                     "a weights-only load does not run (it reads protocol 2, as torch.save writes)"
                 )
             try:
+                if code == _STOP:
+                    return self._stack.pop()  # the value the stream built
                 method(self)
-            except _Stop:
-                return self._stack.pop()
             except (IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 if isinstance(exc, TinyattnError):
                     raise
@@ -161,7 +159,7 @@ class PickleReader:
 
     @_op("STOP")
     def _stop(self) -> None:
-        raise _Stop
+        pass  # `load` returns the value on the stack
 
     @_op("GLOBAL")
     def _global_line(self) -> None:
@@ -188,7 +186,7 @@ class PickleReader:
         args, cls = self._stack.pop(), self._stack.pop()
         self._check_resolved(cls, "instantiates a")
         if not isinstance(cls, type) or type(args) is not tuple:
-            raise TypeError(f"NEWOBJ of {cls!r:.60}")
+            raise TypeError(f"NEWOBJ of {short(cls)}")
         self._stack.append(cls.__new__(cls, *args))
 
     @_op("BUILD")
@@ -196,7 +194,7 @@ class PickleReader:
         state, obj = self._stack.pop(), self._stack[-1]
         if type(obj) in (OrderedDict, Counter):  # a state dict's _metadata
             if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
-                raise TypeError(f"BUILD of an {type(obj).__name__} with {state!r:.60}")
+                raise TypeError(f"BUILD of an {type(obj).__name__} with {short(state)}")
             obj.__dict__.update(state)
             return
         if not self._buildable(type(obj)):
@@ -412,7 +410,7 @@ class PickleWriter:
         else:
             encoded = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
             if len(encoded) > 255:
-                raise TypeError(f"save: the int at {value!r:.40}... has over 2000 bits")
+                raise TypeError(f"save: an int of {value.bit_length()} bits is past protocol 2")
             self._out += b"\x8a" + bytes([len(encoded)]) + encoded
 
     def _container(self, value: Any, path: str) -> None:
@@ -449,7 +447,7 @@ class PickleWriter:
             if not (key is None or type(key) in (bool, int, float, str, tuple)):
                 raise TypeError(
                     f"save: the dict at {path or 'the top'!r} has a {type(key).__name__} key "
-                    f"{key!r:.40}; PyTorch's format takes str, number, None or tuple keys"
+                    f"{short(key)}; PyTorch's format takes str, number, None or tuple keys"
                 )
             self.save(key, _join(path, "key"))
             self.save(item, _join(path, key))
