@@ -76,6 +76,18 @@ def test_every_dtype_round_trips_through_a_pt_file(tmp_path):
         assert sum("/data/" in name for name in archive.namelist()) == 2 * len(DTYPES)
 
 
+def test_a_model_on_any_backend_round_trips(device, tmp_path):
+    ta.manual_seed(0)
+    model = ta.nn.TransformerBlock(4, 2, 8).to(device)
+    ta.save(model.state_dict(), tmp_path / "block.pt")
+    loaded = ta.load(tmp_path / "block.pt", map_location=device)
+    fresh = ta.nn.TransformerBlock(4, 2, 8).to(device)
+    fresh.load_state_dict(loaded)
+    x = ta.randn(2, 3, 4, device=device)
+    np.testing.assert_array_equal(fresh(x).detach().numpy(), model(x).detach().numpy())
+    assert all(tensor.device == model.norm1.weight.device for tensor in loaded.values())
+
+
 def test_containers_numbers_and_parameters_round_trip(tmp_path):
     weight = ta.nn.Parameter(ta.ones(2, 3))
     ordered = OrderedDict([("b", 2), ("a", 1)])
