@@ -240,6 +240,8 @@ def test_map_location_and_a_missing_device(tmp_path):
     for location in ("cpu", ta.device("cpu"), {"cuda:0": "cpu"}):
         loaded = ta.load(io.BytesIO(data), map_location=location)
         assert loaded["w"].device == "cpu" and loaded["w"].tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(TypeError, match="map_location must be a device"):
+        ta.load(io.BytesIO(data), map_location=lambda storage, location: storage)
     if not ta.cuda.is_available():  # PyTorch's rule: the saved device, unless mapped
         with pytest.raises(RuntimeError, match=r"saved on 'cuda:0'.*map_location='cpu'"):
             ta.load(io.BytesIO(data))
