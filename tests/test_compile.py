@@ -1327,7 +1327,7 @@ def test_buffers_whose_lives_do_not_overlap_share_memory(device):
     """The memory plan: a result read long after it was made (`a`, read by the last op) keeps
     its buffer to the end, while results that die young share buffers; the replay still equals
     eager, and on NumPy the held results are forgotten after their last reader."""
-    from tinyattn.replay import MemoryPlan, reads_and_writes
+    from tinyattn.compiler.replay import MemoryPlan, reads_and_writes
 
     weight = ta.tensor(np.linspace(-1, 1, 32, dtype="float32").reshape(4, 8), device=device)
     weight.requires_grad_(True)
@@ -1382,7 +1382,7 @@ def test_an_array_and_its_views_share_memory_as_one_family(device, monkeypatch):
     two families of one memory are alive at once. (The reference attention, whose heads are
     views: the fused one reads the projections as they are.)"""
     from tinyattn import backend
-    from tinyattn.replay import reads_and_writes
+    from tinyattn.compiler.replay import reads_and_writes
 
     monkeypatch.setattr(nn.attention, "FUSED_ATTENTION", False)
 
@@ -1650,8 +1650,8 @@ def test_a_tape_keeps_only_its_buffers_of_the_recordings_arrays(monkeypatch):
     import gc
     import weakref
 
-    from tinyattn import compiler
     from tinyattn.autograd import KEPT_CONSTANT_SIZE  # a released node keeps those whole
+    from tinyattn.compiler import step as compiler
 
     recorders = []
     original = compiler.Recorder.__init__
@@ -1763,7 +1763,7 @@ def test_a_sum_into_a_0d_buffer_is_lowered_whatever_shares_memory_answers():
     is lowered all the same and writes the right value."""
     from types import SimpleNamespace
 
-    from tinyattn import replay_kernels
+    from tinyattn.compiler import replay_kernels
 
     def like_cupy(a, b):
         return False if 0 in (a.ndim, b.ndim) else np.shares_memory(a, b)

@@ -369,7 +369,7 @@ def test_in_eval_mode_with_grad_on_the_backward_replays_only_when_backward_comes
     require grad (a backward through them is allowed): the backward is recorded, but a replay
     runs the forward only, and the recorded backward runs when the caller's backward reaches
     the call."""
-    from tinyattn.replay import Tape
+    from tinyattn.compiler.replay import Tape
 
     runs = []
     replay_backward = Tape.replay_backward
@@ -443,7 +443,7 @@ def test_a_nan_the_step_reads_is_the_same_value_at_every_call():
 def test_array_library_code_is_not_followed_wherever_it_is_installed(monkeypatch):
     """Installed packages are skipped by sysconfig's folders; an array library on PYTHONPATH
     (as a GPU machine's added wheels are) is not under them, and is skipped all the same."""
-    from tinyattn import compile_guards
+    from tinyattn.compiler import guards as compile_guards
 
     code = np.lib.stride_tricks.as_strided.__code__
     monkeypatch.setattr(compile_guards, "_SKIPPED", ())  # as if NumPy were on PYTHONPATH

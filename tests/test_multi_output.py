@@ -269,7 +269,7 @@ def test_split_equals_pytorch():
 
 
 def test_compile_replays_split_exactly_or_refuses_by_name():
-    from tinyattn.compile_record import CompileError
+    from tinyattn.compiler.record import CompileError
 
     weight = ta.randn(4, 6, dtype="float64", requires_grad=True)
 

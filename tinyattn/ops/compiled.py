@@ -1,7 +1,7 @@
 """Compiled calls as nodes of the caller's graph (``ta.compile(model)`` with backward outside).
 
 A replayed compiled function is one node: its forward result and its backward rule come from the
-recording (compile_graph.py hands them in), so the derivative math here is only the plumbing:
+recording (compiler/graph.py hands them in), so the derivative math here is only the plumbing:
 the node returns what it is given, and its backward runs the recorded backward. Imports
 `autograd` and `backend`.
 """

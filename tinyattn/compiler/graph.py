@@ -1,6 +1,6 @@
 """Compiled functions in the caller's graph: ``ta.compile(model)`` with backward outside.
 
-Imports `autograd`, `backend`, `tensor`, `replay` and `compile_record`; `compiler` uses it. A
+Imports `autograd`, `backend`, `tensor`, `replay` and `record`; `compiler` uses it. A
 function or module that runs no backward itself (``cm = ta.compile(model)``; then
 ``F.cross_entropy(cm(x), y).backward()``) is recorded with its backward, from seed gradients of
 its outputs to the gradients of its inputs and parameters, as an AOT-autograd split makes it:
@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import autograd, backend
-from .compile_record import CompileError, Recorder
-from .ops.compiled import CompiledCall, CompiledOutput
+from .. import autograd, backend
+from ..ops.compiled import CompiledCall, CompiledOutput
+from ..tensor import Tensor
+from .record import CompileError, Recorder
 from .replay import GraphPart, Tape, position_in
-from .tensor import Tensor
 
 
 def attach(arrays: list, wrt: list[Tensor], run: Callable[[list], tuple]) -> list[Tensor]:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import backend
+from .. import backend
+from ..tensor import Tensor
 from .replay import entry_name, let_go, position_in, reads_and_writes
 from .replay_kernels import Slot, rebuilt
-from .tensor import Tensor
 
 
 class CompileError(RuntimeError):
@@ -97,7 +97,7 @@ class Recorder:
         self.in_hook = 0  # > 0 while a gradient hook runs
         self.hooked: list[Tensor] = []  # gradients handed to hooks replayed as calls
         self.hook_host_reads = 0  # values hooks read into Python
-        self.guards: list = []  # the Python values the step's code read (`compile_guards`)
+        self.guards: list = []  # the Python values the step's code read (`guards`)
         # A function whose backward runs outside it (``ta.compile(model)``): the recorded
         # backward from seed gradients, kept after the forward's entries (`replay.GraphPart`).
         self.graph: Any = None

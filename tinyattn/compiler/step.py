@@ -1,6 +1,6 @@
 """The fast path for whole steps: ``ta.compile(step)`` records a step's array work, then replays it.
 
-Imports `backend`, `autograd`, `tensor`, `replay` and the `compile_*` modules under it. The
+Imports `backend`, `autograd`, `tensor`, `replay` and the modules beside it. The
 reference path (Tensor ops building a graph, the engine walking it) pays Python costs per op
 that small models feel: a Tensor object per result, argument checks, graph nodes, the engine's
 bookkeeping. A training step does the same array work every time its inputs have the same
@@ -17,8 +17,8 @@ shapes, so it can be written down once and replayed:
   backward rule, every gradient stored on a leaf, every assignment the step makes to a leaf's
   ``.grad`` (``zero_grad()``), every in-place write, every random draw made
   outside an op, and calls that must run as Python on every step (``optimizer.step``, gradient
-  clipping, a scheduler's ``step``). A `compile_guards.Tracer` notes every Python value the
-  step's functions read (`compile_guards`); a replay first checks each is unchanged.
+  clipping, a scheduler's ``step``). A `guards.Tracer` notes every Python value the
+  step's functions read (`guards`); a replay first checks each is unchanged.
 - **Checking.** The two tapes must agree (if they do not, a third call is recorded and compared
   with the second, once: a first call may differ through state made on first use, such as
   gradients that were None): the same ops with the same arguments, and every array
@@ -41,7 +41,7 @@ shapes, so it can be written down once and replayed:
 - **On a GPU,** each run of array work between Python calls is captured once as a CUDA graph and
   then launched as one (`backend.CudaGraphs`).
 - **A function without its own backward** (``ta.compile(model)``) is recorded with its backward
-  and replays it when the caller's backward reaches its outputs (`compile_graph`).
+  and replays it when the caller's backward reaches its outputs (`graph`).
 - **Verifying.** With ``verify_every=N`` every N-th replayed call records again and must equal
   the tape's recording.
 
@@ -60,15 +60,17 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import autograd, backend
-from .compile_graph import (
+from .. import autograd, backend
+from ..errors import TinyattnError
+from ..tensor import Tensor
+from .graph import (
     backward_of_recording,
     record_backward,
     release_buffers,
     replayed_outputs,
     with_graph,
 )
-from .compile_guards import (
+from .guards import (
     UNBOUND,
     Guard,
     Tracer,
@@ -77,10 +79,8 @@ from .compile_guards import (
     free_names,
     guard,
 )
-from .compile_record import CompileError, Recorder, check_same, encode_outputs, returned_values
-from .errors import TinyattnError
+from .record import CompileError, Recorder, check_same, encode_outputs, returned_values
 from .replay import Tape, position_in, written_inputs
-from .tensor import Tensor
 
 
 # -------------------------------------------------------------------------------------- compile

@@ -14,10 +14,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from . import backend, kernels, ops
-from .ops import special
-from .ops.reductions import sum_to_axes
-from .ops.targets import gather_target_rows, kept_count
+from .. import backend, kernels, ops
+from ..ops import special
+from ..ops.reductions import sum_to_axes
+from ..ops.targets import gather_target_rows, kept_count
 
 
 class Slot:

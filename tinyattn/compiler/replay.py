@@ -15,7 +15,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from . import autograd, backend, ops
+from .. import autograd, backend, ops
+from ..tensor import Tensor
 from .replay_kernels import (
     Slot,
     filler,
@@ -25,7 +26,6 @@ from .replay_kernels import (
     lowered_take,
     slots_in,
 )
-from .tensor import Tensor
 
 
 def entry_name(entry: tuple) -> str:
@@ -69,7 +69,7 @@ class Tape:
         self.replays = 0
         self.calls = 0  # calls that found this tape (replayed, or recorded again to verify it)
         self.verified = 0  # of those, the calls that recorded again (`verify_every`)
-        self.guards: list = recorder.guards  # Python values the step read (compile_guards)
+        self.guards: list = recorder.guards  # Python values the step read (guards)
         self.checked: Any = None  # the recording it was built from, trimmed (verification)
         self.outputs = outputs  # the step's result, with Tensors replaced by slots
         self.env = list(recorder.arrays)  # slot -> its buffer (or its latest array, if dynamic)

@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .tensor import Tensor
+from ..tensor import Tensor
 
 # Values a guard keeps as themselves: compared by value, so a new number records again.
 PLAIN = (int, float, complex, bool, str, bytes, type(None))
@@ -175,7 +175,7 @@ def _text(root: str, path: tuple) -> str:
     return root + "".join(f".{n}" if kind == "attr" else f"[{n!r}]" for kind, n in path)
 
 
-_LIBRARY = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tinyattn/
 _SKIPPED = tuple(
     os.path.abspath(p) + os.sep
     for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
