@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import fnmatch
 import importlib
 import io
 import os
@@ -158,6 +159,16 @@ def test_page_runs_as_a_plain_script(path, tmp_path):
         [sys.executable, str(script)], cwd=workdir, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, f"{page_id(path)} fails as a plain script:\n{done.stderr[-3000:]}"
+    # A reader runs the blocks in a checkout: what they write must not show as untracked there.
+    left = sorted(p.name for p in workdir.iterdir() if not ignored_by_git(p.name))
+    assert not left, f"{page_id(path)} writes {left}: add them to .gitignore"
+
+
+def ignored_by_git(name: str) -> bool:
+    """Whether a file of this name at the checkout's top is matched by .gitignore's patterns."""
+    lines = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    patterns = [line.strip().strip("/") for line in lines if line.strip()[:1] not in ("", "#")]
+    return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
 
 
 # ------------------------------------------------------------------ the runner's own rules
@@ -197,6 +208,7 @@ API_MODULES = [
     "tinyattn.nn.functional",
     "tinyattn.functional",
     "tinyattn.optim",
+    "tinyattn.optim.lr_scheduler",
 ]
 
 

@@ -4,9 +4,11 @@ PyTorch against the installed PyTorch (those tests skip without it).
 
 from __future__ import annotations
 
+import ast
 import gc
 import itertools
 import math
+import re
 import weakref
 from collections import defaultdict
 from pathlib import Path
@@ -283,3 +285,110 @@ def test_walk_through_weights_come_from_randn_not_rand():
     assert min(w.min() for w in uniform) >= 0  # rand: uniform in [0, 1)
     journey = np.array([0.55, 0.87, 0.66])
     np.testing.assert_allclose(journey @ uniform[0], [0.4306, 1.4551], atol=1e-4)
+
+
+# ------------------------------------------------------------- counts and sizes the pages state
+def _page(name: str) -> str:
+    return " ".join((ROOT / "docs" / name).read_text(encoding="utf-8").split())
+
+
+def _lines(path: str) -> int:
+    return len((ROOT / path).read_text(encoding="utf-8").splitlines())
+
+
+def _max_examples(test) -> int:
+    """The example count a Hypothesis test's own @settings asks for (Hypothesis keeps the settings
+    object on the test under this name; it has no public accessor)."""
+    return test._hypothesis_internal_use_settings.max_examples
+
+
+def test_errors_page_counts_are_the_tests_counts():
+    import test_differential
+    import test_error_catalogue
+    import test_gradcheck_robustness
+
+    page = _page("errors.md")
+    assert f"| {len(test_error_catalogue.CATALOGUE)} wrong uses," in page
+    mismatches = test_error_catalogue.test_any_broadcast_mismatch_names_the_op_and_both_shapes
+    assert f"plus {_max_examples(mismatches)} Hypothesis-drawn" in page
+    ops, examples = len(test_gradcheck_robustness.CASES), 4 * 5  # the "quick" profile's 5
+    assert min(120, examples) == test_gradcheck_robustness.EXAMPLES.max_examples
+    assert f"{ops} ops × {examples} Hypothesis-drawn shapes and values (120 with" in page
+    programs = test_differential.test_numpy_and_strict_agree_on_values_and_gradients
+    assert f"{_max_examples(programs)} random programs" in page
+    assert f"over {len(test_differential.MENU)} kinds of step" in page
+
+
+def test_stated_file_sizes():
+    stated = re.search(r"file \(about (\d+) lines\)", _page("reading-the-code.md"))
+    assert stated and abs(_lines("tinyattn/tensor.py") - int(stated[1])) <= 50
+    assert "the engine (the `Function` class and the backward walk) is under a thousand" in (
+        _page("index.md")
+    )
+    engine = {  # the file(s) defining the two, wherever the package keeps them
+        path
+        for path in (ROOT / "tinyattn").rglob("*.py")
+        for pattern in (r"^class Function\b", r"^def run_backward\(")
+        if re.search(pattern, path.read_text(encoding="utf-8"), re.M)
+    }
+    assert engine and sum(_lines(str(path.relative_to(ROOT))) for path in engine) < 1000
+
+
+def _listed_modules() -> list[str]:
+    """The top-level modules and packages of architecture.md's listing, in its order."""
+    listing = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    listing = listing.split("```text\ntinyattn/\n", 1)[1].split("```", 1)[0]
+    names = []
+    for line in listing.splitlines():
+        # "  name.py  what it is" or "  a/, b.py, c.py  what they are"; indented further: notes
+        match = re.match(r"  ((?:[\w/]+(?:\.py|/), )*[\w/]+(?:\.py|/))(?:\s|$)", line)
+        if match:
+            names += [n.removesuffix(".py").split("/")[0] for n in match[1].split(", ")]
+    return list(dict.fromkeys(names))
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The top-level tinyattn modules a file imports (at its top or inside a function)."""
+    package = list(path.relative_to(ROOT).with_suffix("").parts)
+    package = package[:-1]  # the package a relative import starts from
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = base + (node.module.split(".") if node.module else [])
+            if not node.module:  # from . import a, b
+                found |= {".".join(module + [alias.name]) for alias in node.names}
+            found.add(".".join(module))
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name.split(".")[1] for name in found if name.startswith("tinyattn.")}
+
+
+def test_each_listed_module_imports_only_the_ones_listed_before_it():
+    order = _listed_modules()
+    assert order[:3] == ["backend", "devices", "kernels"] and "viz" in order
+    place = {name: index for index, name in enumerate(order)}
+    later = []
+    for path in sorted((ROOT / "tinyattn").rglob("*.py")):
+        name = path.relative_to(ROOT / "tinyattn").parts[0].removesuffix(".py")
+        for imported in _imported_modules(path) & place.keys():
+            if place.get(name, -1) < place[imported] and name in place:
+                later.append(f"{path.relative_to(ROOT)} imports {imported}")
+    assert not later, later
+
+
+# ------------------------------------------------------------------- the performance page
+def test_performance_page_holds_the_targets_table_and_no_log():
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    script = ast.parse((ROOT / "benchmarks" / "targets.py").read_text(encoding="utf-8"))
+    columns = next(
+        ast.literal_eval(node.value)
+        for node in script.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COLUMNS"
+    )
+    assert "| " + " | ".join(columns) + " |" in page.splitlines()
+    assert page.count("Measured by `python benchmarks/targets.py`") == 1  # one table a machine
+    # Earlier runs live in the repository's history, not on the page: no commit ids, no dates.
+    commit = re.compile(r"(?<![\w.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])")
+    assert not commit.findall(page)
+    assert not re.findall(r"\b20\d\d-\d\d-\d\d\b", page)
