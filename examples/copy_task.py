@@ -234,9 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     state = start_training(model, config)
     if args.resume is not None:  # weights, optimizer, every random state, the history so far
         extras.restore(ta.load(args.resume), model, state)
+    resumed = state.history.steps  # 0 for a fresh run
     history = train(model, config, state, quiet=args.quiet)
     result = evaluate(model, config, config.eval_size, stream(config, EVAL_STREAM))
-    lines = extras.report(config, history, result)
+    lines = extras.report(config, history, result, resumed)
     inputs, digits = make_batch(1, config.seq_len, config.vocab, stream(config, EXAMPLE_STREAM))
     if config.attention and not args.quiet:  # how it copies: the copy head, and a decoding
         sequence = greedy_copy(model, config, digits.numpy()[0].tolist())

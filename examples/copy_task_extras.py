@@ -200,8 +200,9 @@ def save_outputs(out: Path, model: Any, config: Any, state: Any, inputs: ta.Tens
 
 
 # ------------------------------------------------------------------------------------------ report
-def report(config: Any, history: Any, result: dict[str, float]) -> list[str]:
-    """The final report's lines, with chance levels so that numbers can be judged."""
+def report(config: Any, history: Any, result: dict[str, float], resumed: int = 0) -> list[str]:
+    """The final report's lines, with chance levels so that numbers can be judged; `resumed`:
+    the steps (and their seconds, in the history) that came from a checkpoint."""
     chance_token = 1.0 / config.vocab
     attention = "on" if config.attention else "OFF (--no-attention ablation)"
     stop = (
@@ -214,7 +215,8 @@ def report(config: Any, history: Any, result: dict[str, float]) -> list[str]:
         f"heads={config.heads}, width={config.width}, batch={config.batch}, lr={config.lr}, "
         f"seed={config.seed}, device={config.device}, attention {attention}",
         f"trained {history.steps} steps in {history.seconds:.1f} s "
-        f"({history.steps / max(history.seconds, 1e-9):.1f} steps/s; {stop})",
+        f"({history.steps / max(history.seconds, 1e-9):.1f} steps/s; {stop})"
+        + (f", {resumed} of them in the run the checkpoint saved" if resumed else ""),
         f"held-out exact-sequence accuracy: {result['exact']:.2%} on {result['sequences']:,} "
         f"fresh sequences (chance {chance_token**config.seq_len:.0e})",
         f"held-out token accuracy: {result['token']:.2%} (chance {chance_token:.2%})",

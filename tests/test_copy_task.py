@@ -248,7 +248,10 @@ def test_resume_from_the_command_line(tmp_path):
         cwd=tmp_path,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
-    assert "trained 5 steps" in resumed.stdout
+    assert (
+        "trained 5 steps" in resumed.stdout
+        and ", 3 of them in the run the checkpoint saved" in resumed.stdout
+    )
     whole, again = (ta.load(tmp_path / name / "checkpoint.npz") for name in ("whole", "resumed"))
     assert again["config"] == whole["config"] and whole["config"]["width"] == 16
     assert again["history"]["losses"] == whole["history"]["losses"]
