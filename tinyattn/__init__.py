@@ -49,6 +49,7 @@ from .creation import (
 )
 from .devices import device
 from .methods.common import concat, stack, where
+from .methods.statistics import cdist
 from .modes import inference_mode
 from .tensor import Tensor
 from .tensor_functions import (
@@ -158,6 +159,7 @@ __all__ = [
     "finfo",
     "iinfo",
     "bfloat16",
+    "cdist",
     "get_default_device",
     "set_default_device",
     # `from tinyattn import *` must not replace Python's own max, sum, round, float, ...

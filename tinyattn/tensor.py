@@ -52,6 +52,7 @@ from .methods.indexing import IndexingMethods
 from .methods.inplace import InPlaceMethods
 from .methods.reductions import ReductionMethods
 from .methods.shape import ShapeMethods
+from .methods.statistics import StatisticsMethods
 from .ops import (
     Atan2,
     Div,
@@ -149,6 +150,7 @@ def _registered_ops(cls: type) -> type:
 class Tensor(
     ArithmeticMethods,
     ReductionMethods,
+    StatisticsMethods,
     ShapeMethods,
     IndexingMethods,
     InPlaceMethods,

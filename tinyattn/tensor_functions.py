@@ -499,6 +499,7 @@ FUNCTIONS = {
         *("swapaxes", "broadcast_to", "detach", "trace", "count_nonzero", "logaddexp"),
         *("logaddexp2", "logical_and", "logical_or", "logical_xor", "addcmul", "addcdiv"),
         *("scatter_add", "index_add", "diagonal"),
+        *("median", "nanmedian", "kthvalue", "quantile", "nanquantile", "moveaxis"),
         *("divide", "true_divide", "subtract", "fmod", "copysign", "cummax", "cummin"),
         *("logcumsumexp", "std_mean", "var_mean", "scatter_reduce", "index_put", "unflatten"),
         *(f"{name}_" for name in IN_PLACE_UNARY),
