@@ -8,6 +8,7 @@ layer's keys and values (a KV cache) so that every new character runs through th
 
     python examples/gpt.py                  # 500 steps, under a minute on 2 CPU cores
     python examples/gpt.py --steps 3000     # longer: the samples start to look like the docs
+    python examples/gpt.py --device cuda    # on an NVIDIA GPU (tinyattn needs CuPy for it)
 
 It prints samples before and after training, its speed in steps/s, and saves a loss plot to
 runs/gpt/loss.png (when matplotlib is installed). Written with PyTorch's names throughout: with
@@ -18,9 +19,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+# Small matrices: BLAS threads cost more than they save (several times fewer steps per second on
+# a busy 2-core machine). Set before NumPy loads; an explicit setting in the environment wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import tinyattn as torch
 import tinyattn.nn as nn
@@ -38,10 +46,10 @@ class KVCache:
     lets ta.compile record it once and replay it (concatenating would grow the shapes).
     """
 
-    def __init__(self, B: int, n_head: int, max_len: int, head_dim: int, dtype) -> None:
-        self.k = torch.zeros(B, n_head, max_len, head_dim, dtype=dtype)
-        self.v = torch.zeros(B, n_head, max_len, head_dim, dtype=dtype)
-        keys = torch.arange(max_len)
+    def __init__(self, B: int, n_head: int, max_len: int, head_dim: int, dtype, device=None):
+        self.k = torch.zeros(B, n_head, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros(B, n_head, max_len, head_dim, dtype=dtype, device=device)
+        keys = torch.arange(max_len, device=device)
         self.row_at = keys.view(-1, 1) == keys  # (L, L): row p is True at key p only
         self.keys_upto = keys.view(-1, 1) >= keys  # (L, L): row p is True at keys 0..p
 
@@ -119,7 +127,7 @@ class GPT(nn.Module):
         """When generating: caches, one KVCache per block, and pos (1,), the position of a
         single new token in idx (B, 1); without pos, idx is a prompt at positions 0..T-1."""
         B, T = idx.size()
-        positions = torch.arange(0, T, dtype=torch.long) if pos is None else pos  # (T,)
+        positions = torch.arange(T, device=idx.device) if pos is None else pos  # (T,)
         x = self.wte(idx) + self.wpe(positions.unsqueeze(0))  # (B, T, C)
         for i, block in enumerate(self.h):
             x = block(x, None if caches is None else caches[i], pos)
@@ -171,7 +179,7 @@ class GPT(nn.Module):
                 return window(idx[:, -self.block_size :])
             if n == T:  # the prompt, all at once
                 return step(idx)
-            return per_token(idx[:, -1:], torch.tensor([n - 1]))  # the newest character
+            return per_token(idx[:, -1:], torch.tensor([n - 1], device=idx.device))  # newest
 
         return next_logits
 
@@ -191,7 +199,8 @@ class GPT(nn.Module):
         key = (B, L, self.wte.weight.dtype, compiled)
         if key not in self._decoders:
             n_head, C = self.h[0].attn.n_head, self.wte.weight.size(1)
-            caches = [KVCache(B, n_head, L, C // n_head, key[2]) for _ in self.h]
+            weight = self.wte.weight
+            caches = [KVCache(B, n_head, L, C // n_head, key[2], weight.device) for _ in self.h]
 
             def step(idx, pos=None):  # a prompt (B, T), or one token (B, 1) at pos -> (B, V)
                 logits, _ = self(idx, caches=caches, pos=pos)
@@ -230,10 +239,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
         epilog="After training it prints a greedy and a top-5 sample continuing 'The engine '. "
-        "After the default 500 steps (loss 4.80 -> 2.41 with seed 0) the samples are word-shaped, "
-        "not yet text: 'the the the ...', 'ster tand ... and on thape the'. With --steps 3000 "
-        "(loss 1.52; six times the training time) they are the docs' words in loose order: "
-        "'the same op the same and ...', 'they read it rule there step, the row'.",
+        "It trains on the docs as they are, so its losses and samples change whenever a page "
+        "does: after the default 500 steps the samples are word-shaped, not yet text; with "
+        "--steps 3000 (six times the training time) they are the docs' words in loose order.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
@@ -256,6 +264,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--out", default="runs/gpt", help="folder for the loss plot (loss.png)")
     add("--quiet", action="store_true", help="no progress bar")
     add(
+        "--device",
+        default="cpu",
+        help="where the model and the data live: cpu, or cuda (an NVIDIA GPU; tinyattn runs "
+        "there on CuPy)",
+    )
+    add(
         "--eager",
         action="store_true",
         help="run every training step through the graph instead of compiling it (ta.compile)",
@@ -264,15 +278,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    args = _parser().parse_args()
+    parser = _parser()
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no usable GPU here (tinyattn needs CuPy for one)")
 
     torch.manual_seed(args.seed)
     text = "\n".join(p.read_text() for p in sorted(DOCS.glob("*.md")))
     chars = sorted(set(text))
     stoi = {c: i for i, c in enumerate(chars)}
-    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    data = torch.tensor([stoi[c] for c in text], device=device)
     decode = lambda ids: "".join(chars[i] for i in ids)  # noqa: E731
-    model = GPT(len(chars), args.block_size)
+    model = GPT(len(chars), args.block_size).to(device)
     optimizer = optimizer_for(model, args.lr)
     warmup = max(1, args.steps // 10)
     cosine = lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / args.steps))  # noqa: E731
@@ -280,11 +298,11 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{len(text):,} characters, vocabulary {len(chars)}, {n_params:,} parameters")
 
-    prompt = torch.tensor([[stoi[c] for c in "The engine "]])
+    prompt = torch.tensor([[stoi[c] for c in "The engine "]], device=device)
     model.eval()
     print("before training:", repr(decode(model.generate(prompt, 60)[0].tolist())))
 
-    offsets = torch.arange(args.block_size + 1)  # (T + 1,)
+    offsets = torch.arange(args.block_size + 1, device=device)  # (T + 1,)
     steps = range(args.steps)
     try:
         from tqdm import tqdm
@@ -308,12 +326,15 @@ def main() -> None:
     model.train()
     losses, start = [], time.perf_counter()
     for _ in steps:
-        starts = torch.randint(0, len(data) - args.block_size - 1, (args.batch_size, 1))
+        starts = torch.randint(
+            0, len(data) - args.block_size - 1, (args.batch_size, 1), device=device
+        )
         chunk = data[starts + offsets]  # (B, T + 1)
         losses.append(step(chunk[:, :-1], chunk[:, 1:]).item())
     elapsed = time.perf_counter() - start
     print(
-        f"loss {losses[0]:.2f} -> {sum(losses[-20:]) / 20:.2f}; {args.steps / elapsed:.0f} steps/s"
+        f"loss {losses[0]:.2f} -> {sum(losses[-20:]) / len(losses[-20:]):.2f}; "
+        f"{args.steps / elapsed:.0f} steps/s"
     )
 
     model.eval()

@@ -30,6 +30,7 @@ def _run(tmp_path, *extra: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_gpt_example_trains_samples_and_compiles_exactly(tmp_path):
     pytest.importorskip("matplotlib")
     compiled = _run(tmp_path / "compiled")
@@ -43,6 +44,13 @@ def test_gpt_example_trains_samples_and_compiles_exactly(tmp_path):
     assert drop_speed(compiled).replace(str(tmp_path / "compiled"), "") == drop_speed(
         eager
     ).replace(str(tmp_path / "eager"), "")
+
+
+def test_the_model_and_the_data_move_to_the_device(tmp_path):
+    # The strict stand-in device refuses any op that mixes it with the host, so a tensor the
+    # example left on the CPU (a position, a cache, a batch) fails this run.
+    output = _run(tmp_path, "--device", "strict")
+    assert "greedy:" in output and "top-5:" in output
 
 
 PORT = {
