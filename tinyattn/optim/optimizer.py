@@ -78,8 +78,9 @@ def _check_foreach(op: str, value: Any) -> None:
         raise TinyattnError(f"{op}: invalid foreach {value!r} (must be None, True or False)")
 
 
-# Keys a parameter group holds besides the optimizer's options (a scheduler adds initial_lr).
-_GROUP_KEYS = {"params", "initial_lr"}
+# Keys a parameter group holds besides the optimizer's options: a scheduler adds initial_lr,
+# OneCycleLR and CyclicLR the ends of their cycles (as in PyTorch).
+_GROUP_KEYS = {"params", "initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
 
 
 class ParamGroup(dict):
