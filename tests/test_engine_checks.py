@@ -87,7 +87,7 @@ def test_overlapping_no_grad_blocks_in_two_threads_never_leave_grad_mode_off():
 def test_the_count_of_threads_with_grad_off_follows_every_way_of_switching():
     # The hot path trusts grad mode is on everywhere while the count is 0: it must count every
     # switch, undo it on the way back, and stay above 0 while any thread's mode is off.
-    from tinyattn import grad_mode  # noqa: PLC0415
+    from tinyattn.autograd import grad_mode  # noqa: PLC0415
 
     w = _leaf([1.0], None)
     start = grad_mode._grad_off_threads

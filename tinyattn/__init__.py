@@ -14,6 +14,7 @@ from .autograd import (
     detect_anomaly,
     enable_grad,
     grad,
+    inference_mode,
     is_grad_enabled,
     no_grad,
     set_grad_enabled,
@@ -50,7 +51,6 @@ from .creation import (
 from .devices import device
 from .methods.common import concat, stack, where
 from .methods.statistics import cdist
-from .modes import inference_mode
 from .tensor import Tensor
 from .tensor_functions import (
     FUNCTIONS,

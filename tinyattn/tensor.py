@@ -528,7 +528,7 @@ class Tensor(
 
 # The engine wraps each op's result with this; a plain function of autograd's own, its call is
 # cheaper than looking up a staticmethod on the input Tensor.
-autograd._wrap = Tensor._from_op
+autograd.use_tensor_class(Tensor._from_op)
 
 
 # ------------------------------------------------------------------------------------- helpers

@@ -54,11 +54,9 @@ def keep_freed_memory() -> bool:
     (256, 256) ran 3x slower (docs/performance.md). PyTorch's caching allocator avoids the same
     cost. With this, blocks up to 32 MiB (glibc's largest threshold) come from the heap, and up
     to 1 GiB of free heap stays in the process for reuse.
-    It changes malloc for the whole process (every library in it), so it is never done at
-    import: call ``tinyattn.keep_freed_memory()`` once at the start of a training script, or set
-    TINYATTN_KEEP_FREED_MEMORY=1 in the environment to have `import tinyattn` call it. Linux with
-    glibc only (elsewhere it does nothing). Returns whether the setting is in effect.
-    """
+    It changes malloc for the whole process, so it is never done at import: call it once at the
+    start of a script, or set TINYATTN_KEEP_FREED_MEMORY=1 to have `import tinyattn` call it.
+    Linux with glibc only (elsewhere it does nothing). Returns whether the setting is in effect."""
     global HOST_MEMORY_KEPT
     if HOST_MEMORY_KEPT or not sys.platform.startswith("linux"):
         return HOST_MEMORY_KEPT
@@ -765,10 +763,14 @@ def host_zeros(shape: tuple) -> np.ndarray:
     return np.zeros(shape, dtype=np.float64)
 
 
-# While ta.compile records a step, every draw is reported here, so that a replay draws anew
-# instead of reusing the recorded numbers: draw_hook(function, args, result). A function of None
-# means the draw cannot be replayed (its arguments are arrays computed in the step).
-draw_hook: Any = None
+draw_hook: Any = None  # set while ta.compile records a step
+
+
+def set_draw_hook(hook: Any) -> None:
+    """While ta.compile records a step, every draw is reported to `hook(function, args, result)`
+    so that a replay draws anew (a function of None: the draw cannot be replayed)."""
+    global draw_hook
+    draw_hook = hook
 
 
 def random_array(kind: str, shape: tuple, dtype: Any, device: Any) -> Any:

@@ -285,7 +285,7 @@ class Tape:
             # a copy when it ends: the next replay writes the buffer again.
             target = leaf if position is None else self._replayed_inputs[position]
             grad = None if slot is None else Tensor._from_op(env[slot], None)
-            if autograd._recorder is None:
+            if autograd.recording.recorder is None:
                 target._grad = grad  # the buffer has the leaf's shape, dtype and device
             else:  # another thread records: the setter tells its recording
                 target.grad = grad

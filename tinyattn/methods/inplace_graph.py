@@ -175,4 +175,4 @@ def refresh_view(view: Tensor) -> None:
     view._view = (base, view._version_counter[0])
 
 
-autograd.view_refresher = refresh_view
+autograd.use_view_refresher(refresh_view)

@@ -372,7 +372,7 @@ class Module(HookMethods):
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if autograd._recorder is not None:  # ta.compile records: a replay must match the mode
+        if autograd.recording.recorder is not None:  # recording: a replay must match the mode
             autograd.note_mode(self, "_replay_key")
         hooks = self._active_hooks()
         if hooks is not None:

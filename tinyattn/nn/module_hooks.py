@@ -85,8 +85,8 @@ class HookMethods:
 
     def _call_with_hooks(self, hooks: _Hooks, args: tuple, kwargs: dict) -> Any:
         """``module(*args, **kwargs)`` with its hooks, in PyTorch's order."""
-        if autograd._recorder is not None:  # ta.compile records: hooks would run only once
-            autograd._recorder.module_hooks(type(self).__name__)
+        if autograd.recording.recorder is not None:  # ta.compile records: hooks would run only once
+            autograd.recording.recorder.module_hooks(type(self).__name__)
         args, kwargs = _run_pre_hooks(self, hooks.forward_pre, args, kwargs)
         meeting = None
         if (hooks.backward or hooks.backward_pre) and is_grad_enabled():

@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import distributed as dist
-from .. import hooks
+from ..autograd import hooks
+from ..autograd.grad_mode import is_grad_enabled, no_grad
 from ..creation import zeros
-from ..grad_mode import is_grad_enabled, no_grad
 from ..tensor import Tensor
 from .module import Module
 

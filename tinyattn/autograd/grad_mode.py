@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import backend
+from .. import backend
 
 
 # ------------------------------------------------------------------------- grad mode, per thread
@@ -140,7 +140,7 @@ def is_anomaly_enabled() -> bool:
 
 def _user_frame() -> str:
     """Where user code called into tinyattn: the innermost frame outside the package."""
-    package = os.path.dirname(__file__)
+    package = os.path.dirname(os.path.dirname(__file__))  # tinyattn/
     import traceback  # noqa: PLC0415  (anomaly mode only)
 
     for frame in reversed(traceback.extract_stack()[:-1]):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import modified_in_place_message
+from ..errors import modified_in_place_message
 
 
 class ReleasedConstant:

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from . import backend
+from .. import backend
 
 
 class _RetainGrad:

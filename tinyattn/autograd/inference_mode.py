@@ -1,6 +1,6 @@
 """PyTorch's ``torch.inference_mode``, here the same as ``no_grad``.
 
-Sits on `autograd` and wraps its ``no_grad``: PyTorch's inference mode is no-grad plus tensors
+Sits on `grad_mode` and wraps its ``no_grad``: PyTorch's inference mode is no-grad plus tensors
 that can never join a graph later, a speed-up tinyattn does not make. Tensors made inside are
 ordinary tensors without a graph.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from . import autograd
+from .grad_mode import no_grad
 
 
 class inference_mode(contextlib.ContextDecorator):  # noqa: N801  (PyTorch's name)
@@ -28,7 +28,7 @@ class inference_mode(contextlib.ContextDecorator):  # noqa: N801  (PyTorch's nam
         self._context: Any = None
 
     def __enter__(self) -> None:
-        self._context = autograd.no_grad() if self.mode else contextlib.nullcontext()
+        self._context = no_grad() if self.mode else contextlib.nullcontext()
         self._context.__enter__()
 
     def __exit__(self, *exc: object) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from . import backend
+from .. import backend
 from .grad_mode import no_grad
 
 
