@@ -81,8 +81,7 @@ def cupy_status() -> tuple[Any, str]:
     """Return ``(cupy_namespace | None, reason)``; never raises, cached for the process.
 
     Importing CuPy is not enough (it imports without a driver), so the probe also counts devices
-    and runs one tiny compiled kernel with a reduction and a device-to-host copy.
-    """
+    and runs one tiny compiled kernel with a reduction and a device-to-host copy."""
     try:
         import cupy  # noqa: PLC0415  (lazy: CuPy is optional and slow to import)
     except Exception as exc:  # ImportError, or a broken install
