@@ -5,7 +5,9 @@ module (Module, Parameter, containers) -> layers (Linear, Embedding, LayerNorm, 
 activations) -> activation (more activations: ReLU6, SELU, Mish, GLU, ...) -> attention
 (MultiHeadAttention, PyTorch's MultiheadAttention) -> transformer (positional encodings,
 TransformerBlock) -> encoder_decoder (PyTorch's Transformer, TransformerEncoder(Layer),
-TransformerDecoder(Layer)) -> loss. `nn.functional`, `nn.init` and `nn.utils` are
+TransformerDecoder(Layer)) -> loss; normalization (GroupNorm, InstanceNorm, RMSNorm), dropout
+(channel and alpha dropout) and rearrange (Unfold, Fold, PixelShuffle) beside conv (convolution,
+pooling, batch norm). `nn.functional`, `nn.init` and `nn.utils` are
 PyTorch's submodules of the same names. Imports `backend`, `autograd`, `tensor` and
 `functional`, never `optim`. `nn.modules` (PyTorch's class paths, such as
 ``nn.modules.linear.Linear``) is loaded on first use.
@@ -38,6 +40,7 @@ from .conv import (
     MaxUnpool3d,
     Unflatten,
 )
+from .dropout import AlphaDropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
 from .encoder_decoder import (
     Transformer,
     TransformerDecoder,
@@ -82,6 +85,8 @@ from .module import (
     ParameterList,
     Sequential,
 )
+from .normalization import GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, RMSNorm
+from .rearrange import Fold, PixelShuffle, PixelUnshuffle, Unfold
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerBlock
 from .upsample import Upsample
@@ -176,6 +181,22 @@ __all__ += [
     "Unflatten",
 ]
 __all__ += ["Upsample"]
+__all__ += [
+    "AlphaDropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "FeatureAlphaDropout",
+    "Fold",
+    "GroupNorm",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
+    "PixelShuffle",
+    "PixelUnshuffle",
+    "RMSNorm",
+    "Unfold",
+]
 
 
 def __getattr__(name: str):

@@ -14,10 +14,13 @@ from . import (  # noqa: F401  (the submodules, PyTorch's paths)
     conv,
     dropout,
     flatten,
+    fold,
+    instancenorm,
     linear,
     loss,
     module,
     normalization,
+    pixelshuffle,
     pooling,
     rnn,
     sparse,
@@ -30,10 +33,13 @@ from .container import *  # noqa: F403
 from .conv import *  # noqa: F403
 from .dropout import *  # noqa: F403
 from .flatten import *  # noqa: F403
+from .fold import *  # noqa: F403
+from .instancenorm import *  # noqa: F403
 from .linear import *  # noqa: F403
 from .loss import *  # noqa: F403
 from .module import *  # noqa: F403
 from .normalization import *  # noqa: F403
+from .pixelshuffle import *  # noqa: F403
 from .pooling import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .sparse import *  # noqa: F403
@@ -47,10 +53,13 @@ SUBMODULES = (
     conv,
     dropout,
     flatten,
+    fold,
+    instancenorm,
     linear,
     loss,
     module,
     normalization,
+    pixelshuffle,
     pooling,
     rnn,
     sparse,

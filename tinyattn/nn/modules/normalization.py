@@ -2,5 +2,6 @@
 PyTorch programs and saved modules name them by. Defines nothing."""
 
 from ..layers import LayerNorm
+from ..normalization import GroupNorm, RMSNorm
 
-__all__ = ["LayerNorm"]
+__all__ = ["GroupNorm", "LayerNorm", "RMSNorm"]
