@@ -253,7 +253,10 @@ def relu_array(x: Any) -> Any:
     Shapes: x any -> x's shape.
     """
     zeros = zeros_operand(x)
-    return namespace(x).maximum(x, 0.0 if zeros is None else zeros)
+    xp = namespace(x)
+    if zeros is None:  # an integer tensor's relu stays in its dtype, as in PyTorch
+        zeros = 0.0 if xp.isdtype(x.dtype, "real floating") else xp.zeros_like(x)
+    return xp.maximum(x, zeros)
 
 
 def power(x: Any, c: float) -> Any:
