@@ -136,17 +136,24 @@ def randn(
 
 
 def randint(
-    low: int,
+    low: int = 0,
     high: Any = None,
     size: Any = None,
     *,
     dtype: Any = None,
     device: Any = None,
+    requires_grad: bool = False,
 ) -> Tensor:
-    """Integers uniform in [low, high) of shape `size` (``randint(high, size)`` starts at 0),
-    from the host generator seeded by ``ta.manual_seed``; int64 unless `dtype` says."""
+    """Integers uniform in [low, high) of shape `size`, from the host generator seeded by
+    ``ta.manual_seed``; int64 unless `dtype` says. A lone bound is `high`, as in PyTorch:
+    ``randint(10, (3,))``, ``randint(10, size=(3,))`` and ``randint(high=10, size=(3,))`` all
+    draw from [0, 10)."""
     if size is None and isinstance(high, tuple | list):
         low, high, size = 0, low, high
+    elif high is None:
+        low, high = 0, low
+    if requires_grad:
+        raise RuntimeError("randint: only floating-point tensors can require gradients")
     if size is None:
         raise TypeError("randint: the size (a tuple) is required, e.g. randint(0, 10, (2, 3))")
     if high is None or high <= low:

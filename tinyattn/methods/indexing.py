@@ -437,7 +437,9 @@ def _as_tuple(key: Any) -> tuple:
         return key
     if isinstance(key, list) and len(key) < 32:
         if any(
-            isinstance(part, Tensor | list | tuple | slice) or part is None or part is Ellipsis
+            isinstance(part, Tensor | list | tuple | range | slice)
+            or part is None
+            or part is Ellipsis
             for part in key
         ):
             return tuple(key)
@@ -451,6 +453,8 @@ def _index_part(tensor: Tensor, part: Any) -> Any:
         return part
     if isinstance(part, int):
         return part
+    if isinstance(part, range):  # PyTorch reads a range as the list of its ints
+        part = list(part)
     if isinstance(part, Tensor):
         if part.device.type == "cpu" and tensor.device.type != "cpu":
             part = part.to(tensor.device)  # as PyTorch: CPU indices go to the indexed tensor
