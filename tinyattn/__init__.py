@@ -20,6 +20,7 @@ from .autograd import (
     set_grad_enabled,
 )
 from .backend import cupy_status, get_rng_state, keep_freed_memory, manual_seed, set_rng_state
+from .backend.threads import get_num_threads, set_num_threads
 from .creation import (
     BoolTensor,
     ByteTensor,
@@ -160,6 +161,8 @@ __all__ = [
     "iinfo",
     "bfloat16",
     "cdist",
+    "get_num_threads",
+    "set_num_threads",
     "get_default_device",
     "set_default_device",
     # `from tinyattn import *` must not replace Python's own max, sum, round, float, ...
@@ -190,6 +193,9 @@ _LAZY = {
     "save": ("tinyattn.serialization", "save"),
     "serialization": ("tinyattn.serialization", None),
     "onnx": ("tinyattn.onnx", None),
+    "sparse": ("tinyattn.sparse", None),
+    "sparse_coo_tensor": ("tinyattn.sparse", "sparse_coo_tensor"),
+    "spmm": ("tinyattn.sparse", "spmm"),
 }
 __all__ += [name for name in _LAZY if name != "viz"]
 
@@ -212,7 +218,12 @@ def get_default_device() -> str:
 
 def __getattr__(name: str):
     if name not in _LAZY:
-        raise AttributeError(f"module 'tinyattn' has no attribute {name!r}")
+        if name.startswith("_"):
+            raise AttributeError(f"module 'tinyattn' has no attribute {name!r}", name=name)
+        from .methods.missing import missing_attribute
+
+        message = missing_attribute("tinyattn", "torch", name, __dir__())
+        raise AttributeError(message, name=name)
     import importlib
 
     module_name, attribute = _LAZY[name]

@@ -50,6 +50,8 @@ from .methods.common import (
 from .methods.conversions import ConversionMethods
 from .methods.indexing import IndexingMethods
 from .methods.inplace import InPlaceMethods
+from .methods.layouts import LayoutMethods
+from .methods.missing import MissingNames
 from .methods.reductions import ReductionMethods
 from .methods.shape import ShapeMethods
 from .methods.statistics import StatisticsMethods
@@ -155,6 +157,8 @@ class Tensor(
     IndexingMethods,
     InPlaceMethods,
     ConversionMethods,
+    LayoutMethods,
+    MissingNames,
 ):
     """An n-dimensional array that records the operations applied to it, for reverse mode."""
 

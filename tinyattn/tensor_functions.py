@@ -413,6 +413,8 @@ def _free_function(name: str) -> Callable:
     ``tinyattn.pow(2.0, x)``, is turned into a tensor beside the other operand)."""
 
     def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002  (PyTorch's name)
+        if getattr(input, "is_sparse", False):  # ta.mm(sparse, dense): the sparse method
+            return getattr(input, name)(*args, **kwargs)
         if not isinstance(input, Tensor):
             anchor = next((a for a in args if isinstance(a, Tensor)), None)
             if anchor is None:

@@ -42,6 +42,7 @@ from ..functional import (  # the core functions, re-exported as the same object
 )
 from ..functional import __all__ as _core_all
 from ..methods.common import where
+from ..methods.missing import missing_attribute
 from ..ops import BinaryCrossEntropy, CrossEntropy, NegLogLikelihood, bad_targets
 from ..ops.computed import computed
 from ..tensor import Tensor
@@ -596,6 +597,14 @@ def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = N
     if mode != "constant" and value:  # PyTorch refuses a fill value it would not use
         raise RuntimeError(f'pad: padding mode "{mode}" doesn\'t take in value argument {value}')
     return tensor_pad(input, pad, mode=mode, value=0.0 if value is None else value)
+
+
+def __getattr__(name: str) -> Any:
+    """A PyTorch name this module lacks: an AttributeError saying so, and what to use."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name)
+    message = missing_attribute("tinyattn.nn.functional", "torch.nn.functional", name, globals())
+    raise AttributeError(message, name=name)
 
 
 __all__ = sorted(
