@@ -696,3 +696,28 @@ __all__ += [
 from .functional_interp import interpolate  # noqa: E402
 
 __all__ += ["interpolate"]
+
+# Group, instance and RMS norm, channel and alpha dropout, and pixel shuffle live in their own
+# modules, re-exported here.
+from .functional_dropout import (  # noqa: E402
+    alpha_dropout,
+    dropout1d,
+    dropout2d,
+    dropout3d,
+    feature_alpha_dropout,
+)
+from .functional_norm import group_norm, instance_norm, rms_norm  # noqa: E402
+from .functional_shuffle import pixel_shuffle, pixel_unshuffle  # noqa: E402
+
+__all__ += [
+    "alpha_dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "feature_alpha_dropout",
+    "group_norm",
+    "instance_norm",
+    "pixel_shuffle",
+    "pixel_unshuffle",
+    "rms_norm",
+]
