@@ -51,7 +51,7 @@ from .methods.conversions import ConversionMethods
 from .methods.indexing import IndexingMethods
 from .methods.inplace import InPlaceMethods
 from .methods.layouts import LayoutMethods
-from .methods.missing import MissingNames
+from .methods.missing import with_missing_names
 from .methods.reductions import ReductionMethods
 from .methods.shape import ShapeMethods
 from .methods.statistics import StatisticsMethods
@@ -148,6 +148,7 @@ def _registered_ops(cls: type) -> type:
     return cls
 
 
+@with_missing_names
 @_registered_ops
 class Tensor(
     ArithmeticMethods,
@@ -158,7 +159,6 @@ class Tensor(
     InPlaceMethods,
     ConversionMethods,
     LayoutMethods,
-    MissingNames,
 ):
     """An n-dimensional array that records the operations applied to it, for reverse mode."""
 

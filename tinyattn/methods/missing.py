@@ -3,8 +3,8 @@
 A program written for PyTorch that touches a name tinyattn lacks (``torch.take_along_dim``,
 ``x.ravel()``, ``F.pdist``) gets an AttributeError (so ``hasattr`` and ``getattr(obj, name,
 default)`` keep working) whose message says the name is not in tinyattn and, where tinyattn can
-compose it, how. ``Tensor`` inherits `MissingNames`; ``tinyattn`` and
-``tinyattn.nn.functional`` call `missing_attribute` from their module ``__getattr__``. Imports
+compose it, how. ``Tensor`` gets one descriptor per such name (`with_missing_names`); ``tinyattn``
+and ``tinyattn.nn.functional`` call `missing_attribute` from their module ``__getattr__``. Imports
 nothing of tinyattn: it sits below the Tensor class like the other families.
 """
 
@@ -117,18 +117,38 @@ def missing_attribute(owner: str, torch_path: str, name: str, known: Iterable[st
     )
 
 
-class MissingNames:
-    """Tensor's last method family: ``x.name`` for a name no family defines raises an
-    AttributeError that says it is not in tinyattn and what to use instead.
+# The names of `_INSTEAD` that PyTorch's Tensor has as methods or attributes.
+_TENSOR_NAMES = (
+    "absolute", "negative", "positive", "ravel", "nelement", "ndimension", "fliplr", "flipud",
+    "swapdims", "multiply", "greater", "greater_equal", "less", "less_equal", "not_equal",
+    "arctan2", "arccos", "arcsin", "arctan", "take_along_dim", "take", "split_with_sizes",
+    "tensor_split", "hsplit", "vsplit", "nansum", "nanmean", "xlogy", "logit", "hypot",
+    "rad2deg", "deg2rad", "inner", "kron", "dist", "bernoulli", "argwhere", "index_copy",
+    "index_fill", "masked_scatter", "diag_embed", "diagflat", "rot90", "cross", "sinc",
+    "signbit", "sgn", "fix", "stride", "data_ptr", "storage", "untyped_storage",
+    "share_memory_", "det", "inverse", "cholesky", "svd", "qr", "is_complex",
+)  # fmt: skip
 
-    Python calls ``__getattr__`` only after the ordinary lookup failed, so existing names pay
-    nothing. Private and dunder names (``_ctx``, ``__array_interface__``, probed by libraries
-    with ``hasattr``) get Python's plain message, without the search for close names."""
 
-    __slots__ = ()
+class _MissingName:
+    """A PyTorch Tensor name tinyattn lacks: reading it raises the AttributeError that says so
+    and what to use instead (``hasattr`` is False). A descriptor per name, not ``__getattr__``:
+    a class with ``__getattr__`` pays for it on every attribute read (about 4x a slot's cost on
+    CPython 3.11), and a tensor's attributes are read on every op."""
 
-    def __getattr__(self, name: str) -> None:
-        if name.startswith("_"):
-            raise AttributeError(f"'Tensor' object has no attribute {name!r}", name=name, obj=self)
-        message = missing_attribute("tinyattn.Tensor", "Tensor", name, dir(type(self)))
-        raise AttributeError(message, name=name, obj=self)
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, tensor: object, owner: type | None = None) -> None:
+        message = missing_attribute("tinyattn.Tensor", "Tensor", self.name, dir(owner))
+        raise AttributeError(message, name=self.name)
+
+
+def with_missing_names(cls: type) -> type:
+    """Class decorator: give `cls` (Tensor) a `_MissingName` for each PyTorch Tensor name with
+    a known replacement that no method family defines. Other missing names get Python's plain
+    AttributeError."""
+    for name in _TENSOR_NAMES:
+        if not hasattr(cls, name):
+            setattr(cls, name, _MissingName(name))
+    return cls
