@@ -46,7 +46,8 @@ def run_backward(
     wanted = None if capture is None else set(capture)
     captured: dict[int, Any] = {}
     watched = wanted is not None or observer is not None  # every gradient to `_received`
-    release = not retain_graph and recording.recorder is None  # a recording replays rules later
+    recorded = recording.recorder is not None  # one read: no recording starts mid-walk
+    release = not retain_graph and not recorded  # a recording replays rules later
     with set_grad_enabled(create_graph):  # rules record a graph only for higher order
         while ready:
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
@@ -62,7 +63,7 @@ def run_backward(
             if fn._outputs is not None:  # every output of fn waiting now has its complete gradient
                 tensor, grad = _gather(fn, entry, grad, ready, pending, wanted, captured, observer)
             inputs = fn.inputs
-            if fn._versions is None and recording.recorder is None and inputs is not None:
+            if fn._versions is None and not recorded and inputs is not None:
                 input_grads = _run_lent(fn, inputs, tensor, grad)  # nothing to check (common)
             else:
                 input_grads = _call_backward(fn, tensor, grad)
