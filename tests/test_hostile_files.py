@@ -26,7 +26,7 @@ import pytest
 import tinyattn as ta
 from tinyattn import serialization
 from tinyattn.backend import files
-from tinyattn.checkpoint_tree import MAX_DEPTH
+from tinyattn.serialization.tree import MAX_DEPTH
 
 ONE_TENSOR = {"format": "tinyattn-checkpoint", "version": 1, "tree": {"tensor": "w"}}
 

@@ -366,7 +366,7 @@ def test_safe_globals_restores_the_allowlist_after_the_block():
 
 
 def test_add_safe_globals_allows_for_every_later_load():
-    saved = dict(ta.checkpoint_tree._safe_globals)
+    saved = dict(ta.serialization.tree._safe_globals)
     try:
         ta.serialization.add_safe_globals([(Holder, f"{__name__}.Holder")])
         assert Holder in ta.serialization.get_safe_globals()
@@ -374,8 +374,8 @@ def test_add_safe_globals_allows_for_every_later_load():
         ta.serialization.clear_safe_globals()
         assert ta.serialization.get_safe_globals() == []
     finally:
-        ta.checkpoint_tree._safe_globals.clear()
-        ta.checkpoint_tree._safe_globals.update(saved)
+        ta.serialization.tree._safe_globals.clear()
+        ta.serialization.tree._safe_globals.update(saved)
 
 
 def test_a_refused_load_imports_nothing(tmp_path):

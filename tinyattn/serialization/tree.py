@@ -19,10 +19,10 @@ from collections.abc import Iterable, Iterator
 from pickle import UnpicklingError  # the exception type only, as PyTorch raises; never unpickles
 from typing import Any
 
-from . import backend
-from .devices import device as Device
-from .errors import TinyattnError
-from .tensor import Tensor
+from .. import backend
+from ..devices import device as Device
+from ..errors import TinyattnError
+from ..tensor import Tensor
 
 _VALUES = (bool, int, float, str, type(None))
 # A Module's registries: their entries get state_dict-style names ("encoder.weight").

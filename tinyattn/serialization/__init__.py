@@ -1,6 +1,6 @@
 """Serialization layer: ta.save / ta.load of tensors, state dicts and whole modules.
 
-Imports `backend`, `tensor` and `checkpoint_tree` (the manifest tree and the allowlist); the file
+Imports `backend`, `tensor` and `tree` (the manifest tree and the allowlist); the file
 formats are read and written by `backend`. Invariants: `pickle` never runs on a file (the .npz
 checkpoint holds arrays and a JSON manifest; PyTorch's format is read opcode by opcode); a save
 to a path is atomic (a temp file in the same directory, fsync, os.replace), so a failed save
@@ -54,10 +54,10 @@ load on `device` (default the CPU), without gradients. Refused at save: function
 reachable by their import path (lambdas, local functions), bound methods, and instances of
 builtin or extension types or of classes with their own ``__reduce__`` (a generator, a file, an
 Enum); the error names the value's path; and a value nested deeper than the manifest's
-`checkpoint_tree.MAX_DEPTH` levels of JSON, which a load would refuse.
+`tree.MAX_DEPTH` levels of JSON, which a load would refuse.
 
 Loading follows PyTorch's ``weights_only=True`` (the default): besides the plain node kinds, only
-`checkpoint_tree.PLAIN_GLOBALS` (Tensor, Parameter, the hook lists of a Module) and the globals
+`tree.PLAIN_GLOBALS` (Tensor, Parameter, the hook lists of a Module) and the globals
 allowed with `add_safe_globals` or inside a `safe_globals` block are resolved, by name and
 without importing anything; any other class or function raises `UnsafeGlobalError` (a
 ``pickle.UnpicklingError`` and a ValueError) naming it and how to allow it.
@@ -76,10 +76,14 @@ import zipfile
 import zlib
 from typing import Any, BinaryIO
 
-from . import backend
-from .backend import torch_format
-from .backend.files import json_depth
-from .checkpoint_tree import (
+from .. import backend
+from ..backend import torch_format
+from ..backend.files import json_depth
+from ..creation import tensor
+from ..devices import device as Device
+from ..errors import TinyattnError
+from ..tensor import Tensor
+from .tree import (
     MAX_DEPTH,
     PLAIN_GLOBALS,
     TreeReader,
@@ -94,10 +98,6 @@ from .checkpoint_tree import (
     resolve_global,
     safe_globals,
 )
-from .creation import tensor
-from .devices import device as Device
-from .errors import TinyattnError
-from .tensor import Tensor
 
 FORMAT = "tinyattn-checkpoint"
 VERSION = 2  # the newest version written; version 1 files (and trees) read as before
@@ -326,7 +326,7 @@ def load(
     changes nothing). A truncated, corrupt or foreign file raises ValueError naming the path and
     the reason. A file is untrusted input: sizes are checked before memory is taken (an archive
     may not inflate to more than `backend.files.MAX_INFLATION` times its size beyond 64 MiB), and
-    a manifest may nest `checkpoint_tree.MAX_DEPTH` levels deep.
+    a manifest may nest `tree.MAX_DEPTH` levels deep.
     """
     allow_only_safe = weights_only is not False
     if hasattr(f, "read"):
