@@ -8,7 +8,8 @@ A page is found by glob, so a new page is tested as soon as it exists. For each 
   text: line by line, words exactly, numbers within a relative 1e-6 or one unit in the last
   printed decimal (a rounding flip on another machine); integers exactly;
 - the page's blocks, joined into one plain script, also run in a fresh Python process in an
-  empty folder: nothing a block needs may come from this harness.
+  empty folder: nothing a block needs may come from this harness;
+- a block that includes a file (``--8<-- "path"``, pymdownx.snippets) runs the file's text.
 
 A block that cannot run here (it needs a GPU, the network, or minutes of time) starts with the
 line ``# no-run: <why>``; it is skipped, and the reason stays visible to the reader.
@@ -68,8 +69,24 @@ def fenced(text: str) -> list[tuple[int, str, str, int]]:
     return found
 
 
+# pymdownx.snippets' include line: a repository file, or lines first to last of it.
+SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::(\d+):(\d+))?"$', re.M)
+
+
+def included(text: str) -> str:
+    """`text` with each ``--8<-- "path"`` line replaced by the file (or the lines it names), as
+    mkdocs renders it: a page's code block that includes source runs that source."""
+
+    def lines(match: re.Match) -> str:
+        found = (ROOT / match[1]).read_text(encoding="utf-8").splitlines()
+        first, last = (int(match[2]), int(match[3])) if match[2] else (1, len(found))
+        return "\n".join(found[first - 1 : last])
+
+    return SNIPPET.sub(lines, text)
+
+
 def blocks(path: Path) -> list[Block]:
-    text = path.read_text(encoding="utf-8")
+    text = included(path.read_text(encoding="utf-8"))
     lines = text.splitlines()
     all_blocks = fenced(text)
     result = []
@@ -194,6 +211,14 @@ def test_block_parsing(tmp_path):
     found = blocks(page)
     assert [b.expected for b in found] == ["1\n", None, None]
     assert [b.runs for b in found] == [True, True, False]
+
+
+def test_includes_are_the_files_text():
+    engine = (ROOT / "tinyattn" / "teaching" / "engine.py").read_text(encoding="utf-8")
+    page = '```python\n--8<-- "tinyattn/teaching/engine.py"\n```\n'
+    assert included(page) == f"```python\n{engine.rstrip(chr(10))}\n```\n"
+    lines = '```python\n--8<-- "tinyattn/teaching/engine.py:2:3"\n```\n'
+    assert included(lines) == "```python\n" + "\n".join(engine.splitlines()[1:3]) + "\n```\n"
 
 
 def test_every_page_is_found():
