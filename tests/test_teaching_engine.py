@@ -2,19 +2,24 @@
 
 Every differentiable entry of the op table (tinyattn/ops/table.py: each unary op, each binary op
 with broadcasting, and the Functions of its Python-number forms) and a few models (multi-head
-attention with a mask, cross-entropy, layer norm, an MLP with GELU, softmax, a deep chain) are
+attention with a mask, cross-entropy, layer norm, an MLP with GELU, softmax, a deep chain;
+attention and layer norm also written out in primitive ops, where a tensor is used twice) are
 differentiated twice in float64: by `teaching.engine.grad` and by ``loss.backward()``. The leaves'
 gradients must agree to 1e-12. Each loss is a random weighted sum of the op's output, so a rule
 that is wrong in a way a sum of ones hides still shows.
 
 The comparison is shown to fail: the engine's own source with a planted bug (a fan-out gradient
-that replaces instead of adding; the graph walked inputs first) fails it.
+that replaces instead of adding; the graph walked inputs first) fails it. And the page that
+teaches the walk, docs/autograd.md, includes both engines from their files, run_backward by line
+range: a test keeps that range on the whole function as the file changes.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,3 +231,16 @@ def test_the_comparison_fails_on_a_planted_bug(bug):
         assert FAN_OUT <= caught, FAN_OUT - caught
     else:  # every op case: the op's rule runs before the weighted sum has sent it anything
         assert {case.name for case in TABLE_CASES} | FAN_OUT <= caught
+
+
+# ------------------------------------------------------------------- the walk the docs show
+def test_autograd_page_includes_run_backward_whole():
+    """The page's line range of tinyattn/autograd/engine.py is exactly `run_backward`."""
+    path = "tinyattn/autograd/engine.py"
+    page = (ROOT / "docs" / "autograd.md").read_text(encoding="utf-8")
+    included = re.findall(rf'^--8<-- "{re.escape(path)}:(\d+):(\d+)"$', page, re.M)
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    function = next(node for node in tree.body if getattr(node, "name", None) == "run_backward")
+    whole = (str(function.lineno), str(function.end_lineno))
+    assert included == [whole], f'include it as --8<-- "{path}:{whole[0]}:{whole[1]}"'
+    assert '--8<-- "tinyattn/teaching/engine.py"' in page.splitlines()

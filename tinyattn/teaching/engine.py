@@ -55,7 +55,7 @@ def run_rule(fn: ta.Function, output: Tensor, output_grad: Tensor) -> tuple:
         raise NotImplementedError(f"{fn.name} has several outputs; run_backward gathers them")
     fn.output = output  # lent for the call: rules such as exp's and tanh's reuse their output
     try:
-        input_grads = fn.backward(output_grad)  # rules sum a broadcast input's gradient back
+        input_grads = fn.backward(output_grad)  # a broadcast input's rule sums its share itself
     finally:
         fn.output = None  # a Function never keeps its output: that would make a cycle
     return input_grads if isinstance(input_grads, tuple) else (input_grads,)
