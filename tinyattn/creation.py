@@ -126,12 +126,20 @@ def arange(
     return out.requires_grad_() if requires_grad else out
 
 
+def _drawn(kind: str, shape: tuple, dtype: Any, device: Any) -> Tensor:
+    """Samples of `kind` from the host generator; none on the meta device, which holds no values
+    (the generator is left as it was, as PyTorch leaves it)."""
+    if device is not None and backend.resolve_device(device)[0] is backend.meta:
+        return _filled(shape, 0, dtype, device, False)
+    return Tensor._from_op(backend.random_array(kind, shape, dtype, device), None)
+
+
 def randn(
     *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
     """Standard normal samples from the host generator seeded by ``ta.manual_seed``."""
     shape = checked_shape("randn", shape_arg(shape))
-    out = Tensor._from_op(backend.random_array("normal", shape, dtype, device), None)
+    out = _drawn("normal", shape, dtype, device)
     return out.requires_grad_() if requires_grad else out
 
 
@@ -238,7 +246,7 @@ def randn_like(other: Tensor, dtype: Any = None, requires_grad: bool = False) ->
 def rand(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1) from the host generator seeded by ``ta.manual_seed``."""
     shape = checked_shape("rand", shape_arg(shape))
-    out = Tensor._from_op(backend.random_array("uniform", shape, dtype, device), None)
+    out = _drawn("uniform", shape, dtype, device)
     return out.requires_grad_() if requires_grad else out
 
 

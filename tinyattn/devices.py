@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-_TYPES = ("cpu", "cuda", "strict")
+_TYPES = ("cpu", "cuda", "meta", "strict")
 
 
 class device(str):  # noqa: N801  (PyTorch's name)
@@ -55,7 +55,7 @@ class device(str):  # noqa: N801  (PyTorch's name)
 
     @property
     def type(self) -> str:
-        """``'cpu'``, ``'cuda'`` or ``'strict'``."""
+        """``'cpu'``, ``'cuda'``, ``'meta'`` or ``'strict'``."""
         return str(self).partition(":")[0]
 
     @property

@@ -160,7 +160,7 @@ def embedding(
     indices = _integer_tensor("embedding", input, "indices", weight, "weight")
     xp = backend.namespace(indices.array)
     rows = weight.shape[0]
-    if indices.numel():
+    if indices.numel() and backend.meta.has_values(indices.array):  # meta: none to check
         low, high = int(xp.min(indices.array)), int(xp.max(indices.array))
         # Negative indices are rejected, not wrapped: -1 is almost always a padding bug.
         if low < 0 or high >= rows:

@@ -322,9 +322,14 @@ class Tensor(
         return self.shape[0]
 
     def __repr__(self) -> str:
-        body = repr(backend.to_numpy(self.array)).replace("array(", "tensor(", 1)
+        if self.device == "meta":  # no values to show: PyTorch's form
+            dtype = backend.dtype_name(self.dtype)
+            dtype = "" if dtype == "float32" else f", dtype=tinyattn.{dtype}"
+            body = f"tensor(..., device='meta', size={self.shape}{dtype})"
+        else:
+            body = repr(backend.to_numpy(self.array)).replace("array(", "tensor(", 1)
         extras = []
-        if self.device != "cpu":
+        if self.device != "cpu" and self.device != "meta":
             extras.append(f"device='{self.device}'")
         if self._ctx is not None:
             extras.append(f"grad_fn={self._ctx.name}")

@@ -7,9 +7,9 @@ branches on the backend. What the array API standard lacks lives here: device pa
 host <-> device transfer, the host random generator, scatter-add, and the cached "is CuPy
 usable" probe.
 
-Devices: ``"cpu"`` (NumPy), ``"cuda"`` / ``"cuda:N"`` (CuPy), and the test-only ``"strict"`` /
-``"strict:deviceN"`` (array_api_strict on a non-default device: it refuses implicit conversion to
-NumPy and mixing devices, exactly as CuPy does).
+Devices: ``"cpu"`` (NumPy), ``"cuda"`` / ``"cuda:N"`` (CuPy), ``"meta"`` (meta.py: shapes, no
+values), and the test-only ``"strict"`` / ``"strict:deviceN"`` (array_api_strict on a non-default
+device: it refuses implicit conversion to NumPy and mixing devices, exactly as CuPy does).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TinyattnError
-from . import files, windows
+from . import files, meta, windows
 from .cuda_graphs import CudaGraphs  # re-exported: backend.CudaGraphs
 
 DEFAULT_FLOAT = np.float32
@@ -144,6 +144,8 @@ def resolve_device(spec: Any) -> tuple[Any, Any]:
     """
     if spec is None or spec == "cpu":
         return np, "cpu"
+    if spec == "meta":
+        return meta, "meta"
     if not isinstance(spec, str):
         return namespace_of_device(spec)
     name, _, index = spec.partition(":")
@@ -173,17 +175,15 @@ def resolve_device(spec: Any) -> tuple[Any, Any]:
 
 def namespace_of_device(device: Any) -> tuple[Any, Any]:
     """Inverse of `device_name` for native device objects (CuPy or strict devices)."""
-    if device == "cpu":
-        return np, "cpu"
     if type(device).__module__.startswith("array_api_strict"):
         return _strict(), device
     return resolve_device(device_name(device))
 
 
 def device_name(device: Any) -> str:
-    """A short, printable name: ``'cpu'``, ``'cuda:0'``, ``'strict:device1'``."""
-    if device == "cpu":
-        return "cpu"
+    """A short, printable name: ``'cpu'``, ``'meta'``, ``'cuda:0'``, ``'strict:device1'``."""
+    if device == "cpu" or device == "meta":
+        return str(device)
     if type(device).__module__.startswith("array_api_strict"):
         return "strict:" + str(device).split("'")[1]
     return f"cuda:{device.id}"
@@ -226,10 +226,8 @@ def cache_per_device(maxsize: int) -> Callable[[Callable], Callable]:
 
 @functools.cache
 def _namespace_of_type(array_type: type) -> Any:
-    if array_type is np.ndarray:
-        # NumPy 2 implements the standard itself; its own module avoids a wrapper layer per call.
-        return np
-    if issubclass(array_type, np.generic):
+    # NumPy 2 implements the standard itself; its own module avoids a wrapper layer per call.
+    if array_type is np.ndarray or issubclass(array_type, np.generic):
         return np
     raise KeyError(array_type)
 
@@ -334,7 +332,7 @@ def reshape(array: Any, shape: tuple) -> Any:
 def reshape_view(array: Any, shape: tuple) -> Any:
     """``array`` in `shape` as a view of the same memory, or None when its strides cannot express
     that shape without a copy (PyTorch's ``view`` refuses those; ``reshape`` copies)."""
-    if math.prod(array.shape) == 0:
+    if math.prod(array.shape) == 0 or isinstance(array, meta.MetaArray):  # no memory to share
         return namespace(array).reshape(array, shape)
     host = _host_view(array)
     if isinstance(host, np.ndarray):
@@ -533,6 +531,8 @@ def asarray(data: Any, dtype: Any = None, device: Any = None) -> Any:
     their dtype. Ragged or non-numeric data raise a TypeError or ValueError naming the problem.
     """
     xp, native = resolve_device(device)
+    if isinstance(data, meta.MetaArray) and xp is meta:  # shapes only: nothing to copy
+        return meta.asarray(data, dtype=dtype)
     if not is_host_array(data) and not isinstance(data, (int, float, bool, list, tuple)):
         if hasattr(data, "shape") and hasattr(data, "dtype"):
             data = to_numpy(data)  # an explicit transfer from another device or library
@@ -568,14 +568,14 @@ def _onto(xp: Any, host: np.ndarray, native: Any) -> Any:
     return xp.asarray(host, device=native)
 
 
-def to_numpy(array: Any) -> np.ndarray:
-    """The one device-to-host path: an explicit copy for CuPy and strict, a no-op for NumPy."""
-    if isinstance(array, np.ndarray):
-        return array
-    if isinstance(array, np.generic):
-        return np.asarray(array)
+def to_numpy(array: Any, what: str = "") -> np.ndarray:
+    """The one device-to-host path; refused for meta arrays, naming the read `what` ("item()")."""
+    if isinstance(array, np.ndarray | np.generic):
+        return np.asarray(array)  # the array itself; a 0-d array for a NumPy scalar
     if _is_cupy_array(array):
         return array.get()
+    if isinstance(array, meta.MetaArray):
+        raise meta.no_values(what)
     strict = _strict()
     # A copy, as CuPy's: moved to its CPU device, a strict array may still share its buffer.
     return np.array(strict.asarray(array, device=strict.Device("CPU_DEVICE")), copy=True)

@@ -36,13 +36,13 @@ class ConversionMethods(TensorBase):
         values the graph may have saved; ``force=True`` detaches and always copies."""
         check_host_read("numpy()")
         if force:
-            return backend.to_numpy(self.array).copy()
+            return backend.to_numpy(self.array, "numpy()").copy()
         if self.requires_grad:
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. "
                 "Use tensor.detach().numpy() instead."
             )
-        host = backend.to_numpy(self.array)
+        host = backend.to_numpy(self.array, "numpy()")
         if backend.is_host_array(self.array) and host is not self.array:
             self.array = host  # a NumPy scalar (0-d) becomes a 0-d array both can write
         return host
@@ -55,7 +55,7 @@ class ConversionMethods(TensorBase):
                 f"got shape {self.shape}"
             )
         check_host_read("item(), float(), int() or bool()")
-        return backend.to_numpy(self.array).reshape(()).item()
+        return backend.to_numpy(self.array, "item()").reshape(()).item()
 
     def __float__(self) -> float:
         return float(self.item())
@@ -97,6 +97,11 @@ class ConversionMethods(TensorBase):
     def is_cuda(self) -> bool:
         """Whether the tensor is on a CUDA device (CuPy)."""
         return self.device.startswith("cuda")
+
+    @property
+    def is_meta(self) -> bool:
+        """Whether the tensor is on the meta device: a shape and a dtype, no values."""
+        return self.device == "meta"
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         if not isinstance(self.array, HOST_ARRAY):

@@ -115,7 +115,7 @@ def _check_classes(op: str, values: Any, classes: int, ignore_index: int) -> Non
     """IndexError (PyTorch's type) naming the first target that is neither a class nor ignored."""
     xp = backend.namespace(values)
     flat_bad = xp.reshape(bad_targets(xp, values, classes, ignore_index), (-1,))
-    if flat_bad.shape[0] and bool(xp.any(flat_bad)):
+    if flat_bad.shape[0] and backend.meta.has_values(values) and bool(xp.any(flat_bad)):
         first = int(xp.argmax(xp.astype(flat_bad, xp.int32)))
         value = int(xp.reshape(values, (-1,))[first])
         count = int(xp.sum(xp.astype(flat_bad, xp.int32)))
@@ -296,14 +296,15 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
         )
     data = tensor.array
     empty = 0 in tensor.shape
+    checked = not empty and backend.meta.has_values(data)  # a meta tensor has none to check
     # RuntimeError for class values out of range, as PyTorch.
-    if not empty and bool(xp.any(data < 0)):
+    if checked and bool(xp.any(data < 0)):
         raise RuntimeError("one_hot: class values must be non-negative")
     if num_classes == -1:
         if empty:
             raise TinyattnError("one_hot: cannot infer num_classes of an empty tensor; pass it")
         num_classes = int(xp.max(data)) + 1
-    elif not empty and bool(xp.any(data >= num_classes)):
+    elif checked and bool(xp.any(data >= num_classes)):
         raise RuntimeError(f"one_hot: class values must be smaller than num_classes={num_classes}")
     return computed(_one_hot_of, tensor, num_classes=num_classes, dtype="int64")
 

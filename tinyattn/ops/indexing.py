@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from .. import kernels
 from ..autograd import Function
 from ..backend import dtype_name, namespace, scatter_add
+from ..backend.meta import has_values
 
 
 class ParsedKey(NamedTuple):
@@ -72,7 +73,7 @@ def _checked_index(index: Any, size: int, axis: int) -> Any:
             f"getitem: index arrays must be integers, got dtype {dtype_name(index.dtype)}"
         )
     flat = xp.reshape(index, (-1,))
-    if flat.shape[0]:
+    if flat.shape[0] and has_values(flat):  # a meta index has no values to check
         low, high = int(xp.min(flat)), int(xp.max(flat))
         if low < -size or high >= size:
             bad = low if low < -size else high

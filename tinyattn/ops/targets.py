@@ -50,7 +50,7 @@ def target_rows(targets: Any, classes: int, ignore_index: Any, smoothing: float,
     # waits for the device (as getitem's range check does).
     xp = backend.namespace(targets)
     on_host = backend.is_host_array(targets)
-    if classes > kernels.IDENTITY_ROWS or not on_host:
+    if (classes > kernels.IDENTITY_ROWS or not on_host) and backend.meta.has_values(targets):
         if bool(xp.any(bad_targets(xp, targets, classes, ignore_index))):
             raise _out_of_range(classes, ignore_index)
     if classes > kernels.IDENTITY_ROWS:
