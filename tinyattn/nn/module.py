@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from .. import autograd, backend
 from ..autograd import no_grad
+from ..creation import zeros
 from ..tensor import Tensor
 from .module_hooks import HookMethods
 
@@ -32,6 +33,16 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+def _as_parameter(value: Tensor, requires_grad: bool) -> Parameter:
+    """A Parameter sharing `value`'s storage and version counter, as PyTorch's Parameter(value)
+    does (the constructor here copies): a detached view of it, given the Parameter class."""
+    if isinstance(value, Parameter) and value.requires_grad == requires_grad:
+        return value  # PyTorch assigns a Parameter as it is
+    param = value.detach()
+    param.__class__ = Parameter  # the same slots: Parameter declares none of its own
+    return param.requires_grad_(requires_grad)
 
 
 class IncompatibleKeys(NamedTuple):
@@ -299,6 +310,22 @@ class Module(HookMethods):
                     tensor.grad = tensor.grad.to(device=device, dtype=cast)
         return self
 
+    def to_empty(self, *, device: Any, recurse: bool = True) -> Module:
+        """Give every parameter and buffer (and gradient) new storage on `device` of its shape
+        and dtype, copying no values: PyTorch leaves them unset, tinyattn fills zeros. The way a
+        module on the meta device (shapes only) gets real tensors, before it loads or initialises
+        its values; ``to(device)`` refuses, as there is nothing to copy. The Parameter objects
+        stay the same; with ``recurse=False`` only this module's own."""
+        modules = self.modules() if recurse else [self]
+        owned = [(*m._parameters.values(), *m._buffers.values()) for m in modules]
+        tensors = {id(t): t for group in owned for t in group if t is not None}
+        with no_grad():
+            for tensor in tensors.values():
+                tensor.array = zeros(tensor.shape, dtype=tensor.dtype, device=device).array
+                if tensor._grad is not None:
+                    tensor.grad = zeros(tensor.shape, dtype=tensor.dtype, device=device)
+        return self
+
     def double(self) -> Module:
         return self.to("float64")
 
@@ -324,12 +351,17 @@ class Module(HookMethods):
             out[key] = tensor if keep_vars else tensor.detach()
         return out
 
-    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+    def load_state_dict(
+        self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False
+    ) -> IncompatibleKeys:
         """Copy values into the parameters and buffers, all or nothing.
 
         Every value is converted to its target's dtype and device first; missing and unexpected
         keys (with strict=True) and shape mismatches (always) are reported together in one
-        error, naming each key, before anything is changed.
+        error, naming each key, before anything is changed. With ``assign=True`` (PyTorch's)
+        nothing is copied or converted: each parameter becomes a new Parameter holding the
+        value's storage, dtype and device (keeping its own requires_grad), and each buffer the
+        value itself; so a module built on the meta device gets real tensors.
         """
         slots = {key: tensor for key, _, _, tensor in self._state_slots()}
         missing = [key for key in slots if key not in state_dict]
@@ -339,9 +371,10 @@ class Module(HookMethods):
             if key not in state_dict:
                 continue
             try:
-                value = Tensor(
-                    state_dict[key], dtype=backend.dtype_name(target.dtype), device=target.device
-                )
+                value = state_dict[key]
+                if not (assign and isinstance(value, Tensor)):
+                    dtype = None if assign else backend.dtype_name(target.dtype)
+                    value = Tensor(value, dtype=dtype, device=None if assign else target.device)
             except (TypeError, ValueError) as exc:
                 problems.append(f"{key!r}: value cannot be converted ({exc})")
                 continue
@@ -349,7 +382,7 @@ class Module(HookMethods):
                 problems.append(
                     f"{key!r}: shape {value.shape} in the checkpoint, {target.shape} in the model"
                 )
-            converted[key] = value.array
+            converted[key] = value if assign else value.array
         if strict and missing:
             problems.insert(0, "missing keys: " + ", ".join(repr(k) for k in missing))
         if strict and unexpected:
@@ -360,12 +393,26 @@ class Module(HookMethods):
                 f"load_state_dict: cannot load into {name} (nothing was changed):\n  "
                 + "\n  ".join(problems)
             )
+        if assign:
+            self._assign_state(converted)
+            return IncompatibleKeys(missing, unexpected)
         with no_grad():
             for key, array in converted.items():
                 # Into the existing storage, as PyTorch copies: compiled steps and optimizers
                 # that hold the array keep seeing the parameter, and its version goes up.
                 slots[key]._store("load_state_dict", array)
         return IncompatibleKeys(missing, unexpected)
+
+    def _assign_state(self, values: dict[str, Tensor]) -> None:
+        """load_state_dict(assign=True): the values take the slots' places (their order kept)."""
+        for key, owner, attr, target in self._state_slots():
+            if key not in values:
+                continue
+            if attr in owner._parameters:
+                owner._parameters[attr] = _as_parameter(values[key], target.requires_grad)
+            else:
+                owner._buffers[attr] = values[key]
+            _Held.changes += 1
 
     # ------------------------------------------------------------------------------- calling
     def forward(self, *args: Any, **kwargs: Any) -> Any:
