@@ -42,15 +42,25 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import tinyattn.nn.functional as F  # noqa: E402
 from tinyattn import viz  # noqa: E402
 
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)  # also ```python title=...
 WORDS = ["Your", "journey", "starts", "with", "one", "step"]
+# pymdownx.snippets' include line (a repository file, or lines first to last of it): a page's
+# block runs the source it shows, as tests/test_docs.py runs it.
+SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::(\d+):(\d+))?"$', re.M)
+
+
+def _included_lines(match: re.Match) -> str:
+    found = (ROOT / match[1]).read_text(encoding="utf-8").splitlines()
+    first, last = (int(match[2]), int(match[3])) if match[2] else (1, len(found))
+    return "\n".join(found[first - 1 : last])
 
 
 def run_page(page: str, until: str) -> dict:
     """Run the page's python blocks in order, through the first one that contains `until`;
     returns their namespace. Their printing is swallowed."""
     namespace: dict = {"__name__": f"doc_{Path(page).stem}"}
-    blocks = BLOCK.findall((DOCS / page).read_text(encoding="utf-8"))
+    text = SNIPPET.sub(_included_lines, (DOCS / page).read_text(encoding="utf-8"))
+    blocks = [block for block in BLOCK.findall(text) if not block.startswith("# no-run")]
     with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(io.StringIO()):
         here = os.getcwd()
         os.chdir(folder)  # examples may write files
