@@ -53,8 +53,7 @@ def run_backward(
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
             entry = heapq.heappop(ready)
             if early:  # leaves every reader of which has run get their .grad now
-                due = [leaf for leaf in early.due(-entry[0]) if leaf in leaves]
-                _deliver({leaf: leaves.pop(leaf) for leaf in due}, wanted, captured, handed)
+                _deliver_early(early.due(-entry[0]), leaves, wanted, captured, handed)
             tensor = entry[-1]
             grad = pending.pop(tensor)
             if watched or tensor._hooks:
@@ -246,6 +245,11 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
     if grad_mode._anomaly_threads and _modes.anomaly:
         _check_backward(fn, position, grad)
     return grad
+
+
+def _deliver_early(due: list, leaves: dict, *rest: Any) -> None:
+    """`_deliver` to the leaves in `due` that the walk reached (a post-accumulate hook's)."""
+    _deliver({leaf: leaves.pop(leaf) for leaf in due if leaf in leaves}, *rest)
 
 
 def _deliver(leaves: dict, wanted: set | None, captured: dict, handed: dict) -> None:
