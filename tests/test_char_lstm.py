@@ -116,6 +116,7 @@ def test_compiled_training_equals_eager_bit_for_bit():
         np.testing.assert_array_equal(eager, compiled)
 
 
+@pytest.mark.slow
 def test_command_line_learns_far_below_the_unigram_baseline(tmp_path):
     out = tmp_path / "run"
     flags = ("--steps", "100", "--sentences", "400", "--quiet", "--out", str(out))

@@ -220,6 +220,7 @@ def run_example(*flags: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_command_line_end_to_end(tmp_path):
     out = tmp_path / "run"
     done = run_example("--steps", "3", "--quiet", "--out", str(out), "--seed", "4", cwd=tmp_path)
@@ -236,6 +237,7 @@ def test_command_line_end_to_end(tmp_path):
         np.testing.assert_array_equal(value.numpy(), checkpoint["model"][name].numpy())
 
 
+@pytest.mark.slow
 def test_resume_from_the_command_line(tmp_path):
     """--resume takes the saved configuration and continues to --steps: the checkpoint equals
     that of one uninterrupted run (the history and the weights)."""

@@ -43,6 +43,7 @@ def _accuracy(stdout: str) -> float:
     return float(found.group(1)) / 100
 
 
+@pytest.mark.slow
 def test_a_short_run_learns_the_digits_and_draws_the_filters(tmp_path):
     stdout = _run("--epochs", "3", "--out", str(tmp_path))
     assert _accuracy(stdout) >= 0.95, stdout  # chance is 10%; the default 10 epochs reach ~98%
@@ -52,6 +53,7 @@ def test_a_short_run_learns_the_digits_and_draws_the_filters(tmp_path):
     assert picture.startswith(PNG_MAGIC) and len(picture) > 2000  # 16 drawn filters, not blank
 
 
+@pytest.mark.slow
 def test_a_compiled_run_trains_the_same_model(tmp_path):
     eager = _run("--epochs", "1", "--channels", "4", "--out", str(tmp_path / "eager"))
     compiled = _run("--epochs", "1", "--channels", "4", "--compile", "--out", str(tmp_path))

@@ -162,6 +162,7 @@ def test_blocks_run_and_print_what_the_page_shows(path, tmp_path, monkeypatch):
             compare(printed.getvalue(), block.expected, where)
 
 
+@pytest.mark.slow  # a second run of every page, in a process of its own
 @pytest.mark.parametrize("path", pages_with_code(), ids=page_id)
 def test_page_runs_as_a_plain_script(path, tmp_path):
     script = tmp_path / "page.py"

@@ -46,6 +46,7 @@ def test_gpt_example_trains_samples_and_compiles_exactly(tmp_path):
     ).replace(str(tmp_path / "eager"), "")
 
 
+@pytest.mark.slow
 def test_the_model_and_the_data_move_to_the_device(tmp_path):
     # The strict stand-in device refuses any op that mixes it with the host, so a tensor the
     # example left on the CPU (a position, a cache, a batch) fails this run.

@@ -52,6 +52,7 @@ def rehearsal(tmp_path_factory):
     return out, done.stdout
 
 
+@pytest.mark.slow
 def test_every_part_runs_and_the_report_has_every_section(rehearsal):
     out, printed = rehearsal
     report = (out / "report.md").read_text()
@@ -72,6 +73,7 @@ def test_every_part_runs_and_the_report_has_every_section(rehearsal):
     assert "## Raw files" in report
 
 
+@pytest.mark.slow
 def test_the_raw_numbers_parse_and_say_what_ran(rehearsal):
     out, _ = rehearsal
     parts = {name: json.loads((out / f"{name}.json").read_text()) for name in gpu_report.PARTS}
