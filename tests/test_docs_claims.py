@@ -368,12 +368,15 @@ def test_each_listed_module_imports_only_the_ones_listed_before_it():
     order = _listed_modules()
     assert order[:3] == ["backend", "devices", "kernels"] and "viz" in order
     place = {name: index for index, name in enumerate(order)}
+    # The one upward import the page names: Tensor.to_sparse reaches the sparse package.
+    named = {("tinyattn/methods/layouts.py", "sparse")}
     later = []
     for path in sorted((ROOT / "tinyattn").rglob("*.py")):
         name = path.relative_to(ROOT / "tinyattn").parts[0].removesuffix(".py")
         for imported in _imported_modules(path) & place.keys():
             if place.get(name, -1) < place[imported] and name in place:
-                later.append(f"{path.relative_to(ROOT)} imports {imported}")
+                if (path.relative_to(ROOT).as_posix(), imported) not in named:
+                    later.append(f"{path.relative_to(ROOT)} imports {imported}")
     assert not later, later
 
 
