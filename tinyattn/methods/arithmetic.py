@@ -1,8 +1,9 @@
 """Tensor methods, arithmetic family: what the operator table (ops/table.py) does not generate.
 
-Clamping (``clip``/``clamp`` and friends), ``minimum``, ``masked_fill``, ``where``, ``softmax``
-and ``log_softmax``, the logical and floating-point tests (``isnan``, ``isclose``), matrix products by
-PyTorch's names (``mm``, ``bmm``, ``mv``, ``dot``, ``outer``, ``addmm``), ``lerp``, ``addcmul``,
+Clamping (``clip``/``clamp`` and friends), ``minimum``, ``masked_fill``, ``where``,
+``softmax`` and ``log_softmax``, the logical and floating-point tests (``isnan``, ``isclose``),
+matrix products by PyTorch's names (``mm``, ``bmm``, ``mv``, ``dot``, ``outer``, ``addmm``),
+``lerp``, ``addcmul``,
 ``logaddexp``, ``diff``, and the keyword forms of the table's ``add``/``sub``/``div``
 (``alpha``, ``rounding_mode``) with ``fmod`` and ``copysign``. Part of the tensor layer:
 imports `backend`, `ops` and `methods.common`.
