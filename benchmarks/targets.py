@@ -28,6 +28,9 @@ from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The environment this script was started with: examples/gpt.py, which generate.py and compiled.py
+# load into this process, sets one BLAS thread in it, and a user's plain import runs without that.
+STARTED_WITH = dict(os.environ)
 sys.path.insert(0, str(HERE))
 import compiled  # noqa: E402
 import generate  # noqa: E402
@@ -112,7 +115,7 @@ def import_seconds(repeats: int) -> dict[str, float]:
     """`import tinyattn` beyond a bare interpreter start, median of alternated runs, with a warm
     bytecode cache and no allocator setting (what a user's plain import does)."""
     skipped = ("PYTHONDONTWRITEBYTECODE", "TINYATTN_KEEP_FREED_MEMORY")
-    env = {k: v for k, v in os.environ.items() if k not in skipped}
+    env = {k: v for k, v in STARTED_WITH.items() if k not in skipped}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
 
     def run(code: str) -> float:
@@ -244,6 +247,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every process")
     parser.add_argument("--quick", action="store_true", help="fewer calls per process")
     args = parser.parse_args()
+    machine = machine_report()  # before examples/gpt.py sets the BLAS threads in this process
     losses = {}
     for model in compiled.MODELS:
         _, exact = compiled.check_losses(model)
@@ -258,7 +262,7 @@ def main() -> None:
     quick = ", --quick" if args.quick else ""
     count = f"{args.rounds} round{'s' if args.rounds != 1 else ''}"
     print(f"Measured by `python benchmarks/targets.py` ({count}{quick}) on:\n")
-    print("\n".join(f"- {line}" for line in machine_report()))
+    print("\n".join(f"- {line}" for line in machine))
     print()
     print("\n".join(table(rounds, losses)))
 
