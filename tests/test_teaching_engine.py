@@ -235,12 +235,16 @@ def test_the_comparison_fails_on_a_planted_bug(bug):
 
 # ------------------------------------------------------------------- the walk the docs show
 def test_autograd_page_includes_run_backward_whole():
-    """The page's line range of tinyattn/autograd/engine.py is exactly `run_backward`."""
+    """The page's line range of tinyattn/autograd/engine.py is exactly the walk: `run_backward`
+    and `_pass_on` (what it does with a rule's gradients), which follows it."""
     path = "tinyattn/autograd/engine.py"
     page = (ROOT / "docs" / "autograd.md").read_text(encoding="utf-8")
     included = re.findall(rf'^--8<-- "{re.escape(path)}:(\d+):(\d+)"$', page, re.M)
     tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
-    function = next(node for node in tree.body if getattr(node, "name", None) == "run_backward")
-    whole = (str(function.lineno), str(function.end_lineno))
+    names = [getattr(node, "name", None) for node in tree.body]
+    walk = tree.body[names.index("run_backward")]
+    sends = tree.body[names.index("run_backward") + 1]
+    assert getattr(sends, "name", None) == "_pass_on", "keep _pass_on right after run_backward"
+    whole = (str(walk.lineno), str(sends.end_lineno))
     assert included == [whole], f'include it as --8<-- "{path}:{whole[0]}:{whole[1]}"'
     assert '--8<-- "tinyattn/teaching/engine.py"' in page.splitlines()

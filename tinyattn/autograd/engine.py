@@ -41,7 +41,7 @@ def run_backward(
     gets, and ``observer.gradient_sent(fn, position, grad)`` for each gradient it sends.
     """
     pending, leaves, ready = _seeded(roots, root_grads)
-    early = hooks.early_leaves(roots) if capture is None else None  # post-accumulate hooks
+    early = hooks.early_leaves(roots, capture)  # leaves with post-accumulate hooks, if any
     handed: dict[int, list] = {}  # memory root -> the gradients in it handed to leaves so far
     wanted = None if capture is None else set(capture)
     captured: dict[int, Any] = {}
@@ -66,32 +66,47 @@ def run_backward(
                 input_grads = _run_lent(fn, inputs, tensor, grad)  # nothing to check (common)
             else:
                 input_grads = _call_backward(fn, tensor, grad)
-            for position, parent in enumerate(inputs):
-                if parent._rebased is not None:  # written in place after fn read it
-                    parent = _as_of(parent, fn._seq)
-                parent_grad = input_grads[position]
-                if parent_grad is not None and parent.requires_grad:
-                    array = parent_grad.array if hasattr(parent_grad, "_ctx") else None
-                    like = parent.array
-                    if (  # a Tensor of the input's shape and dtype passes on unchecked (common)
-                        array is None
-                        or array.shape != like.shape
-                        or array.dtype is not like.dtype
-                        or grad_mode._anomaly_threads
-                    ):
-                        parent_grad = _checked(fn, position, parent, parent_grad)
-                    producer = parent._ctx
-                    if producer is None or producer._outputs is not None or parent in pending:
-                        _send(parent, parent_grad, pending, leaves, ready)
-                    else:  # `_send`'s common case: a one-output node's first gradient
-                        pending[parent] = parent_grad
-                        heapq.heappush(ready, (-producer._seq, parent))
-                    if observer is not None:
-                        observer.gradient_sent(fn, position, parent_grad)
+            _pass_on(fn, inputs, input_grads, pending, leaves, ready, observer)
             if release:
                 fn.release()
         _deliver(leaves, wanted, captured, handed)
     return captured
+
+
+def _pass_on(
+    fn: Function,
+    inputs: tuple,
+    input_grads: tuple,
+    pending: dict,
+    leaves: dict,
+    ready: list,
+    observer: Any,
+) -> None:
+    """Send each input of `fn` its gradient from `fn`'s rule: checked when it is not a Tensor of
+    the input's shape and dtype, then summed into `pending` (or a leaf's total) by `_send`."""
+    for position, parent in enumerate(inputs):
+        if parent._rebased is not None:  # written in place after fn read it
+            parent = _as_of(parent, fn._seq)
+        parent_grad = input_grads[position]
+        if parent_grad is None or not parent.requires_grad:
+            continue
+        array = parent_grad.array if hasattr(parent_grad, "_ctx") else None
+        like = parent.array
+        if (  # a Tensor of the input's shape and dtype passes on unchecked (common)
+            array is None
+            or array.shape != like.shape
+            or array.dtype is not like.dtype
+            or grad_mode._anomaly_threads
+        ):
+            parent_grad = _checked(fn, position, parent, parent_grad)
+        producer = parent._ctx
+        if producer is None or producer._outputs is not None or parent in pending:
+            _send(parent, parent_grad, pending, leaves, ready)
+        else:  # `_send`'s common case: a one-output node's first gradient, without the call
+            pending[parent] = parent_grad
+            heapq.heappush(ready, (-producer._seq, parent))
+        if observer is not None:
+            observer.gradient_sent(fn, position, parent_grad)
 
 
 def _seeded(roots: Sequence[Any], root_grads: Sequence[Any]) -> tuple[dict, dict, list]:

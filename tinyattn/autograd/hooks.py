@@ -155,9 +155,10 @@ class EarlyLeaves:
         return done
 
 
-def early_leaves(roots: Any) -> EarlyLeaves | None:
-    """An `EarlyLeaves` when some post-accumulate hook is registered (else None: no scan)."""
-    return EarlyLeaves(roots) if _live[0] else None
+def early_leaves(roots: Any, capture: Any = None) -> EarlyLeaves | None:
+    """An `EarlyLeaves` when some post-accumulate hook is registered and the walk accumulates
+    into ``.grad`` (`capture` None); else None: no scan."""
+    return EarlyLeaves(roots) if _live[0] and capture is None else None
 
 
 def leaves_reached(outputs: Any) -> set[int]:
