@@ -6,8 +6,7 @@ copied half (after SEP). The copy is shifted by n + 1 positions, so a position c
 answer by looking back: with attention disabled (--no-attention) the model stays at chance.
 
     python examples/copy_task.py                    # trains to 100% in seconds on a laptop CPU
-    python examples/copy_task.py --no-attention     # the ablation: stays near chance
-    python examples/copy_task.py --help
+    python examples/copy_task.py --no-attention     # the ablation: stays near chance (--help)
 
 Read top to bottom: data, model, training, evaluation, greedy decoding. The command line, report,
 checkpoint (for a bit-exact --resume) and pictures (to --out) live in copy_task_extras.py.
@@ -234,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     state = start_training(model, config)
     if args.resume is not None:  # weights, optimizer, every random state, the history so far
         extras.restore(ta.load(args.resume), model, state)
-    resumed = state.history.steps  # 0 for a fresh run
+    resumed = state.history.steps  # steps already taken: 0 for a fresh run
     history = train(model, config, state, quiet=args.quiet)
     result = evaluate(model, config, config.eval_size, stream(config, EVAL_STREAM))
     lines = extras.report(config, history, result, resumed)
