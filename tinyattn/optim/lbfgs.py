@@ -43,6 +43,20 @@ def _dot(a: Any, b: Any) -> Any:
     return backend.namespace(a).vecdot(a, b)
 
 
+def _kept_inside(t: float, bracket: list, insufficient: bool) -> tuple[float, bool]:
+    """The zoom's next step `t`, moved to 10% inside the bracket when it is too close to an end,
+    unless the last try was already too close (then accepted once, which lets the bracket
+    shrink); returns the step and whether this one was too close."""
+    eps = 0.1 * (max(bracket) - min(bracket))
+    if min(max(bracket) - t, t - min(bracket)) >= eps:
+        return t, False
+    if not (insufficient or t >= max(bracket) or t <= min(bracket)):
+        return t, True
+    if abs(t - max(bracket)) < abs(t - min(bracket)):
+        return max(bracket) - eps, False
+    return min(bracket) + eps, False
+
+
 def _strong_wolfe(evaluate, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1e-9, max_ls=25):  # noqa: ANN001, ANN201, PLR0913
     """PyTorch's line search along d from the point with loss f, gradient g and slope gtd: find
     a step t with sufficient decrease (f(t) <= f + c1 t gtd) and a flat enough slope
@@ -83,20 +97,7 @@ def _strong_wolfe(evaluate, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1
         t = _cubic_interpolate(
             bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1]
         )
-        # Too close to an end of the bracket: move to 10% inside it, unless the last try was
-        # already too close (then accept once, which lets the bracket shrink).
-        eps = 0.1 * (max(bracket) - min(bracket))
-        if min(max(bracket) - t, t - min(bracket)) < eps:
-            if insufficient or t >= max(bracket) or t <= min(bracket):
-                if abs(t - max(bracket)) < abs(t - min(bracket)):
-                    t = max(bracket) - eps
-                else:
-                    t = min(bracket) + eps
-                insufficient = False
-            else:
-                insufficient = True
-        else:
-            insufficient = False
+        t, insufficient = _kept_inside(t, bracket, insufficient)
         f_new, g_new = evaluate(t)
         evaluations, gtd_new, ls_iter = evaluations + 1, _dot(g_new, d), ls_iter + 1
         if f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low]:
