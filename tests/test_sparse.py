@@ -79,7 +79,10 @@ def test_function_spellings():
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda s: s + s, NotImplementedError, "sparse \\+ sparse"),
+        (lambda s: s + s, RuntimeError, "add\\(sparse, dense\\) is not supported"),
+        (lambda s: s + ta.eye(4, dtype="float64"), RuntimeError, "Use add\\(dense, sparse\\)"),
+        (lambda s: 1.0 - s, RuntimeError, "add\\(sparse, dense\\)"),
+        (lambda s: s * 2.0, NotImplementedError, "sparse \\* x"),
         (lambda s: s @ s, NotImplementedError, "sparse @ sparse"),
         (lambda s: s.sum(), AttributeError, "'sum' is not supported on sparse tensors"),
         (lambda s: ta.zeros(2, 2).to_sparse_csr(), NotImplementedError, "to_sparse_csr"),
@@ -94,6 +97,24 @@ def test_refusals(call, error, message):
     s, _ = _sparse()
     with pytest.raises(error, match=message):
         call(s)
+
+
+def test_dense_plus_minus_and_times_sparse_are_dense_as_in_torch():
+    """dense + sparse, dense - sparse and dense @ sparse give dense tensors (PyTorch's meaning),
+    with gradients to the dense operand and the stored values."""
+    s, values = _sparse(requires_grad=True)
+    dense = ta.tensor(np.arange(16.0).reshape(4, 4), requires_grad=True)
+    (dense + s).sum().backward()
+    assert dense.grad.tolist() == np.ones((4, 4)).tolist() and values.grad.tolist() == [1.0] * 6
+    as_dense = s.to_dense().detach().numpy()
+    np.testing.assert_array_equal((dense - s).detach().numpy(), dense.detach().numpy() - as_dense)
+    np.testing.assert_array_equal((dense @ s).detach().numpy(), dense.detach().numpy() @ as_dense)
+    torch = _torch()
+    values64 = torch.tensor(VALUES, dtype=torch.float64)
+    theirs = torch.sparse_coo_tensor(torch.tensor(INDICES), values64, (4, 4))
+    t_dense = torch.arange(16.0, dtype=torch.float64).reshape(4, 4)
+    for op in (lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a @ b):
+        np.testing.assert_allclose(op(dense, s).detach().numpy(), op(t_dense, theirs).numpy())
 
 
 # ------------------------------------------------------------------------------ against torch

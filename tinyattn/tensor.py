@@ -439,6 +439,8 @@ class Tensor(
             return number_operand(self, other, result_type(self, other), op)
         if isinstance(other, list | tuple) or hasattr(other, "__array_interface__"):
             return new_leaf(Tensor._from_op, other, None, self.device, False)
+        if getattr(type(other), "is_sparse", False) is True and op in ("add", "sub", "matmul"):
+            return self._operand(other.to_dense(), op)  # dense + sparse is dense in PyTorch
         raise TypeError(f"{op}: unsupported operand type {type_name(other)}")
 
     def _binary(self, function: type, other: Any, op: str, reverse: bool = False) -> Tensor:

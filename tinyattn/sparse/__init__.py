@@ -164,12 +164,19 @@ class SparseTensor:
         return SparseTensor(indices, self._value, self._size[::-1], coalesced=False)
 
     def __add__(self, other: Any) -> Any:
-        raise NotImplementedError(
-            "sparse + sparse and sparse + dense are not in tinyattn: the result would be sparse "
-            "or need its own layout rules; call to_dense() on the sparse operand first"
+        raise RuntimeError(
+            "add(sparse, dense) is not supported. Use add(dense, sparse) instead (dense + "
+            "sparse, dense - sparse and dense @ sparse are dense tensors)"
         )
 
-    __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __add__
+    __radd__ = __sub__ = __rsub__ = __add__
+
+    def __mul__(self, other: Any) -> Any:
+        raise NotImplementedError(
+            "sparse * x is not in tinyattn (PyTorch's result is sparse); call to_dense() first"
+        )
+
+    __rmul__ = __mul__
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
