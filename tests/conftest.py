@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -131,3 +132,26 @@ def copy_task():
         sys.modules["copy_task"] = module
         spec.loader.exec_module(module)
     return sys.modules["copy_task"]
+
+
+# ------------------------------------------------------------------ a real browser
+def _chromium_path() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("no system Chromium on PATH (Debian/Ubuntu: apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """The system's Chromium driven by Playwright (the pages' browser tests); skips, saying
+    why, without either."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[browser]')"
+    )
+    executable = _chromium_path()
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable)
+        yield launched
+        launched.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import html
 import importlib.util
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -210,26 +209,7 @@ def test_the_page_is_self_contained_and_jupyter_shows_it(tmp_path):
 
 
 # ------------------------------------------------------------------ in a real browser
-def chromium_path() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("no system Chromium on PATH (Debian/Ubuntu: apt-get install chromium)")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[browser]')"
-    )
-    executable = chromium_path()
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable)
-        yield launched
-        launched.close()
-
-
+# The `browser` fixture (system Chromium through Playwright) is in conftest.py.
 def open_page(browser, path: Path):
     """The saved page in a new tab, with every request and console error it makes noted."""
     page = browser.new_page()

@@ -74,26 +74,7 @@ def test_the_page_text_holds_no_markup_from_a_name():
 
 
 # ------------------------------------------------------------------ in a real browser
-def chromium_path() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("no system Chromium on PATH (Debian/Ubuntu: apt-get install chromium)")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[browser]')"
-    )
-    executable = chromium_path()
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable)
-        yield launched
-        launched.close()
-
-
+# The `browser` fixture (system Chromium through Playwright) is in conftest.py.
 def open_page(browser, path: Path):
     """The file in a new tab, noting every request, console error and dialog it makes."""
     page = browser.new_page()
