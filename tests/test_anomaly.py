@@ -147,10 +147,14 @@ def test_no_check_runs_when_off(device, monkeypatch):
     def forbidden(*args):
         raise AssertionError("an anomaly check ran while anomaly mode was off")
 
-    monkeypatch.setattr(autograd.function, "_check_forward", forbidden)
-    monkeypatch.setattr(autograd.engine, "_check_backward", forbidden)
+    monkeypatch.setattr(autograd.grad_mode, "_check_forward", forbidden)
+    monkeypatch.setattr(autograd.grad_mode, "_check_backward", forbidden)
     x = leaf([-1.0, 0.0], device)
     (x.sqrt() + x.log()).sum().backward()  # NaN and Inf everywhere, and nobody looks
+    assert autograd.listeners.active is None  # off: nobody listens, the walk pays one test
+    with ta.detect_anomaly():
+        assert autograd.listeners.active is not None
+    assert autograd.listeners.active is None
 
 
 def test_the_mode_is_restored_on_exit():

@@ -10,8 +10,10 @@ The package, in the order a learner reads it:
 - `hooks`: tensor hooks, ``retain_grad``'s mark, post-accumulate-grad hooks.
 - `saved_values`: version checks of saved values, and what a released node keeps.
 - `torch_protocol`: custom Functions written in PyTorch's ``ctx`` protocol.
-- `recording`: the one place where everything that watches the engine is declared (the
-  recorder of ``ta.compile``, random draws, in-place writes).
+- `listeners`: the one seam for everything that watches the engine (``ta.compile``'s recorder,
+  anomaly mode, the backward page): `apply` and the walk test it once each.
+- `recording`: what ``ta.compile`` must see, declared in one place (its recorder, random draws,
+  in-place writes).
 - `inference_mode`: PyTorch's ``inference_mode``, here ``no_grad``.
 
 Imports `backend` and `errors` only; the tensor layer above wires itself in with one call each

@@ -17,9 +17,9 @@ from typing import Any
 
 from .. import backend
 from ..errors import TinyattnError, freed_graph_message
-from . import function, grad_mode, hooks, recording
+from . import function, hooks, listeners
 from .function import Function, rules_on_arrays
-from .grad_mode import _check_backward, _modes, _run_rule, set_grad_enabled
+from .grad_mode import set_grad_enabled
 from .hooks import RETAIN_GRAD, _check_hook_result
 from .saved_values import check_versions
 
@@ -30,24 +30,19 @@ def run_backward(
     retain_graph: bool,
     create_graph: bool,
     capture: Sequence[Any] | None = None,
-    observer: Any = None,
 ) -> dict[int, Any]:
     """Propagate `root_grads` from `roots` back through the graph, newest node first.
 
     With ``capture=None`` leaf gradients accumulate into ``.grad``; otherwise the gradients of the
     tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
-    An `observer` (``viz.animate_backward`` passes one) is told the walk, in its order:
-    ``observer.rule_runs(tensor, grad)`` before each rule, with the complete gradient the rule
-    gets, and ``observer.gradient_sent(fn, position, grad)`` for each gradient it sends.
+    Listeners (`listeners`) see each rule run, and each leaf's ``.grad`` set.
     """
     pending, leaves, ready = _seeded(roots, root_grads)
     early = hooks.early_leaves(roots, capture)  # leaves with post-accumulate hooks, if any
     handed: dict[int, list] = {}  # memory root -> the gradients in it handed to leaves so far
     wanted = None if capture is None else set(capture)
     captured: dict[int, Any] = {}
-    watched = wanted is not None or observer is not None  # every gradient to `_received`
-    recorded = recording.recorder is not None  # one read: no recording starts mid-walk
-    release = not retain_graph and not recorded  # a recording replays rules later
+    release = not retain_graph and (listeners.active is None or not listeners.active.keeps_graph())
     with set_grad_enabled(create_graph):  # rules record a graph only for higher order
         while ready:
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
@@ -56,17 +51,19 @@ def run_backward(
                 _deliver_early(early.due(-entry[0]), leaves, wanted, captured, handed)
             tensor = entry[-1]
             grad = pending.pop(tensor)
-            if watched or tensor._hooks:
-                grad = _received(tensor, grad, wanted, captured, observer)
+            if wanted is not None or tensor._hooks:
+                grad = _received(tensor, grad, wanted, captured)
             fn = tensor._ctx
             if fn._outputs is not None:  # every output of fn waiting now has its complete gradient
-                tensor, grad = _gather(fn, entry, grad, ready, pending, wanted, captured, observer)
+                tensor, grad = _gather(fn, entry, grad, ready, pending, wanted, captured)
             inputs = fn.inputs
-            if fn._versions is None and not recorded and inputs is not None:
+            if listeners.active is not None:  # ta.compile, anomaly mode, ...: usually None
+                input_grads = listeners.active.rule(fn, tensor, grad, _bound(fn, tensor, grad))
+            elif fn._versions is None and inputs is not None:
                 input_grads = _run_lent(fn, inputs, tensor, grad)  # nothing to check (common)
             else:
                 input_grads = _call_backward(fn, tensor, grad)
-            _pass_on(fn, inputs, input_grads, pending, leaves, ready, observer)
+            _pass_on(fn, inputs, input_grads, pending, leaves, ready)
             if release:
                 fn.release()
         _deliver(leaves, wanted, captured, handed)
@@ -80,7 +77,6 @@ def _pass_on(
     pending: dict,
     leaves: dict,
     ready: list,
-    observer: Any,
 ) -> None:
     """Send each input of `fn` its gradient from `fn`'s rule: checked when it is not a Tensor of
     the input's shape and dtype, then summed into `pending` (or a leaf's total) by `_send`."""
@@ -92,12 +88,8 @@ def _pass_on(
             continue
         array = parent_grad.array if hasattr(parent_grad, "_ctx") else None
         like = parent.array
-        if (  # a Tensor of the input's shape and dtype passes on unchecked (common)
-            array is None
-            or array.shape != like.shape
-            or array.dtype is not like.dtype
-            or grad_mode._anomaly_threads
-        ):
+        # A Tensor of the input's shape and dtype passes on unchecked (common).
+        if array is None or array.shape != like.shape or array.dtype is not like.dtype:
             parent_grad = _checked(fn, position, parent, parent_grad)
         producer = parent._ctx
         if producer is None or producer._outputs is not None or parent in pending:
@@ -105,8 +97,6 @@ def _pass_on(
         else:  # `_send`'s common case: a one-output node's first gradient, without the call
             pending[parent] = parent_grad
             heapq.heappush(ready, (-producer._seq, parent))
-        if observer is not None:
-            observer.gradient_sent(fn, position, parent_grad)
 
 
 def _seeded(roots: Sequence[Any], root_grads: Sequence[Any]) -> tuple[dict, dict, list]:
@@ -162,7 +152,7 @@ def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> N
             heapq.heappush(ready, (-fn._seq, fn._outputs.position(tensor), tensor))
 
 
-def _received(tensor: Any, grad: Any, wanted: set | None, captured: dict, observer: Any) -> Any:
+def _received(tensor: Any, grad: Any, wanted: set | None, captured: dict) -> Any:
     """`tensor`'s complete gradient after its hooks, kept where retain_grad or grad() asks."""
     if tensor._hooks:
         grad = _run_hooks(tensor, grad)
@@ -170,8 +160,6 @@ def _received(tensor: Any, grad: Any, wanted: set | None, captured: dict, observ
             tensor.grad = grad.clone() if tensor._grad is None else tensor._grad + grad
     if wanted is not None and tensor in wanted:
         captured[id(tensor)] = grad
-    if observer is not None:
-        observer.rule_runs(tensor, grad)
     return grad
 
 
@@ -198,17 +186,17 @@ def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
         raise RuntimeError(freed_graph_message(fn.name))
     if fn._versions is not None:
         check_versions(fn, output)
-    inputs = fn.inputs
-    if recording.recorder is not None:
-        return recording.recorder.rule(
-            fn, grad, output, lambda: _run_lent(fn, inputs, output, grad)
-        )
-    return _run_lent(fn, inputs, output, grad)
+    return _run_lent(fn, fn.inputs, output, grad)
+
+
+def _bound(fn: Function, output: Any, grad: Any) -> Any:
+    """`_call_backward` of these arguments, as the `run` a listener's ``rule`` is given."""
+    return lambda: _call_backward(fn, output, grad)
 
 
 def _run_lent(fn: Function, inputs: tuple, output: Any, grad: Any) -> tuple:
     """Run fn's rule on `grad` (a list, one per output, for a node with several outputs)."""
-    if fn._reads_output or type(grad) is list or grad_mode._anomaly_threads:
+    if fn._reads_output or type(grad) is list:
         grads = _run_with_output(fn, output, grad)
     else:  # a rule that reads no output (`backward_reads`) is lent none (common)
         grads = fn.backward(grad)
@@ -224,10 +212,9 @@ def _run_with_output(fn: Function, output: Any, grad: Any) -> Any:
     """The rule's result, with ``fn.output`` set for the call."""
     fn.output = output  # lent to the rule for this call only: no lasting cycle
     try:
-        anomaly = grad_mode._anomaly_threads and _modes.anomaly
         if type(grad) is list:  # several outputs (`_gather`): one gradient each
-            return fn.backward(*grad) if not anomaly else _run_rule(fn, *grad)
-        return fn.backward(grad) if not anomaly else _run_rule(fn, grad)
+            return fn.backward(*grad)
+        return fn.backward(grad)
     finally:
         fn.output = None
 
@@ -257,8 +244,6 @@ def _checked(fn: Function, position: int, parent: Any, grad: Any) -> Any:
     dtype = parent.array.dtype
     if grad.array.dtype is not dtype and grad.array.dtype != dtype:
         grad = grad.to(parent.dtype)
-    if grad_mode._anomaly_threads and _modes.anomaly:
-        _check_backward(fn, position, grad)
     return grad
 
 
@@ -273,20 +258,21 @@ def _deliver(leaves: dict, wanted: set | None, captured: dict, handed: dict) -> 
     for leaf, grad in leaves.items():
         if leaf._hooks:
             grad = _run_hooks(leaf, grad)
-        if wanted is not None and leaf in wanted:
-            captured[id(leaf)] = grad
-        elif wanted is None:
-            if leaf.grad is not None and recording.recorder is not None:
-                recording.recorder.read_grad(
-                    leaf, leaf.grad
-                )  # a gradient from before: the tape's input
-            if leaf.grad is None:
-                grad = _own_memory(grad, handed)
-            leaf.grad = grad if leaf.grad is None else leaf.grad + grad
-            if recording.recorder is not None:
-                recording.recorder.set_grad(leaf, leaf.grad)
-            if leaf._hooks:
-                hooks.run_post_accumulate(leaf)
+        if wanted is not None:
+            if leaf in wanted:
+                captured[id(leaf)] = grad
+            continue
+        if listeners.active is None:
+            _accumulate(leaf, grad, handed)
+        else:  # a recording notes the .grad it reads and sets
+            listeners.active.deliver(leaf, lambda: _accumulate(leaf, grad, handed))  # noqa: B023
+        if leaf._hooks:
+            hooks.run_post_accumulate(leaf)
+
+
+def _accumulate(leaf: Any, grad: Any, handed: dict) -> None:
+    """leaf.grad = grad, or leaf.grad + grad when it has one (PyTorch's accumulation)."""
+    leaf.grad = _own_memory(grad, handed) if leaf.grad is None else leaf.grad + grad
 
 
 def _own_memory(grad: Any, handed: dict) -> Any:
@@ -317,7 +303,7 @@ def _run_hooks(tensor: Any, grad: Any) -> Any:
     for hook in list(tensor._hooks or ()):  # a copy: a hook may remove itself
         if hook is RETAIN_GRAD:
             continue
-        result = hook(grad) if recording.recorder is None else recording.recorder.hook(hook, grad)
+        result = hook(grad) if listeners.active is None else listeners.active.hook(hook, grad)
         if result is not None:
             _check_hook_result(tensor, hook, result)
             grad = result

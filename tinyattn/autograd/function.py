@@ -18,8 +18,8 @@ from typing import Any
 
 from .. import backend
 from ..errors import freed_graph_message, modified_in_place_message
-from . import grad_mode, recording, torch_protocol
-from .grad_mode import _check_forward, _modes
+from . import grad_mode, listeners, recording, torch_protocol
+from .grad_mode import _modes
 from .saved_values import skeleton_of, versions_read
 
 # --------------------------------------------------------------------------------------- Function
@@ -139,14 +139,13 @@ class Function(torch_protocol.ContextMethods):
         """Run forward on the inputs' arrays and, if grad mode is on, record the node."""
         fn = cls.__new__(cls)
         fn.inputs = inputs
-        if recording.recorder is not None:  # ta.compile is recording a step: it notes forward
-            data = recording.recorder.forward(fn, inputs, kwargs)
+        watching = listeners.active  # ta.compile, anomaly mode, forward AD, ...: usually None
+        if watching is not None:
+            data = watching.forward(fn, inputs, kwargs, lambda: _forward(fn, inputs, kwargs))
         elif len(inputs) == 1:  # the common unary case, without building an argument list
             data = fn.forward(inputs[0].array, **kwargs)
         else:
             data = fn.forward(*[t.array for t in inputs], **kwargs)
-        if grad_mode._anomaly_threads and _modes.anomaly:
-            _check_forward(fn, data)
         recorded = False
         if grad_mode._grad_off_threads == 0 or _modes.grad_enabled:
             for t in inputs:
@@ -156,13 +155,16 @@ class Function(torch_protocol.ContextMethods):
                 if view is not None and view[1] != t._version_counter[0]:
                     view_refresher(t)  # its base was written in place since: history again
         if type(data) is tuple:
-            return _record_outputs(fn, data, recorded)
-        out = _wrap(data, fn if recorded else None)
-        if not cls._plain:
-            return _view_or_versions(fn, out, recorded)
-        if recorded:  # a node that makes no view and whose rule reads only shapes (common)
-            fn._seq = _next_seq()
-            fn._outputs = fn._versions = fn.output = None
+            out = _record_outputs(fn, data, recorded)
+        else:
+            out = _wrap(data, fn if recorded else None)
+            if not cls._plain:
+                out = _view_or_versions(fn, out, recorded)
+            elif recorded:  # a node that makes no view and whose rule reads only shapes (common)
+                fn._seq = _next_seq()
+                fn._outputs = fn._versions = fn.output = None
+        if watching is not None:
+            watching.made(fn, out)
         return out
 
     def save_for_backward(self, *values: Any) -> None:
@@ -323,6 +325,11 @@ def _record_outputs(fn: Function, data: tuple, recorded: bool, like: tuple = ())
         fn._outputs = _Outputs(outputs)
         fn._versions = versions_read(fn, fn._outputs.counters)
     return outputs
+
+
+def _forward(fn: Function, inputs: tuple, kwargs: dict) -> Any:
+    """fn's forward on its inputs' arrays (what a listener's `run` does)."""
+    return fn.forward(*[t.array for t in inputs], **kwargs)
 
 
 def _apply_ctx(cls: type, *args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import backend
+from . import listeners
 
 
 # ------------------------------------------------------------------------- grad mode, per thread
@@ -119,16 +120,21 @@ class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801
     """
 
     def __enter__(self) -> None:
-        global _anomaly_threads
+        global _anomaly_threads, _anomaly_listening
         self._previous, _modes.anomaly = _modes.anomaly, True
         with _anomaly_lock:
             _anomaly_threads += 1
+            if _anomaly_listening is None:
+                _anomaly_listening = listeners.listen(_Anomaly())
 
     def __exit__(self, *exc: object) -> None:
-        global _anomaly_threads
+        global _anomaly_threads, _anomaly_listening
         _modes.anomaly = self._previous
         with _anomaly_lock:
             _anomaly_threads -= 1
+            if _anomaly_threads == 0 and _anomaly_listening is not None:
+                _anomaly_listening.remove()
+                _anomaly_listening = None
 
     def _recreate_cm(self) -> detect_anomaly:
         return type(self)()
@@ -193,19 +199,37 @@ def _check_forward(fn: Any, data: Any) -> None:
 
 
 def _check_backward(fn: Any, position: int, grad: Any) -> None:
-    bad = _nonfinite(grad.array)
+    bad = _nonfinite(grad)
     if bad is not None:
         where = getattr(fn, "_trace", None) or "(created before anomaly mode was on)"
         raise AnomalyError(
             f"{fn.name} backward produced {bad} in the gradient of input {position} "
-            f"(shape {grad.shape}); the {fn.name} op was created at {where}"
+            f"(shape {tuple(grad.shape)}); the {fn.name} op was created at {where}"
         )
 
 
-def _run_rule(fn: Any, *grads: Any) -> Any:
-    """Call the backward rule in anomaly mode: ops it runs are checked as its result."""
-    previous, _modes.in_rule = _modes.in_rule, True
-    try:
-        return fn.backward(*grads)
-    finally:
-        _modes.in_rule = previous
+class _Anomaly(listeners.Listener):
+    """Anomaly mode's listener (while some thread is inside ``detect_anomaly``): it checks each
+    op's result and each rule's gradients on the threads that asked."""
+
+    def forward(self, fn: Any, inputs: tuple, kwargs: dict, run: Callable[[], Any]) -> Any:
+        data = run()
+        if _modes.anomaly:
+            _check_forward(fn, data)
+        return data
+
+    def rule(self, fn: Any, output: Any, grad: Any, run: Callable[[], tuple]) -> tuple:
+        if not _modes.anomaly:
+            return run()
+        previous, _modes.in_rule = _modes.in_rule, True  # ops it runs are checked as its result
+        try:
+            grads = run()
+        finally:
+            _modes.in_rule = previous
+        for position, given in enumerate(grads):
+            if given is not None and fn.inputs[position].requires_grad:
+                _check_backward(fn, position, getattr(given, "array", given))
+        return grads
+
+
+_anomaly_listening: Any = None  # the handle of `_Anomaly` while some thread is in anomaly mode

@@ -1,8 +1,9 @@
-"""Autograd, what watches it: the recorder of ``ta.compile``, one per recording thread.
+"""Autograd, what ``ta.compile`` watches: the recorder, one per recording thread.
 
-`ta.compile` records a step by installing a Recorder for its thread (`set_recorder`);
-`Function.apply`, the engine's walk and the calls below report to it. `recorder` is the one
-test per op: None while no thread records. Everything a replay must see is declared here, in
+`ta.compile` records a step by installing a Recorder for its thread (`set_recorder`). Ops and
+the walk reach it through the engine's one seam (`listeners`: `_Recording` below, listening
+while some thread records); the calls below report to it directly, and `recorder` is their
+one test: None while no thread records. Everything a replay must see is declared here, in
 one place: a random draw (the backend's draw hook), an in-place write (`note_store`), a new
 array (`note_created`), a ``.grad`` set by hand (`note_grad_set`), a module's mode
 (`note_mode`), a Python call to run again on every replay (`replayed_call`), and the host
@@ -17,13 +18,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import backend
+from . import listeners
 
 # ------------------------------------------------------------------------- recording a step
-# `ta.compile` (tinyattn/compiler/) records a step by installing a Recorder for its thread:
-# Function.apply, the engine and the replayed calls below report to it. `recorder` is the one
-# test per op: None while no thread records, else `_ThisThread`, which hands each report to the
-# reporting thread's recorder, or does the plain thing on a thread that records nothing (work
-# another thread does meanwhile is its own, not the step's).
+# `recorder` is None while no thread records, else `_ThisThread`, which hands each report to the
+# reporting thread's recorder, or does nothing on a thread that records nothing (work another
+# thread does meanwhile is its own, not the step's).
 _recording: dict[int, Any] = {}  # thread id -> its Recorder
 _recording_lock = threading.Lock()  # two threads starting or ending recordings at once
 recorder: Any = None
@@ -45,22 +45,47 @@ def _report(name: str, plain: Callable | None = None) -> Any:
 class _ThisThread:
     """Hands a report to the current thread's recorder, or runs it plainly when it has none."""
 
-    forward = _report(
-        "forward", lambda fn, inputs, kwargs: fn.forward(*[t.array for t in inputs], **kwargs)
-    )
-    rule = _report("rule", lambda fn, grad, output, run: run())
     call = _report("call", lambda function, args, kwargs: function(*args, **kwargs))
-    hook = _report("hook", lambda hook, grad: hook(grad))
-    set_grad, read_grad = _report("set_grad"), _report("read_grad")
     created, grad_set, draw = _report("created"), _report("grad_set"), _report("draw")
     store, host_read = _report("store"), _report("host_read")
     python_write, module_hooks = _report("python_write"), _report("module_hooks")
     mode = _report("mode")
 
 
+class _Recording(listeners.Listener):
+    """The recorders' listener: an op's forward, a rule, a hook and a leaf's ``.grad`` go to the
+    calling thread's recorder, which runs them itself and notes their array calls."""
+
+    def forward(self, fn: Any, inputs: tuple, kwargs: dict, run: Callable[[], Any]) -> Any:
+        recorder = _recording.get(threading.get_ident())
+        return run() if recorder is None else recorder.forward(fn, inputs, kwargs)
+
+    def rule(self, fn: Any, output: Any, grad: Any, run: Callable[[], tuple]) -> tuple:
+        recorder = _recording.get(threading.get_ident())
+        return run() if recorder is None else recorder.rule(fn, grad, output, run)
+
+    def hook(self, hook: Callable, grad: Any) -> Any:
+        recorder = _recording.get(threading.get_ident())
+        return hook(grad) if recorder is None else recorder.hook(hook, grad)
+
+    def deliver(self, leaf: Any, run: Callable[[], None]) -> None:
+        recorder = _recording.get(threading.get_ident())
+        if recorder is not None and leaf.grad is not None:
+            recorder.read_grad(leaf, leaf.grad)  # a gradient from before: the tape's input
+        run()
+        if recorder is not None:
+            recorder.set_grad(leaf, leaf.grad)
+
+    def keeps_graph(self) -> bool:
+        return True  # a recording replays the rules later (and a walk may not know its thread's)
+
+
+_listening: Any = None  # the handle of `_Recording` while some thread records
+
+
 def set_recorder(new: Any) -> Any:
     """Install the recorder `new` (or None) for the calling thread; returns the one it replaces."""
-    global recorder
+    global recorder, _listening
     ident = threading.get_ident()
     with _recording_lock:
         previous = _recording.pop(ident, None)
@@ -68,6 +93,11 @@ def set_recorder(new: Any) -> Any:
             _recording[ident] = new
         recorder = _ThisThread if _recording else None
         backend.set_draw_hook(_ThisThread.draw if _recording else None)
+        if _recording and _listening is None:
+            _listening = listeners.listen(_Recording())
+        elif not _recording and _listening is not None:
+            _listening.remove()
+            _listening = None
     return previous
 
 

@@ -19,11 +19,13 @@ import html
 import json
 import os
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..autograd import RETAIN_GRAD, ReleasedConstant, default_root_grad, run_backward
+from ..autograd import RETAIN_GRAD, ReleasedConstant, default_root_grad, listeners, run_backward
 from ..tensor import Tensor
 from . import graph as viz
 
@@ -79,26 +81,38 @@ class LeafGradient:
     hooked: bool
 
 
-class _Watcher:
-    """The engine's observer for one backward pass: it notes each step, as node numbers."""
+class _Watcher(listeners.Listener):
+    """The engine's listener for one backward pass: it notes each rule and what it sends, as
+    node numbers."""
 
     def __init__(self, node_of: dict[int, int], seed: Tensor) -> None:
         self.node_of = node_of  # id(Function) for an op node, id(tensor) for a leaf -> number
+        self.thread = threading.get_ident()  # the pass it watches (another thread's is not)
         self.steps: list[Step] = []
         # node -> the gradients sent to it so far; the root (node 0) starts with the seed.
         self.arrived: dict[int, list[Sent]] = {0: [Sent(SEED, 0, 0, seed)]}
 
-    def rule_runs(self, tensor: Tensor, grad: Tensor) -> None:
-        node = self.node_of[id(tensor._ctx)]
+    def rule(self, fn: Any, output: Any, grad: Any, run: Callable[[], tuple]) -> tuple:
+        if threading.get_ident() != self.thread or id(fn) not in self.node_of:
+            return run()
+        node = self.node_of[id(fn)]
         parts = self.arrived[node]  # a rule runs only on a gradient that arrived
-        self.steps.append(Step(node, tensor._ctx, grad, parts, _has_hooks(tensor)))
-
-    def gradient_sent(self, fn: Any, position: int, grad: Tensor) -> None:
-        parent = fn.inputs[position]
-        target = self.node_of[id(parent._ctx if parent._ctx is not None else parent)]
-        sent = Sent(self.node_of[id(fn)], position, target, grad)
-        self.steps[-1].sent.append(sent)
-        self.arrived.setdefault(target, []).append(sent)
+        several = type(output) is tuple  # one step per output, the rule's sends on the last
+        for tensor, received in zip(*((output, grad) if several else ((output,), (grad,)))):
+            hooked = tensor is not None and _has_hooks(tensor)
+            self.steps.append(Step(node, fn, received, parts, hooked))
+        grads = run()
+        for position, sent in enumerate(grads):
+            parent = fn.inputs[position]
+            if sent is None or not parent.requires_grad:
+                continue
+            if not isinstance(sent, Tensor):
+                sent = Tensor._from_op(sent, None)
+            target = self.node_of[id(parent._ctx if parent._ctx is not None else parent)]
+            part = Sent(node, position, target, sent)
+            self.steps[-1].sent.append(part)
+            self.arrived.setdefault(target, []).append(part)
+        return grads
 
 
 def _has_hooks(tensor: Tensor) -> bool:
@@ -123,7 +137,11 @@ def animate_backward(
     graph = _Graph(root, names)  # before backward: every node's value is still there
     before = {node: leaf.grad for node, leaf in graph.leaves()}
     watcher = _Watcher(graph.node_of, seed)
-    run_backward([root], [seed], retain_graph, False, observer=watcher)
+    listening = listeners.listen(watcher)
+    try:
+        run_backward([root], [seed], retain_graph, False)
+    finally:
+        listening.remove()
     leaves = [
         LeafGradient(node, leaf, leaf.grad, watcher.arrived[node], before[node], _has_hooks(leaf))
         for node, leaf in graph.leaves()
