@@ -44,6 +44,10 @@ class Function(torch_protocol.ContextMethods):
     output no gradient reached. ``self.output`` is then the tuple of outputs (None for one
     already freed). An output with an integer or bool dtype gets no gradient and no history.
 
+    Forward mode (`forward_ad`): ``jvp(self, *tangents)`` returns the output's tangent from one
+    tangent per input (None where an input has none), written with Tensor ops like backward;
+    ``self.output`` is lent to it as to backward. An op without one refuses dual inputs.
+
     PyTorch's protocol (a staticmethod ``forward(ctx, ...)`` on Tensors) is the same node seen
     through another door; `torch_protocol` describes it.
 
@@ -133,6 +137,15 @@ class Function(torch_protocol.ContextMethods):
 
     def backward(self, grad: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement backward")
+
+    def jvp(self, *tangents: Any) -> Any:
+        """Forward mode's rule: the output's tangent ``dy = J dx`` from one tangent per input
+        (None for an input without one), with Tensor ops; a tuple for several outputs. It reads
+        ``self.inputs``, ``self.output`` and what forward kept, as backward does."""
+        raise RuntimeError(
+            f"Trying to use forward AD with {self.name} that does not support it: {self.name} "
+            "has no jvp rule (jvp(self, *tangents), beside its forward and backward)"
+        )
 
     @classmethod
     def apply(cls, *inputs: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,300 @@
+"""Autograd, forward mode: dual tensors (``torch.autograd.forward_ad``).
+
+Reverse mode walks the graph backwards from a scalar; forward mode carries a tangent beside each
+primal through the same ops, one Jacobian-vector product per op: for ``y = f(x)`` and a tangent
+``dx`` the op's ``jvp`` rule returns ``dy = J_f(x) dx``. Part of `autograd`: imports `backend`,
+`listeners` and `function`, nothing above. Invariants:
+- tangents live here, in one dict per open level keyed by the primal Tensor's identity (weakly:
+  a dying primal drops its entry), never on the Tensor, so the reverse-only path pays nothing;
+- while a level is open a `Listener` watches ``Function.apply`` (its ``made`` moment) and calls
+  the op's ``jvp(self, *tangents)`` when some input has a tangent; with no level open
+  ``listeners.active`` is what it was before, None on the ordinary path;
+- a JVP rule is written with Tensor ops, so it composes: the tangent of a tangent (nested
+  levels), and a reverse graph through the tangent when grad mode records one;
+- grad mode does not stop forward mode (as in PyTorch); an integer or bool output gets no
+  tangent; exiting a level drops every tangent it held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from .. import backend
+from . import listeners
+from .function import Function
+
+
+class UnpackedDualTensor(NamedTuple):
+    """What `unpack_dual` returns: the primal (a view without the tangent) and the tangent."""
+
+    primal: Any
+    tangent: Any
+
+
+class _Level:
+    """One dual level: the tangent of each primal that has one at this level."""
+
+    __slots__ = ("index", "tangents")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        # id(primal) -> (weak reference to the primal, its tangent)
+        self.tangents: dict[int, tuple[weakref.ref, Any]] = {}
+
+    def get(self, tensor: Any) -> Any:
+        entry = self.tangents.get(id(tensor))
+        return None if entry is None or entry[0]() is not tensor else entry[1]
+
+    def set(self, tensor: Any, tangent: Any) -> None:
+        key, tangents = id(tensor), self.tangents
+
+        def forget(ref: weakref.ref, key: int = key) -> None:
+            entry = tangents.get(key)
+            if entry is not None and entry[0] is ref:
+                del tangents[key]
+
+        tangents[key] = (weakref.ref(tensor, forget), tangent)
+
+
+_levels: list[_Level] = []  # open levels, innermost last (global, as PyTorch's are)
+# How many of the open levels (the outermost ones) the listener carries tangents for now. While
+# level k's jvp rule runs it is k: the rule computes on the primals, and its own ops carry only
+# the outer levels' tangents (a tangent of a tangent), never level k's (which would recurse).
+# 0 inside a custom Function's forward, which PyTorch runs without forward AD.
+_watched = [0]
+_handle: Any = None  # the listener's handle while a level is open
+
+
+# ------------------------------------------------------------------------------------ levels
+def enter_dual_level() -> int:
+    """Open a new dual level and return its index (PyTorch's: one level at a time)."""
+    if _levels:
+        raise RuntimeError("Nested forward mode AD is not supported at the moment")
+    return _enter()
+
+
+def exit_dual_level(*, level: int | None = None) -> None:
+    """Close the innermost level (which `level` must name, if given); its tangents are dropped."""
+    if not _levels:
+        raise RuntimeError("Dual level must be a positive number.")
+    if level is not None and level != _levels[-1].index:
+        raise RuntimeError(
+            "Trying to exit a forward AD level that was not the last one that was created. "
+            "This is not supported."
+        )
+    _exit()
+
+
+@contextlib.contextmanager
+def dual_level() -> Iterator[int]:
+    """``with dual_level():`` opens a level for `make_dual` and closes it on exit."""
+    index = enter_dual_level()
+    try:
+        yield index
+    finally:
+        exit_dual_level(level=index)
+
+
+@contextlib.contextmanager
+def nested_level() -> Iterator[int]:
+    """A level inside the open ones, for transforms that nest forward mode (``func.jvp`` in
+    ``func.jvp``): a tangent of a tangent is the second derivative along both directions.
+    PyTorch's public API refuses nesting; this is tinyattn's door for its own transforms."""
+    index = _enter()
+    try:
+        yield index
+    finally:
+        if _levels and _levels[-1].index == index:
+            _exit()
+
+
+def _enter() -> int:
+    global _handle
+    _levels.append(_Level(len(_levels)))
+    _watched[0] = len(_levels)
+    if _handle is None:
+        _handle = listeners.listen(_TANGENTS)
+    return _levels[-1].index
+
+
+def _exit() -> None:
+    global _handle
+    _levels.pop().tangents.clear()
+    _watched[0] = min(_watched[0], len(_levels))
+    if not _levels and _handle is not None:
+        _handle.remove()  # the ordinary path is back to one test of None
+        _handle = None
+
+
+def _level(level: int | None, what: str) -> _Level | None:
+    if level is None:
+        return _levels[-1] if _levels else None
+    if not 0 <= level < len(_levels):
+        raise RuntimeError(f"Invalid level given to {what}")
+    return _levels[level]
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No tangents are computed inside (a custom Function's forward; its jvp gives them)."""
+    with _watching(0):
+        yield
+
+
+@contextlib.contextmanager
+def _watching(count: int) -> Iterator[None]:
+    before, _watched[0] = _watched[0], count
+    try:
+        yield
+    finally:
+        _watched[0] = before
+
+
+# --------------------------------------------------------------------------- dual tensors
+def make_dual(tensor: Any, tangent: Any, *, level: int | None = None) -> Any:
+    """A view of `tensor` whose tangent at `level` (the innermost by default) is `tangent`.
+
+    Shapes: tangent.shape == tensor.shape. Backward through the result reaches `tensor`; the
+    tangent itself is carried, not differentiated through."""
+    found = _level(level, "_make_dual")
+    if found is None:
+        raise RuntimeError(
+            "Trying to create a dual Tensor for forward AD but no level exists, make sure to "
+            "enter_dual_level() first."
+        )
+    for what, value in (("primal", tensor), ("tangent", tangent)):
+        if not _is_floating(value):
+            raise ValueError(
+                f"Expected {what} to be floating point or complex, but got: {_dtype_of(value)}"
+            )
+    if tuple(tangent.shape) != tuple(tensor.shape):
+        raise RuntimeError(
+            "Trying to set a forward gradient that has a different size than that of the "
+            f"original Tensor, this is not supported. Tensor is of size {list(tensor.shape)} "
+            f"while the given forward gradient is of size {list(tangent.shape)}."
+        )
+    if tangent.device != tensor.device:
+        raise RuntimeError(
+            f"make_dual: the tangent is on {tangent.device} but the primal on {tensor.device}"
+        )
+    dual = _Alias.apply(tensor)  # other levels' tangents travel through its jvp
+    found.set(dual, tangent)
+    return dual
+
+
+def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
+    """(primal, tangent) of `tensor` at `level`: the primal is a view carrying no tangent at
+    that level; the tangent is None where there is none (and outside every level)."""
+    found = _level(level, "_unpack_dual")
+    if found is None:
+        return UnpackedDualTensor(tensor, None)
+    tangent = found.get(tensor)
+    if tangent is None:
+        return UnpackedDualTensor(tensor, None)
+    with paused():  # the primal view must not inherit the tangent it is unpacked from
+        primal = _Alias.apply(tensor)
+    for other in _levels:
+        if other is not found and other.get(tensor) is not None:
+            other.set(primal, other.get(tensor))
+    return UnpackedDualTensor(primal, tangent)
+
+
+def tangent_of(tensor: Any, level: int | None = None) -> Any:
+    """The tangent of `tensor` at `level` (innermost by default), or None: no view is made."""
+    found = _level(level, "tangent_of")
+    return None if found is None else found.get(tensor)
+
+
+def is_active() -> bool:
+    """Whether a dual level is open."""
+    return bool(_levels)
+
+
+# --------------------------------------------------------------------------- the listener
+class _Tangents(listeners.Listener):
+    """Calls an op's jvp rule when some input has a tangent, and files the output's tangent."""
+
+    def made(self, fn: Any, result: Any) -> None:
+        for level in _levels[: _watched[0]]:
+            tangents = [level.get(t) for t in fn.inputs]
+            if any(t is not None for t in tangents):
+                _propagate(level, fn, result, tangents)
+
+
+_TANGENTS = _Tangents()
+
+
+def _propagate(level: _Level, fn: Any, result: Any, tangents: list) -> None:
+    """Run fn's jvp for `level` and file the tangent of each floating output."""
+    outputs = result if type(result) is tuple else (result,)
+    if not any(_is_floating(out) for out in outputs):
+        return  # an index, a mask: nothing to carry
+    lent = getattr(fn, "output", None)
+    fn.output = result  # as the engine lends it to backward
+    try:
+        with _watching(level.index):
+            produced = fn.jvp(*tangents)
+    finally:
+        fn.output = lent
+    produced = produced if type(result) is tuple else (produced,)
+    if not isinstance(produced, tuple | list) or len(produced) != len(outputs):
+        count = len(produced) if isinstance(produced, tuple | list) else 1
+        raise RuntimeError(
+            f"{fn.name}.jvp returned {count} tangent(s) for {len(outputs)} output(s): "
+            "return one per output (None where there is none)"
+        )
+    for out, tangent in zip(outputs, produced):
+        if tangent is not None and _is_floating(out):
+            level.set(out, _fitted(fn, out, tangent))
+
+
+def _fitted(fn: Any, out: Any, tangent: Any) -> Any:
+    """The tangent as a Tensor of the output's shape (an array from a rule is wrapped)."""
+    if not hasattr(tangent, "_ctx"):
+        tangent = out.constant(tangent)
+    if tuple(tangent.shape) != tuple(out.shape):
+        raise RuntimeError(
+            f"{fn.name}.jvp returned a tangent of shape {tuple(tangent.shape)} for an output "
+            f"of shape {tuple(out.shape)}: a tangent has its primal's shape"
+        )
+    return tangent
+
+
+def _is_floating(tensor: Any) -> bool:
+    array = getattr(tensor, "array", None)
+    return array is not None and backend.is_floating(backend.namespace(array), array.dtype)
+
+
+def _dtype_of(value: Any) -> str:
+    array = getattr(value, "array", None)
+    return type(value).__name__ if array is None else backend.dtype_name(array.dtype)
+
+
+# ------------------------------------------------------------------------------- the alias
+class _Alias(Function):
+    """y = x, a view sharing x's storage; dL/dx = dL/dy; dy = dx (make_dual, unpack_dual)."""
+
+    backward_reads = ()
+    shares_storage = True
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+    def backward(self, grad: Any) -> Any:
+        return grad
+
+    def jvp(self, tangent: Any) -> Any:
+        return tangent
+
+
+__all__ = [
+    "UnpackedDualTensor",
+    "dual_level",
+    "enter_dual_level",
+    "exit_dual_level",
+    "make_dual",
+    "unpack_dual",
+]
