@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from .. import backend
 from . import listeners
 from .function import Function
+from .grad_mode import no_grad
 
 
 class UnpackedDualTensor(NamedTuple):
@@ -211,6 +212,70 @@ def tangent_of(tensor: Any, level: int | None = None) -> Any:
 def is_active() -> bool:
     """Whether a dual level is open."""
     return bool(_levels)
+
+
+# --------------------------------------------------------------------------------- in place
+RANDOM_FILLS = ("normal_", "uniform_")  # new values that do not depend on the old: tangent 0
+
+
+def in_place_tangents(tensor: Any, op: str, compute: Any, values: tuple) -> list | None:
+    """Before an in-place op writes ``compute(tensor)`` into `tensor`: the new tangent at each
+    level where `tensor`, its base or a value has one, as (level, tangent) pairs; None (at once)
+    when no level is open. Through a view of a dual base the view's tangent must be a view of
+    the base's, which the write then reaches; otherwise it is refused rather than left stale.
+    (A base without a tangent keeps none: PyTorch's would get one.)"""
+    if not _levels:
+        return None
+    view = tensor._view
+    base = view[0] if view is not None and view[0] is not tensor else None
+    involved = [
+        level
+        for level in _levels[: _watched[0]]
+        if level.get(tensor) is not None
+        or (base is not None and level.get(base) is not None)
+        or any(level.get(v) is not None for v in values if hasattr(v, "_ctx"))
+    ]
+    if not involved:
+        return None
+    for level in involved:
+        if base is not None and not _shares_tangent(level, tensor, base):
+            raise RuntimeError(
+                f"{op}: an in-place write with forward AD into a view of a dual tensor, where "
+                "the view's tangent is not a view of its base's tangent, is not supported: "
+                "write into the base, or take the view of the dual tensor itself"
+            )
+    if op in RANDOM_FILLS:
+        xp = backend.namespace(tensor.array)
+        return [(level, tensor.constant(xp.zeros_like(tensor.array))) for level in involved]
+    result = compute(tensor)  # out of place: the same op's jvp rule gives the new tangent
+    return [(level, level.get(result)) for level in involved]
+
+
+def store_tangents(tensor: Any, tangents: list) -> None:
+    """After the write: each new tangent goes into `tensor`'s tangent in place, as PyTorch's
+    does (its views see it), or becomes its tangent where it had none or one in a graph."""
+    for level, new in tangents:
+        if new is None:
+            xp = backend.namespace(tensor.array)
+            new = tensor.constant(xp.zeros_like(tensor.array))
+        old = level.get(tensor)
+        if old is None or old.requires_grad:
+            level.set(tensor, new)
+            continue
+        with no_grad(), paused():
+            try:
+                old.copy_(new)
+            except RuntimeError:  # a read-only tangent (an expanded zero): replaced instead
+                level.set(tensor, new)
+
+
+def _shares_tangent(level: _Level, view: Any, base: Any) -> bool:
+    view_tangent, base_tangent = level.get(view), level.get(base)
+    if base_tangent is None:
+        return True  # nothing of the base's to keep in step
+    if view_tangent is None:
+        return False
+    return backend.is_view_of(view_tangent.array, base_tangent.array)
 
 
 # --------------------------------------------------------------------------- the listener

@@ -358,7 +358,12 @@ def _apply_ctx_protocol(fn: Function, args: tuple, kwargs: dict) -> Any:
         return results if several else results[0]
     recorded = _modes.grad_enabled and any(t.requires_grad for t in fn.inputs)
     outputs = _record_outputs(fn, tuple([r.array for r in results]), recorded, like=results)
-    return outputs if several else outputs[0]
+    made = outputs if several else outputs[0]
+    watching = listeners.active
+    if watching is not None:  # forward mode's tangents come from the static jvp
+        fn._constant_outputs = torch_protocol.constant_outputs(fn, results)
+        watching.made(fn, made)
+    return made
 
 
 # ------------------------------------------------------------------------- the tensor layer

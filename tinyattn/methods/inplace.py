@@ -21,6 +21,7 @@ from ..autograd import (
     no_grad,
     note_store,
 )
+from ..autograd.forward_ad import in_place_tangents, store_tangents
 from ..errors import TinyattnError
 from ..ops import (
     normalize_axes,
@@ -60,12 +61,15 @@ class InPlaceMethods(TensorBase):
         self, op: str, compute: Callable[[Tensor], Tensor], *values: Any, cast: bool = False
     ) -> Tensor:
         """Compute ``compute(x)``, x standing for this tensor's values, and store it here."""
+        tangents = in_place_tangents(self, op, compute, values)  # None unless forward AD is on
         if is_grad_enabled() and _in_graph(self, op, values):
             recorded_inplace(self, op, compute, cast)
-            return self
-        with no_grad():
-            result = fitted(op, self, compute(self), cast)
-        self._store(op, result.array)
+        else:
+            with no_grad():
+                result = fitted(op, self, compute(self), cast)
+            self._store(op, result.array)
+        if tangents is not None:
+            store_tangents(self, tangents)
         return self
 
     def _store(self, op: str, array: Any) -> None:
