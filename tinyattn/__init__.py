@@ -196,6 +196,8 @@ _LAZY = {
     "sparse": ("tinyattn.sparse", None),
     "sparse_coo_tensor": ("tinyattn.sparse", "sparse_coo_tensor"),
     "spmm": ("tinyattn.sparse", "spmm"),
+    "func": ("tinyattn.func", None),
+    "vmap": ("tinyattn.func", "vmap"),
 }
 __all__ += [name for name in _LAZY if name != "viz"]
 

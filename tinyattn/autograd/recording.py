@@ -7,7 +7,8 @@ one test: None while no thread records. Everything a replay must see is declared
 one place: a random draw (the backend's draw hook), an in-place write (`note_store`), a new
 array (`note_created`), a ``.grad`` set by hand (`note_grad_set`), a module's mode
 (`note_mode`), a Python call to run again on every replay (`replayed_call`), and the host
-reads and Python writes a replay cannot repeat (`check_host_read`, `check_python_write`).
+reads and Python writes a replay cannot repeat (`check_host_read`, `check_python_write`), and
+the functional transforms a replay cannot repeat (`note_transform`).
 """
 
 from __future__ import annotations
@@ -161,3 +162,17 @@ def check_python_write(what: str) -> None:
     learning rate): refused in a recording, outside the calls a replay runs as Python."""
     if recorder is not None:
         recorder.python_write(what)
+
+
+def note_transform(name: str) -> None:
+    """Called by each functional transform (``tinyattn.func``'s ``vmap``, ``grad``, ``jvp``, ...
+    and ``tinyattn.autograd.functional``'s): a recording refuses the step, naming `name`,
+    since a replay repeats array calls, not the transform's Python. (Inside a call that every
+    replay runs as Python, the recorder is suspended and the transform runs as it is.)"""
+    current = active_recorder() if recorder is not None else None
+    if current is not None and not getattr(current, "suspended", False):
+        raise RuntimeError(
+            f"ta.compile cannot record a step that calls the functional transform {name}: a "
+            f"replay repeats the step's array calls, not {name}'s Python (its levels, batching "
+            f"and graph of gradients). Call {name} outside the compiled function"
+        )

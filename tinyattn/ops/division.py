@@ -94,3 +94,7 @@ class Copysign(Function):
             (grad * flip).sum_to(a.shape) if a.requires_grad else None,
             (grad * 0.0).sum_to(b.shape) if b.requires_grad else None,
         )
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = dict.fromkeys((RoundedDivide, Fmod, Copysign), "elementwise")

@@ -598,3 +598,14 @@ class RPowScalar(Function):
         if self.log_c == -math.inf:  # c = 0: y is 0 or 1 for x >= 0, flat; inf * -inf for x < 0
             slope = _zero_where(self.inputs[0].array >= 0, slope)
         return grad * slope
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+# fmt: off
+VMAP_RULES = dict.fromkeys(
+    (Add, Sub, Mul, Div, Pow, Neg, Maximum, Minimum, Exp, Log, Log2, Log10, Exp2, Log1p,
+     Expm1, Sqrt, Tanh, Sigmoid, Relu, Abs, Clip, Where, Cast, AddScalar, MulScalar,
+     DivScalar, RSubScalar, RDivScalar, PowScalar, RPowScalar),
+    "elementwise",
+)
+# fmt: on

@@ -151,3 +151,7 @@ class LayerNorm(Function):
         if self.has_bias and self.inputs[-1].requires_grad:
             grads[-1] = grad.sum_to(self.inputs[-1].shape)
         return tuple(grads)
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = {Linear: "linear", LayerNorm: "along_axes"}

@@ -168,3 +168,7 @@ class IndexAdd(Function):
 
     def backward(self, grad: Any) -> Any:
         return GetItem.apply(grad, key=self.key.full)
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = {GetItem: "getitem"}

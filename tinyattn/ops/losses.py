@@ -178,3 +178,7 @@ def _clamped_log(xp: Any, x: Any) -> Any:
     positive = x > 0
     logs = xp.log(xp.where(positive, x, xp.ones_like(x)))  # log(1) = 0 where x is 0
     return xp.where(positive, xp.maximum(logs, LOG_FLOOR), xp.full_like(x, LOG_FLOOR))
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = {CrossEntropy: "cross_entropy"}

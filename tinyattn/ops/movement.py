@@ -85,3 +85,7 @@ class DiagonalEmbed(Function):
 
     def backward(self, grad: Any) -> Any:
         return Diagonal.apply(grad, offset=self.offset, axes=self.axes)
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = {Flip: "along_axes", Clone: "elementwise"}

@@ -289,3 +289,11 @@ class SumTo(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad.broadcast_to(self.inputs[0].shape)
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = {
+    **dict.fromkeys((Sum, Prod, Mean, Norm, Max, Min), "reduction"),
+    BroadcastTo: "broadcast_to",
+    SumTo: "sum_to",
+}

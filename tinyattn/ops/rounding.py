@@ -127,3 +127,7 @@ class Remainder(Function):
             grad.sum_to(a.shape) if a.requires_grad else None,
             (-grad * quotient).sum_to(b.shape) if b.requires_grad else None,
         )
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = dict.fromkeys((Floor, Ceil, Round, Trunc, Sign, FloorDivide, Remainder), "elementwise")

@@ -59,3 +59,7 @@ def running_product(x: Any, axis: int, exclusive: bool = False) -> Any:
         x = Concat.apply(head, tail, axis=len(lead))
         step *= 2
     return x
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = {Cumsum: "along_axes"}

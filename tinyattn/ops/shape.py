@@ -217,3 +217,14 @@ class ToDevice(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad.to(self.inputs[0].device)
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = {
+    Reshape: "reshape",
+    Permute: "permute",
+    Concat: "concat",
+    Split: "along_axes",
+    MatMul: "matmul",
+    ToDevice: "elementwise",
+}

@@ -109,3 +109,7 @@ def _log_softmax(xp: Any, x: Any, axis: int) -> Any:
     total = kernels.sum_array(xp.exp(shifted), (axis % x.ndim,), keepdims=True)
     shifted -= xp.log(xp.where(total == 0, xp.ones_like(total), total))  # in place: ours
     return shifted
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = dict.fromkeys((Softmax, LogSoftmax), "along_axes")

@@ -248,3 +248,7 @@ class Gelu(Function):
             (cdf,) = self.saved_tensors
         pdf = (x * x * -0.5).exp() * _PDF_SCALE
         return grad * (cdf + x * pdf)
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = dict.fromkeys((Erf, Gelu), "elementwise")

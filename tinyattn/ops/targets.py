@@ -176,3 +176,7 @@ class Dropout(Function):
     def backward(self, grad: Any) -> Any:
         (scaled_mask,) = self.saved_tensors
         return grad * scaled_mask
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = {Dropout: "dropout"}

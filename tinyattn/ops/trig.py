@@ -215,3 +215,9 @@ class Atanh(Function):
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]
         return grad / (1.0 - x * x)
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
+VMAP_RULES = dict.fromkeys(
+    (Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Atan2), "elementwise"
+)

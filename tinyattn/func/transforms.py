@@ -1,0 +1,256 @@
+"""Functional transforms, derivatives: ``vjp``, ``grad``, ``jvp`` and their compositions.
+
+- `vjp` runs f on fresh differentiable copies of its inputs and returns ``vjp_fn``, which runs
+  the engine backwards from f's output (``tinyattn.autograd.grad``); `grad` and
+  `grad_and_value` are `vjp` of a scalar with cotangent 1.
+- `jvp` runs f on dual tensors (``tinyattn.autograd.forward_ad``): one forward pass carries
+  ``J v`` beside the output.
+- `jacrev` is `vjp` once per output element (the rows of J), `jacfwd` `jvp` once per input
+  element (the columns), `hessian` is ``jacfwd(jacrev(f))``: compositions, not new engines.
+
+Nesting: while a transform runs f, the transforms inside it keep their gradients' graphs
+(create_graph), so ``grad(grad(f))`` and ``jacfwd(jacrev(f))`` differentiate through them.
+Under vmap the engine runs on the physical tensors: an input is first given a batch dim for
+every active vmap level (samples are independent, so the gradient of the batch's sum is each
+sample's gradient), and the results are batched tensors again (`batching`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..autograd import enable_grad, is_grad_enabled, recording
+from ..autograd import grad as engine_grad
+from ..tensor import Tensor
+from . import batching
+from .pytree import tree_flatten, tree_unflatten
+
+_state = threading.local()  # .depth: how many transforms are running their function now
+
+
+def _depth() -> int:
+    return getattr(_state, "depth", 0)
+
+
+@contextlib.contextmanager
+def _running() -> Iterator[None]:
+    """``with _running():`` a transform is running its function (inner ones keep graphs)."""
+    _state.depth = _depth() + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+# ------------------------------------------------------------------- physical tensors
+def to_physical(tensor: Any, levels: list) -> Any:
+    """`tensor`'s physical Tensor with a batch dim for each active vmap level, in level order
+    (levels it is not batched at are expanded). Shapes: (*s) -> (B_1, ..., B_L, *s)."""
+    present = []
+    while batching.is_batched(tensor):
+        present.append(tensor.array.level)
+        tensor = tensor.array.value
+    present.reverse()  # the lowest level's batch dim is the first
+    for position, level in enumerate(levels):
+        if level.number not in present:
+            tensor = tensor.unsqueeze(position)
+            shape = list(tensor.shape)
+            shape[position] = level.size
+            tensor = tensor.expand(*shape)
+    return tensor
+
+
+def from_physical(tensor: Any, levels: list) -> Any:
+    """The inverse of `to_physical`: a batched tensor of every active level."""
+    for level in levels:
+        tensor = batching.wrap(tensor, level.number)
+    return tensor
+
+
+def _fresh(tensor: Any, levels: list, keep_graph: bool) -> tuple[Any, Any]:
+    """A differentiable stand-in for an input: (its physical Tensor, the logical one f sees).
+    It joins the caller's graph when there is one to keep, else it is a new leaf."""
+    physical = to_physical(tensor, levels)
+    if keep_graph and physical.requires_grad:
+        physical = physical.view_as(physical)  # a node of its own: f's graph starts here
+    else:
+        physical = physical.detach().requires_grad_()
+    return physical, from_physical(physical, levels)
+
+
+def _detached(tensor: Any, levels: list) -> Any:
+    return from_physical(to_physical(tensor, levels).detach(), levels)
+
+
+# ------------------------------------------------------------------------------- vjp
+def _check_tensors(name: str, values: list, what: str) -> None:
+    for value in values:
+        if not isinstance(value, Tensor):
+            raise RuntimeError(
+                f"{name}: expected {what} to be Tensors (or nests of them), got "
+                f"{type(value).__name__}"
+            )
+
+
+def _split_aux(name: str, output: Any, has_aux: bool) -> tuple[Any, Any]:
+    if not has_aux:
+        return output, None
+    if not (isinstance(output, tuple) and len(output) == 2):
+        raise RuntimeError(
+            f"{name}(f, ...)(*args): output of function f should be a tuple: (output, aux) "
+            "if has_aux is True"
+        )
+    return output
+
+
+def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
+    """``torch.func.vjp``: (f(*primals), vjp_fn[, aux]), where ``vjp_fn(v)`` is ``v^T J``, one
+    gradient per primal (a tuple, nests as the primals). Shapes: v as f's output."""
+    recording.note_transform("vjp")
+    leaves, spec = tree_flatten(primals)
+    _check_tensors("vjp", leaves, "primals")
+    levels = list(batching.active_levels())
+    keep_graph = is_grad_enabled() and (_depth() > 0 or any(t.requires_grad for t in leaves))
+    with enable_grad(), _running():
+        fresh = [_fresh(t, levels, keep_graph) for t in leaves]
+        output = func(*tree_unflatten([logical for _, logical in fresh], spec))
+    output, aux = _split_aux("vjp", output, has_aux)
+    out_leaves, out_spec = tree_flatten(output)
+    _check_tensors("vjp", out_leaves, "the outputs of f")
+    out_physical = [to_physical(t, levels) for t in out_leaves]
+    inputs = [physical for physical, _ in fresh]
+
+    def vjp_fn(*cotangents: Any) -> tuple:
+        given = cotangents[0] if len(cotangents) == 1 and len(out_leaves) == 1 else cotangents
+        flat, given_spec = tree_flatten(given)
+        if len(flat) != len(out_leaves):
+            raise RuntimeError(
+                f"vjp_fn: expected {len(out_leaves)} cotangents (the structure of f's "
+                f"output), got {len(flat)}"
+            )
+        for cotangent, out in zip(flat, out_leaves):
+            if tuple(cotangent.shape) != tuple(out.shape):
+                raise RuntimeError(
+                    f"vjp_fn: a cotangent has shape {tuple(cotangent.shape)} but the output "
+                    f"it belongs to has shape {tuple(out.shape)}"
+                )
+        grads = _backward(out_physical, flat, inputs, levels, keep_graph or _depth() > 0)
+        return tree_unflatten(grads, spec)
+
+    result_output = (
+        output
+        if keep_graph
+        else tree_unflatten([_detached(t, levels) for t in out_leaves], out_spec)
+    )
+    return (result_output, vjp_fn, aux) if has_aux else (result_output, vjp_fn)
+
+
+def _backward(outputs: list, cotangents: list, inputs: list, levels: list, graph: bool) -> list:
+    """The engine's gradients of the physical `outputs` with respect to `inputs`, as logical
+    tensors (zeros where an input does not reach the outputs)."""
+    roots, seeds = [], []
+    for out, cotangent in zip(outputs, cotangents):
+        if out.requires_grad:
+            roots.append(out)
+            seeds.append(to_physical(cotangent, levels).to(out.dtype))
+    found = [None] * len(inputs)
+    if roots:
+        with enable_grad():
+            found = engine_grad(
+                roots, inputs, seeds, retain_graph=True, create_graph=graph, allow_unused=True
+            )
+    return [
+        from_physical(x.detach() * 0 if g is None else g, levels) for x, g in zip(inputs, found)
+    ]
+
+
+# ------------------------------------------------------------------------------ grad
+def _check_argnums(name: str, argnums: Any, count: int) -> tuple[int, ...]:
+    several = isinstance(argnums, tuple)
+    numbers = argnums if several else (argnums,)
+    if several and not numbers:
+        raise RuntimeError(f"{name}: argnums must be non-empty")
+    for n in numbers:
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise RuntimeError(
+                f"{name}: argnums must be int or Tuple[int, ...], got: {type(argnums)}"
+            )
+        if not -count <= n < count:
+            raise RuntimeError(f"{name}: Got argnums={argnums}, but only {count} positional inputs")
+    normalized = tuple(n % count for n in numbers)
+    if len(set(normalized)) != len(normalized):
+        raise RuntimeError(f"{name}: argnums must be unique, got {argnums}")
+    return normalized
+
+
+def _with_args(args: tuple, numbers: tuple, chosen: tuple) -> tuple:
+    args = list(args)
+    for n, value in zip(numbers, chosen):
+        args[n] = value
+    return tuple(args)
+
+
+def grad_and_value(func: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
+    """``torch.func.grad_and_value``: f's gradient with respect to the arguments `argnums`
+    (nests as they are; a tuple for a tuple of argnums) and f's value: ``(grad, value)``, or
+    ``(grad, (value, aux))``. f must return a scalar (one element) Tensor."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> tuple:
+        recording.note_transform("grad")
+        if not args:
+            raise RuntimeError("grad_and_value(f)(*args): f must be called with at least one input")
+        numbers = _check_argnums("grad_and_value(f)(*args)", argnums, len(args))
+
+        def chosen_only(*chosen: Any) -> Any:
+            output = func(*_with_args(args, numbers, chosen), **kwargs)
+            value, aux = _split_aux("grad_and_value", output, has_aux)
+            if not isinstance(value, Tensor):
+                raise RuntimeError(
+                    "grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got "
+                    f"{type(value)}"
+                )
+            if value.ndim != 0:
+                raise RuntimeError(
+                    "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
+                    f"tensor with {value.ndim} dims (shape {tuple(value.shape)}). Maybe you "
+                    "wanted to use the vjp or jacrev APIs instead?"
+                )
+            return (value, aux) if has_aux else value
+
+        chosen = tuple(args[n] for n in numbers)
+        value, vjp_fn, *aux = vjp(chosen_only, *chosen, has_aux=has_aux)
+        grads = vjp_fn(_ones_like(value))
+        grads = grads if isinstance(argnums, tuple) else grads[0]
+        return (grads, (value, aux[0])) if has_aux else (grads, value)
+
+    return wrapper
+
+
+def grad(func: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
+    """``torch.func.grad``: df/dx for a scalar f, as `grad_and_value` without the value
+    (``(grad, aux)`` with has_aux)."""
+    both = grad_and_value(func, argnums, has_aux)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        grads, value = both(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+
+    return wrapper
+
+
+def _ones_like(tensor: Any) -> Any:
+    from .. import creation
+
+    return creation.ones(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
+
+
+def _zeros_like(tensor: Any) -> Any:
+    from .. import creation
+
+    return creation.zeros(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
