@@ -11,6 +11,19 @@ Sits above the tensor layer and `nn`, and imports them.
 
 from __future__ import annotations
 
+from .modules import functional_call, stack_module_state
+from .transforms import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
 from .vmap import vmap
 
-__all__ = ["vmap"]
+__all__ = [
+    "functional_call",
+    "grad",
+    "grad_and_value",
+    "hessian",
+    "jacfwd",
+    "jacrev",
+    "jvp",
+    "stack_module_state",
+    "vjp",
+    "vmap",
+]

@@ -254,3 +254,183 @@ def _zeros_like(tensor: Any) -> Any:
     from .. import creation
 
     return creation.zeros(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
+
+
+# ------------------------------------------------------------------------------- jvp
+def jvp(
+    func: Callable, primals: Any, tangents: Any, *, strict: bool = False, has_aux: bool = False
+) -> tuple:
+    """``torch.func.jvp``: (f(*primals), J v[, aux]) in one forward pass on dual tensors, where
+    v are the tangents (nests as the primals). Shapes: each tangent as its primal; J v as f's
+    output."""
+    recording.note_transform("jvp")
+    if not isinstance(primals, tuple):
+        raise RuntimeError(
+            "jvp(f, primals, tangents): Expected primals to be a tuple. E.g. it should be valid "
+            "to call f(*primals)."
+        )
+    if not isinstance(tangents, tuple) or len(tangents) != len(primals):
+        raise RuntimeError(
+            "jvp(f, primals, tangents): Expected primals and tangents to have the same python "
+            f"structure (a tuple of {len(primals)}), got {type(tangents).__name__}"
+        )
+    leaves, spec = tree_flatten(primals)
+    tangent_leaves, tangent_spec = tree_flatten(tangents)
+    if tangent_spec != spec:
+        raise RuntimeError(
+            "jvp(f, primals, tangents): Expected primals and tangents to have the same python "
+            "structure"
+        )
+    _check_tensors("jvp", leaves + tangent_leaves, "primals and tangents")
+    for primal, tangent in zip(leaves, tangent_leaves):
+        if tuple(primal.shape) != tuple(tangent.shape):
+            raise RuntimeError(
+                f"jvp(f, primals, tangents): Expected primals and tangents to have the same "
+                f"shapes, got a primal of shape {tuple(primal.shape)} and a tangent of shape "
+                f"{tuple(tangent.shape)}"
+            )
+    from ..autograd import forward_ad
+
+    with forward_ad.nested_level() as level, _running():
+        duals = [forward_ad.make_dual(p, t, level=level) for p, t in zip(leaves, tangent_leaves)]
+        output = func(*tree_unflatten(duals, spec))
+        output, aux = _split_aux("jvp", output, has_aux)
+        out_leaves, out_spec = tree_flatten(output)
+        _check_tensors("jvp", out_leaves, "the outputs of f")
+        pairs = [forward_ad.unpack_dual(out, level=level) for out in out_leaves]
+    values = [p.primal for p in pairs]
+    changes = [_zeros_like(v) if p.tangent is None else p.tangent for v, p in zip(values, pairs)]
+    result = (tree_unflatten(values, out_spec), tree_unflatten(changes, out_spec))
+    return (*result, aux) if has_aux else result
+
+
+# ------------------------------------------------------------------ Jacobians, Hessian
+def _basis(tensor: Any) -> list:
+    """The one-hot tensors of `tensor`'s shape, one per element (row-major order)."""
+    count = tensor.numel()
+    eye = _zeros_like(tensor).reshape(-1)
+    rows = []
+    for k in range(count):
+        one = eye.clone()
+        one[k] = 1
+        rows.append(one.reshape(tuple(tensor.shape)))
+    return rows
+
+
+def _check_chunk(name: str, chunk_size: int | None) -> None:
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size <= 0):
+        raise ValueError(f"{name}: `chunk_size` should be greater than 0.")
+
+
+def _stacked(rows: list, leading: tuple, trailing: tuple) -> Any:
+    from ..methods.common import stack
+
+    return stack(rows, 0).reshape(leading + trailing)
+
+
+def jacrev(
+    func: Callable,
+    argnums: Any = 0,
+    *,
+    has_aux: bool = False,
+    chunk_size: int | None = None,
+    _preallocate_and_copy: bool = False,
+) -> Callable:
+    """``torch.func.jacrev``: the Jacobian of f with respect to the arguments `argnums`, one
+    `vjp` per output element (its rows). Shapes: output (*o), input (*i) -> (*o, *i); nests
+    as f's outputs, then as the argnums (a tuple for a tuple of argnums)."""
+    _check_chunk("jacrev", chunk_size)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        recording.note_transform("jacrev")
+        numbers = _check_argnums("jacrev(f)(*args)", argnums, len(args))
+        chosen = tuple(args[n] for n in numbers)
+        output, vjp_fn, *aux = vjp(
+            lambda *c: func(*_with_args(args, numbers, c), **kwargs), *chosen, has_aux=has_aux
+        )
+        out_leaves, out_spec = tree_flatten(output)
+        per_output = []
+        for k, out in enumerate(out_leaves):
+            rows = []
+            for one in _basis(out):
+                cotangents = [one if j == k else _zeros_like(o) for j, o in enumerate(out_leaves)]
+                rows.append(tree_flatten(vjp_fn(tree_unflatten(cotangents, out_spec)))[0])
+            in_leaves = tree_flatten(chosen)[0]
+            jac = [
+                _stacked([r[i] for r in rows], tuple(out.shape), tuple(x.shape))
+                for i, x in enumerate(in_leaves)
+            ]
+            jac = tree_unflatten(jac, tree_flatten(chosen)[1])
+            per_output.append(jac if isinstance(argnums, tuple) else jac[0])
+        result = tree_unflatten(per_output, out_spec)
+        return (result, aux[0]) if has_aux else result
+
+    return wrapper
+
+
+def jacfwd(
+    func: Callable, argnums: Any = 0, has_aux: bool = False, *, randomness: str = "error"
+) -> Callable:
+    """``torch.func.jacfwd``: the Jacobian of f with respect to the arguments `argnums`, one
+    `jvp` per input element (its columns). Shapes: output (*o), input (*i) -> (*o, *i)."""
+    if randomness not in ("error", "different", "same"):
+        raise RuntimeError(
+            f"jacfwd: only allowed values for randomness are 'error', 'different', "
+            f"or 'same'. Got {randomness!r}"
+        )
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        recording.note_transform("jacfwd")
+        numbers = _check_argnums("jacfwd(f)(*args)", argnums, len(args))
+        chosen = tuple(args[n] for n in numbers)
+        in_leaves, in_spec = tree_flatten(chosen)
+
+        def call(*c: Any) -> Any:
+            return func(*_with_args(args, numbers, c), **kwargs)
+
+        zeros = [_zeros_like(x) for x in in_leaves]
+        columns: list = [[] for _ in in_leaves]  # per input: per element, the outputs' J e
+        output = aux = None
+        for i, x in enumerate(in_leaves):
+            for one in _basis(x):
+                tangents = tree_unflatten(
+                    [one if j == i else z for j, z in enumerate(zeros)], in_spec
+                )
+                output, change, *rest = jvp(call, chosen, tangents, has_aux=has_aux)
+                aux = rest[0] if rest else None
+                columns[i].append(tree_flatten(change)[0])
+        if output is None:  # no input elements: one call for the output's shape
+            output, *rest = jvp(call, chosen, tree_unflatten(zeros, in_spec), has_aux=has_aux)[::2]
+        out_leaves, out_spec = tree_flatten(output)
+        per_output = []
+        for k, out in enumerate(out_leaves):
+            jac = []
+            for i, x in enumerate(in_leaves):
+                cols = [c[k] for c in columns[i]]
+                stacked = _stacked(cols, tuple(x.shape), tuple(out.shape)) if cols else None
+                jac.append(_columns_last(stacked, out, x))
+            jac = tree_unflatten(jac, in_spec)
+            per_output.append(jac if isinstance(argnums, tuple) else jac[0])
+        result = tree_unflatten(per_output, out_spec)
+        return (result, aux) if has_aux else result
+
+    return wrapper
+
+
+def _columns_last(stacked: Any, out: Any, x: Any) -> Any:
+    """(*i, *o) -> (*o, *i): the input's dims after the output's, as jacrev's."""
+    if stacked is None:
+        from .. import creation
+
+        return creation.zeros(tuple(out.shape) + tuple(x.shape), dtype=out.dtype)
+    ni = x.ndim
+    order = tuple(range(ni, stacked.ndim)) + tuple(range(ni))
+    return stacked.permute(*order)
+
+
+def hessian(func: Callable, argnums: Any = 0) -> Callable:
+    """``torch.func.hessian``: ``jacfwd(jacrev(f, argnums), argnums)``, forward over reverse.
+    Shapes: a scalar f of x (*i) -> (*i, *i)."""
+    return jacfwd(jacrev(func, argnums), argnums)
