@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import backend
 from ..errors import TinyattnError, freed_graph_message
-from . import function, hooks, listeners
+from . import function, grad_mode, hooks, listeners
 from .function import Function, rules_on_arrays
 from .grad_mode import set_grad_enabled
 from .hooks import RETAIN_GRAD, _check_hook_result
@@ -199,7 +199,7 @@ def _run_lent(fn: Function, inputs: tuple, output: Any, grad: Any) -> tuple:
     if fn._reads_output or type(grad) is list:
         grads = _run_with_output(fn, output, grad)
     else:  # a rule that reads no output (`backward_reads`) is lent none (common)
-        grads = fn.backward(grad)
+        grads = _rule(fn, grad)
     kind = type(grads)
     if kind is tuple and len(grads) == len(inputs):
         return grads
@@ -214,9 +214,22 @@ def _run_with_output(fn: Function, output: Any, grad: Any) -> Any:
     try:
         if type(grad) is list:  # several outputs (`_gather`): one gradient each
             return fn.backward(*grad)
-        return fn.backward(grad)
+        return _rule(fn, grad)
     finally:
         fn.output = None
+
+
+def _rule(fn: Function, grad: Any) -> Any:
+    """fn's backward rule on `grad`: its array form (`Function.backward_arrays`) where the op
+    declares one and no graph is built, which makes the same array calls without a Tensor op's
+    dispatch each, else the rule itself."""
+    if fn.backward_arrays is not None and (
+        rules_on_arrays() or (fn.arrays_in_recordings and not grad_mode.is_grad_enabled())
+    ):
+        arrays = fn.backward_arrays(grad.array)
+        if arrays is not None:
+            return function.constants(*arrays)
+    return fn.backward(grad)
 
 
 def _as_gradient_tuple(fn: Function, grads: Any) -> tuple:

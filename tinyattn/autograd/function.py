@@ -97,6 +97,12 @@ class Function(torch_protocol.ContextMethods):
     _checks_versions = True  # backward_reads or grad_reads name a value (set per subclass)
     _plain = False  # neither shares_storage nor _checks_versions: apply's short path
     _saves = False  # set on the class by save_for_backward: some node of it saved values
+    # An op may declare its rule's array form beside its backward: ``backward_arrays(self, g)``
+    # takes the output's gradient as an array and returns one array (or None) per input, the
+    # same values by the same array calls, or None where it does not apply. The engine calls it
+    # instead of backward where no graph is built (`rules_on_arrays`); a test holds the two equal.
+    backward_arrays: Callable[..., tuple | None] | None = None
+    arrays_in_recordings = False  # also while ta.compile records (it replays the rule as a call)
 
     def reads_host(self) -> bool:
         """Whether the last forward read values back to the host (an index range check): on a

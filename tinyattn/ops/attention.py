@@ -21,7 +21,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, constants, is_grad_enabled
+from ..autograd import Function, is_grad_enabled
 from ..backend import is_host_array, namespace, to_numpy
 from ..errors import TinyattnError
 from .shape import Concat
@@ -65,16 +65,13 @@ class HeadsAttention(Function):
         self.save_for_backward(weights)
         return kernels.merged_heads_product(weights, v_h)  # (B, H, Tq, Dv) -> (B, Tq, H * Dv)
 
+    # The array form runs whenever no graph is built: eagerly, and in a recording for
+    # ta.compile, which then replays this rule as one call (its products write each head in
+    # place, where the Tensor ops' merges copy).
+    arrays_in_recordings = True
+
     def backward(self, grad: Any) -> tuple:
         mask = (None,) * (len(self.inputs) - (1 if self.packed else 3))  # none for the mask
-        # The same gradients by the same calls, on arrays, whenever no graph is built: eagerly,
-        # and in a recording for ta.compile, which then replays this rule as one call (its
-        # products write each head in place, where the Tensor ops' merges copy).
-        if not is_grad_enabled():
-            (weights,) = self.saved_arrays
-            grads = self._array_grads(grad.array, weights)
-            if grads is not None:
-                return constants(*grads) + mask
         q, k, v, _ = _unpacked(self.inputs, self.packed)
         wanted = [t.requires_grad for t in self.inputs[: 1 if self.packed else 3]] * (
             3 if self.packed else 1
@@ -101,9 +98,14 @@ class HeadsAttention(Function):
             return (self._merge(Concat.apply(grad_q, grad_k, grad_v, axis=1)),) + mask
         return tuple(None if g is None else self._merge(g) for g in (grad_q, grad_k, grad_v)) + mask
 
-    def _array_grads(self, grad: Any, weights: Any) -> tuple | None:
+    def backward_arrays(self, grad: Any) -> tuple | None:
         """The rule on arrays: `kernels.heads_attention_grads`, which writes a packed input's
         gradient straight into the blocks of one new array on the host (no concatenation)."""
+        mask = (None,) * (len(self.inputs) - (1 if self.packed else 3))  # none for the mask
+        grads = self._array_grads(grad, self.saved_arrays[0])
+        return None if grads is None else tuple(grads) + mask
+
+    def _array_grads(self, grad: Any, weights: Any) -> tuple | None:
         arrays = [t.array for t in self.inputs]
         q, k, v, _ = _unpacked(arrays, self.packed)
         if not self.packed:

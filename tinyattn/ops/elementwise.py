@@ -11,22 +11,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd import Function, constants, rules_on_arrays
+from ..autograd import Function
 from ..backend import has_out, namespace
 from ..kernels import power, relu_array, same_float, scalar_operand
 from .reductions import sum_to_array
 from .rounding import sign_array
 
 # ------------------------------------------------------------------------------------ arithmetic
-# The commonest rules also take their Tensor ops' array calls directly when no graph is recorded
-# and no step is compiled (`rules_on_arrays`): the same values, without a dispatch per op. Only
-# where the calls are certainly the same: Python-number constants, and tensors of one float
-# dtype (a Tensor product of two dtypes promotes as PyTorch does, which NumPy does not).
-
-
-def _same_float(grad: Any, *tensors: Any) -> bool:
-    """Whether `grad` is float32 or float64 and the tensors' arrays have its dtype."""
-    return same_float(grad.array, *[t.array for t in tensors])
+# The commonest rules also declare their array form (`backward_arrays`), which the engine calls
+# when no graph is recorded and no step is compiled: the same values by the same array calls,
+# without a dispatch per op. Declared only where the calls are certainly the same: Python-number
+# constants, and tensors of one float dtype (a Tensor product of two dtypes promotes as PyTorch
+# does, which NumPy does not).
 
 
 def _scalar(c: Any) -> bool:
@@ -62,15 +58,16 @@ class Sub(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        if rules_on_arrays():  # the same calls on arrays, without the ops' dispatch
-            g = grad.array
-            return constants(
-                sum_to_array(g, a.shape) if a.requires_grad else None,
-                sum_to_array(-g, b.shape) if b.requires_grad else None,
-            )
         return (
             grad.sum_to(a.shape) if a.requires_grad else None,
             (-grad).sum_to(b.shape) if b.requires_grad else None,
+        )
+
+    def backward_arrays(self, g: Any) -> tuple:
+        a, b = self.inputs
+        return (
+            sum_to_array(g, a.shape) if a.requires_grad else None,
+            sum_to_array(-g, b.shape) if b.requires_grad else None,
         )
 
 
@@ -85,16 +82,18 @@ class Mul(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        read = [b] * a.requires_grad + [a] * b.requires_grad
-        if rules_on_arrays() and _same_float(grad, *read):
-            g = grad.array  # the same calls on arrays, without the ops' dispatch
-            return constants(
-                sum_to_array(g * b.array, a.shape) if a.requires_grad else None,
-                sum_to_array(g * a.array, b.shape) if b.requires_grad else None,
-            )
         return (
             (grad * b).sum_to(a.shape) if a.requires_grad else None,
             (grad * a).sum_to(b.shape) if b.requires_grad else None,
+        )
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        a, b = self.inputs
+        if not same_float(g, a.array, b.array):
+            return None  # a product of two dtypes promotes as PyTorch's, NumPy's does not
+        return (
+            sum_to_array(g * b.array, a.shape) if a.requires_grad else None,
+            sum_to_array(g * a.array, b.shape) if b.requires_grad else None,
         )
 
 
@@ -180,7 +179,10 @@ class Neg(Function):
         return -x
 
     def backward(self, grad: Any) -> Any:
-        return constants(-grad.array) if rules_on_arrays() else -grad
+        return -grad
+
+    def backward_arrays(self, g: Any) -> tuple:
+        return (-g,)
 
 
 class Maximum(Function):
@@ -230,9 +232,11 @@ class Exp(Function):
         return namespace(x).exp(x)
 
     def backward(self, grad: Any) -> Any:
-        if rules_on_arrays() and _same_float(grad, self.output):
-            return constants(grad.array * self.output.array)
         return grad * self.output
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        y = self.output.array
+        return (g * y,) if same_float(g, y) else None
 
 
 class Log(Function):
@@ -395,13 +399,14 @@ class Relu(Function):
         return relu_array(x)  # maximum, not where: ~10x faster, keeps NaN
 
     def backward(self, grad: Any) -> Any:
-        y = self.output
-        if rules_on_arrays() and has_out(y.array):  # NumPy, CuPy: a bool mask multiplies as is
-            return constants(grad.array * (y.array > 0))
         # The mask as a Tensor op (a bool tensor multiplies as 0 or 1): a compiled step records
         # it and replays the product as one call, where a mask built from the raw array would
         # make the replay call this rule instead.
-        return grad * (y > 0)
+        return grad * (self.output > 0)
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        y = self.output.array
+        return (g * (y > 0),) if has_out(y) else None  # NumPy, CuPy: a bool mask multiplies
 
 
 class Abs(Function):
@@ -449,14 +454,6 @@ class Where(Function):
 
     def backward(self, grad: Any) -> tuple:
         cond, a, b = self.inputs
-        if rules_on_arrays() and has_out(grad.array) and cond.array.dtype == bool:
-            g = grad.array  # NumPy, CuPy: the same product with the bool mask, on arrays
-            chosen = g * cond.array
-            return constants(
-                None,
-                sum_to_array(chosen, a.shape) if a.requires_grad else None,
-                sum_to_array(g - chosen, b.shape) if b.requires_grad else None,
-            )
         # The mask as a Tensor op (a bool tensor multiplies as 0 or 1), as in Relu: a compiled
         # step records the products and replays them as out= calls, not this rule as a call.
         chosen = grad * cond
@@ -464,6 +461,17 @@ class Where(Function):
             None,
             chosen.sum_to(a.shape) if a.requires_grad else None,
             (grad - chosen).sum_to(b.shape) if b.requires_grad else None,
+        )
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        cond, a, b = self.inputs
+        if not has_out(g) or cond.array.dtype != bool:
+            return None  # NumPy, CuPy: the same product with the bool mask, on arrays
+        chosen = g * cond.array
+        return (
+            None,
+            sum_to_array(chosen, a.shape) if a.requires_grad else None,
+            sum_to_array(g - chosen, b.shape) if b.requires_grad else None,
         )
 
 
@@ -510,9 +518,10 @@ class MulScalar(Function):
         return x * operand
 
     def backward(self, grad: Any) -> Any:
-        if rules_on_arrays() and _scalar(self.c):
-            return constants(grad.array * _operand_for(self, grad.array))
         return grad * self.c
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        return (g * _operand_for(self, g),) if _scalar(self.c) else None
 
 
 class DivScalar(Function):
@@ -527,9 +536,10 @@ class DivScalar(Function):
         return x / operand
 
     def backward(self, grad: Any) -> Any:
-        if rules_on_arrays() and _scalar(self.c):
-            return constants(grad.array / _operand_for(self, grad.array))
         return grad / self.c
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        return (g / _operand_for(self, g),) if _scalar(self.c) else None
 
 
 def _operand_for(fn: MulScalar | DivScalar, g: Any) -> Any:
@@ -549,7 +559,10 @@ class RSubScalar(Function):
         return scalar_operand(c, x) - x
 
     def backward(self, grad: Any) -> Any:
-        return constants(-grad.array) if rules_on_arrays() else -grad
+        return -grad
+
+    def backward_arrays(self, g: Any) -> tuple:
+        return (-g,)
 
 
 class RDivScalar(Function):

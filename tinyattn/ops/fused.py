@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, constants, is_grad_enabled, rules_on_arrays
+from ..autograd import Function, is_grad_enabled
 from ..backend import is_half, namespace, reshape
 from .reductions import sum_array
 
@@ -39,17 +39,14 @@ class Linear(Function):
             y = _add_into(y, bias)
         return reshape(y, (*x.shape[:-1], weight.shape[0]))
 
+    def backward_arrays(self, g: Any) -> tuple | None:
+        x, weight = self.inputs[0], self.inputs[1]  # the same gradients by the same calls
+        wanted = tuple(t.requires_grad for t in self.inputs)
+        x_read = x.array if weight.requires_grad else None
+        return kernels.linear_grads(g, x_read, weight.array if x.requires_grad else None, wanted)
+
     def backward(self, grad: Any) -> tuple:
         x, weight = self.inputs[0], self.inputs[1]
-        if rules_on_arrays():  # the same gradients by the same calls, on arrays
-            grads = kernels.linear_grads(
-                grad.array,
-                x.array if weight.requires_grad else None,
-                weight.array if x.requires_grad else None,
-                tuple(t.requires_grad for t in self.inputs),
-            )
-            if grads is not None:
-                return constants(*grads)
         grad_rows = grad.reshape((-1, weight.shape[0]))  # (..., out) -> (N, out)
         grad_x = grad_w = grad_b = None
         if x.requires_grad:
@@ -114,20 +111,22 @@ class LayerNorm(Function):
         self.save_for_backward(x_hat, rstd)
         return y
 
+    def backward_arrays(self, g: Any) -> tuple | None:
+        x_hat, rstd = self.saved_arrays  # the same gradients by the same calls, on arrays
+        wanted = (
+            self.inputs[0].requires_grad,
+            self.has_weight and self.inputs[1].requires_grad,
+            self.has_bias and self.inputs[-1].requires_grad,
+        )
+        weight = self.inputs[1].array if self.has_weight else None
+        grads = kernels.layer_norm_grads(g, x_hat, rstd, weight, self.axes, wanted)
+        if grads is None:
+            return None
+        grad_x, grad_w, grad_b = grads
+        return (grad_x, *[grad_w] * self.has_weight, *[grad_b] * self.has_bias)
+
     def backward(self, grad: Any) -> tuple:
         x = self.inputs[0]
-        if rules_on_arrays():  # the same gradients by the same calls, on arrays
-            x_hat, rstd = self.saved_arrays
-            wanted = (
-                x.requires_grad,
-                self.has_weight and self.inputs[1].requires_grad,
-                self.has_bias and self.inputs[-1].requires_grad,
-            )
-            weight = self.inputs[1].array if self.has_weight else None
-            grads = kernels.layer_norm_grads(grad.array, x_hat, rstd, weight, self.axes, wanted)
-            if grads is not None:
-                grad_x, grad_w, grad_b = grads
-                return constants(grad_x, *[grad_w] * self.has_weight, *[grad_b] * self.has_bias)
         if is_grad_enabled():  # create_graph: x_hat must carry its dependence on x
             x_hat, rstd = _normalize(None, x, self.axes, self.eps)
         else:

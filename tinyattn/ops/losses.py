@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, constants, input_as_read, is_grad_enabled, rules_on_arrays
+from ..autograd import Function, input_as_read, is_grad_enabled
 from ..backend import is_host_array, namespace, quiet_invalid
 from ..kernels import sum_array
 from .reductions import summed
@@ -110,16 +110,18 @@ class CrossEntropy(Function):
         total /= count  # in place: a 0-d array stays one (a quotient of two is a scalar)
         return total
 
+    def backward_arrays(self, g: Any) -> tuple | None:
+        if not self.inputs[0].requires_grad:
+            return (None, None)
+        log_probs, weights, *count = self.saved_arrays
+        count = count[0] if count else None
+        each = self.reduction == "none"
+        grads = kernels.cross_entropy_grad(g, log_probs, weights, count, each)
+        return None if grads is None else (*grads, None)
+
     def backward(self, grad: Any) -> tuple:
         if not self.inputs[0].requires_grad:
             return (None, None)
-        if rules_on_arrays():  # the same gradient by the same calls, on arrays
-            log_probs, weights, *count = self.saved_arrays
-            each = self.reduction == "none"
-            count = count[0] if count else None
-            grads = kernels.cross_entropy_grad(grad.array, log_probs, weights, count, each)
-            if grads is not None:
-                return (*constants(*grads), None)
         log_probs, weights, *count = self.saved_tensors
         if is_grad_enabled():  # create_graph: log p must carry its dependence on x
             x = input_as_read(self, 0)  # not x's values: an in-place op may have moved it on

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, constants, rules_on_arrays
+from ..autograd import Function
 from ..backend import is_half, namespace
 from ..errors import DimError, TinyattnError
 from ..kernels import sum_array
@@ -95,12 +95,12 @@ class Sum(Function):
         return summed(x, self.axes, keepdims)
 
     def backward(self, grad: Any) -> Any:
-        shape = self.inputs[0].shape
-        if rules_on_arrays():  # the same view, without the reshape's and broadcast's dispatch
-            spread = kernels.spread_array(grad.array, kept_shape(shape, self.axes), shape)
-            if spread is not None:
-                return constants(spread)
-        return _unreduce(grad, shape, self.axes)
+        return _unreduce(grad, self.inputs[0].shape, self.axes)
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        shape = self.inputs[0].shape  # the same view, without the reshape's and broadcast's
+        spread = kernels.spread_array(g, kept_shape(shape, self.axes), shape)
+        return None if spread is None else (spread,)
 
 
 class Prod(Function):

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, constants, rules_on_arrays
+from ..autograd import Function
 from ..backend import namespace, reshape, to_device
 from ..errors import TinyattnError
 
@@ -27,9 +27,10 @@ class Reshape(Function):
         return reshape(x, shape)
 
     def backward(self, grad: Any) -> Any:
-        if rules_on_arrays():  # the same view, without an op's dispatch
-            return constants(reshape(grad.array, self.inputs[0].shape))
         return grad.reshape(self.inputs[0].shape)
+
+    def backward_arrays(self, g: Any) -> tuple:
+        return (reshape(g, self.inputs[0].shape),)  # the same view, without an op's dispatch
 
 
 class Permute(Function):
@@ -45,12 +46,16 @@ class Permute(Function):
         return namespace(x).permute_dims(x, axes)
 
     def backward(self, grad: Any) -> Any:
+        return grad.permute(*self._inverse())
+
+    def backward_arrays(self, g: Any) -> tuple:
+        return (namespace(g).permute_dims(g, self._inverse()),)
+
+    def _inverse(self) -> tuple:
         inverse = [0] * len(self.axes)
         for position, axis in enumerate(self.axes):
             inverse[axis] = position
-        if rules_on_arrays():  # the same view, without an op's dispatch
-            return constants(namespace(grad.array).permute_dims(grad.array, tuple(inverse)))
-        return grad.permute(*inverse)
+        return tuple(inverse)
 
 
 class Concat(Function):
@@ -64,18 +69,18 @@ class Concat(Function):
         return namespace(arrays[0]).concat(arrays, axis=axis)
 
     def backward(self, grad: Any) -> tuple:
-        on_arrays = rules_on_arrays()  # the same slices of the array: views, no graph
-        source = grad.array if on_arrays else grad
         grads, start = [], 0
         for tensor in self.inputs:
             stop = start + tensor.shape[self.axis]
             if tensor.requires_grad:
-                key = (slice(None),) * self.axis + (slice(start, stop), Ellipsis)
-                grads.append(source[key])
+                grads.append(grad[(slice(None),) * self.axis + (slice(start, stop), Ellipsis)])
             else:
                 grads.append(None)
             start = stop
-        return constants(*grads) if on_arrays else tuple(grads)
+        return tuple(grads)
+
+    def backward_arrays(self, g: Any) -> tuple:
+        return self.backward(g)  # the same slices, of the array: views, no graph
 
 
 class Split(Function):
@@ -149,19 +154,14 @@ class MatMul(Function):
         # A stack times one matrix is one (N, k) @ (k, m) GEMM over all rows, not a loop.
         return kernels.matmul_array(a, b)
 
+    def backward_arrays(self, g: Any) -> tuple | None:
+        a, b = self.inputs  # the same gradients by the same calls, on arrays (or None)
+        wanted = (a.requires_grad, b.requires_grad)
+        a_read, b_read = a.array if wanted[1] else None, b.array if wanted[0] else None
+        return kernels.matmul_grads(g, a_read, b_read, (a.shape, b.shape), wanted)
+
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        if rules_on_arrays():  # the same gradients by the same calls, on arrays
-            wanted = (a.requires_grad, b.requires_grad)
-            grads = kernels.matmul_grads(
-                grad.array,
-                a.array if wanted[1] else None,
-                b.array if wanted[0] else None,
-                (a.shape, b.shape),
-                wanted,
-            )
-            if grads is not None:
-                return constants(*grads)
         # Promote 1-D operands to matrices so one pair of formulas covers every case. (An
         # operand whose gradient is not needed may not be kept: only its shape is used here.)
         a_shape = (1, a.shape[0]) if len(a.shape) == 1 else a.shape

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, constants, rules_on_arrays
+from ..autograd import Function
 from ..backend import is_half, namespace
 
 
@@ -36,11 +36,10 @@ class Softmax(Function):
 
     def backward(self, grad: Any) -> Any:
         y = self.output  # using the output keeps higher-order gradients exact
-        if rules_on_arrays():  # the same gradient by the same calls, on arrays
-            grads = kernels.softmax_grad(grad.array, y.array, self.axis)
-            if grads is not None:
-                return constants(*grads)
         return y * (grad - (grad * y).sum(axis=self.axis, keepdims=True))
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        return kernels.softmax_grad(g, self.output.array, self.axis)
 
 
 class LogSoftmax(Function):
@@ -57,11 +56,10 @@ class LogSoftmax(Function):
         return log_softmax_array(x, axis)
 
     def backward(self, grad: Any) -> Any:
-        if rules_on_arrays():  # the same gradient by the same calls, on arrays
-            grads = kernels.log_softmax_grad(grad.array, self.output.array, self.axis)
-            if grads is not None:
-                return constants(*grads)
         return grad - self.output.exp() * grad.sum(axis=self.axis, keepdims=True)
+
+    def backward_arrays(self, g: Any) -> tuple | None:
+        return kernels.log_softmax_grad(g, self.output.array, self.axis)
 
 
 def _softmax(xp: Any, x: Any, axis: int) -> Any:

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from .. import kernels
-from ..autograd import Function, constants, is_grad_enabled, rules_on_arrays
+from ..autograd import Function, is_grad_enabled
 from ..backend import asarray, clip_into, namespace, take_in_range
 
 # W. J. Cody's rational Chebyshev approximations for erf/erfc (Math. Comp. 23, 1969; Netlib
@@ -236,12 +236,11 @@ class Gelu(Function):
         self.save_for_backward(cdf)
         return x * cdf
 
+    def backward_arrays(self, g: Any) -> tuple | None:
+        return kernels.gelu_grad(g, self.inputs[0].array, self.saved_arrays[0])
+
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]
-        if rules_on_arrays():  # the same gradient by the same calls, on arrays
-            grads = kernels.gelu_grad(grad.array, x.array, self.saved_arrays[0])
-            if grads is not None:
-                return constants(*grads)
         if is_grad_enabled():  # create_graph: Phi must carry its dependence on x
             cdf = (Erf.apply(x * _SQRT_HALF) + 1.0) * 0.5
         else:
