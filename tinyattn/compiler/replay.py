@@ -17,6 +17,8 @@ from typing import Any
 
 from .. import autograd, backend, ops
 from ..tensor import Tensor
+from . import codegen_cpu
+from .fusion import fuse_program
 from .replay_kernels import (
     Slot,
     filler,
@@ -40,6 +42,8 @@ def entry_name(entry: tuple) -> str:
         return f"hook {getattr(entry[1], '__qualname__', entry[1])}"
     if kind == "assign":
         return "assignment to .grad"
+    if kind == "fused":
+        return f"fused {entry[1].kind} ({', '.join(entry[1].labels)})"
     return kind
 
 
@@ -59,9 +63,16 @@ class Tape:
     """
 
     def __init__(
-        self, recorder: Any, outputs: Any, inputs: list[Tensor], graphs: bool = True
+        self,
+        recorder: Any,
+        outputs: Any,
+        inputs: list[Tensor],
+        graphs: bool = True,
+        fuse: bool = False,
     ) -> None:
         self.entries = recorder.tape
+        self.fuse = fuse  # runs of elementwise items as generated kernels (`fusion`)
+        self.check_fusion = [False]  # set: the next replay checks each fused group (`verify`)
         # A function whose backward runs outside it: the entries from `graph.split` on are the
         # recorded backward, replayed by `replay_backward` when the caller's backward reaches
         # the call; `replays` numbers the forward replays (a backward checks its own is last).
@@ -118,6 +129,10 @@ class Tape:
         self._unreleased = self.graph is not None
         if not self._unreleased:
             let_go(self.entries, keep=self._ruled)
+        self.last_use: dict[int, int] = {}  # slot -> the last entry reading it (fusion)
+        if fuse:  # a fused kernel stores only the results read after its run
+            _, last, read_first, pinned = _lives(self, recorder.made, len(inputs))
+            self.last_use = {s: p for s, p in last.items() if s not in pinned | read_first}
         self._build()
         # Pass two: with the program's writers known, buffers whose lifetimes do not overlap
         # share memory, and the program is built again on the shared buffers.
@@ -139,17 +154,25 @@ class Tape:
         builders.update(draw=self._draw, call=self._call, hook=self._hook, assign=self._assign)
         self.labels: list[str] = []  # what each program item replays, for reading and profiling
         self._item_of: dict[int, int] = {}  # entry position -> its program item
-        items = []
+        built = []
         for position, entry in enumerate(self.entries):
             lowered = self.lowered
             run = builders[entry[0]](entry)
             if run is not None:
+                label = entry_name(entry) + (" (out=)" if self.lowered > lowered else "")
+                built.append((position, run, entry, position in self._drawing, label))
+        # Runs of elementwise and row-wise items as one generated kernel each (`fusion`).
+        program = [([position], *rest) for position, *rest in built]
+        self.groups: list = []
+        if self.fuse:
+            program, self.groups = fuse_program(self, built, codegen_cpu.compile_kernel)
+        items = []
+        for positions, run, entry, draws, label in program:
+            for position in positions:
                 self._item_of[position] = len(self.program)
-                self.program.append(run)
-                self.labels.append(
-                    entry_name(entry) + (" (out=)" if self.lowered > lowered else "")
-                )
-                items.append((run, entry, position in self._drawing))
+            self.program.append(run)
+            self.labels.append(label)
+            items.append((run, entry, draws))
         self._items = items
         self._cut(items)
 
@@ -377,6 +400,7 @@ class Tape:
                     for segment in self.segments:
                         segment.run(env, self.graphs)
             finally:
+                self.check_fusion[0] = False  # checked once, after a verifying call
                 for grad in self._handed:  # the gradients handed out get memory of their own
                     grad.array = backend.copied(grad.array)
                 self._handed.clear()
@@ -480,6 +504,8 @@ def reads_and_writes(entry: tuple, made_by: dict) -> tuple[set, set]:
         return reads, {slot for slot in out_slots if slot is not None}
     if kind == "store":
         return {entry[1], entry[2]}, {entry[1]}
+    if kind == "fused":  # a fused group: the buffers its kernel reads and writes
+        return set(entry[2]), set(entry[3])
     return set(), set()
 
 
@@ -714,7 +740,7 @@ def _segments(items: list[tuple], static: list[bool]) -> list[_Segment]:
         if kind in ("grad", "assign"):  # in their order: a leaf's assignment follows its store
             grads.append(run)
             continue
-        if kind not in ("op", "rule", "store") or (kind == "op" and entry[1].reads_host()):
+        if kind not in ("op", "rule", "store", "fused") or (kind == "op" and entry[1].reads_host()):
             close()  # Python, or an op that reads values back (an index range check)
             name = (entry_name(entry),)
             segments.append(_Segment([run], capturable=False, array_work=False, names=name))

@@ -63,6 +63,8 @@ from typing import Any
 from .. import autograd, backend
 from ..errors import TinyattnError
 from ..tensor import Tensor
+from . import codegen_cpu
+from .fused_runs import FusionMismatchError
 from .graph import (
     backward_of_recording,
     record_backward,
@@ -130,6 +132,7 @@ class CompiledStep:
         max_signatures: int = 8,
         cuda_graphs: bool = True,
         verify_every: int | None = None,
+        fuse: bool | None = None,
     ) -> None:
         if not callable(step):
             raise TypeError(f"compile: step must be a function, got {type(step).__name__}")
@@ -151,6 +154,7 @@ class CompiledStep:
         self.max_signatures = max_signatures
         self.cuda_graphs = cuda_graphs
         self.verify_every = _verify_every(verify_every)
+        self.fuse = _fuse(fuse)
         self._lock = threading.RLock()
         self.tapes: dict[tuple, Tape] = {}
         self._first: dict[tuple, Recorder] = {}  # signatures recorded once, to check
@@ -294,7 +298,9 @@ class CompiledStep:
         if len(self.tapes) >= self.max_signatures:
             self.tapes.pop(next(iter(self.tapes)))  # the oldest signature goes
         outputs = encode_outputs(result, recorder)
-        tape = self.tapes[key] = Tape(recorder, outputs, inputs, graphs=self.cuda_graphs)
+        tape = self.tapes[key] = Tape(
+            recorder, outputs, inputs, graphs=self.cuda_graphs, fuse=self.fuse
+        )
         release_buffers(result, recorder)
         tape.checked = recorder
         recorder.arrays = [None if m else a for a, m in zip(recorder.arrays, recorder.made)]
@@ -308,9 +314,16 @@ class CompiledStep:
         if self.verify_every and tape.calls % self.verify_every == 0:
             tape.verified += 1
             return self._verify(tape, inputs, args, kwargs)
-        if tape.graph is None or not autograd.is_grad_enabled():
-            return tape.replay(inputs)
-        return tape.replay(inputs, given=replayed_outputs(tape, inputs))
+        try:
+            if tape.graph is None or not autograd.is_grad_enabled():
+                return tape.replay(inputs)
+            return tape.replay(inputs, given=replayed_outputs(tape, inputs))
+        except FusionMismatchError as error:
+            self._verification_failed(
+                f"ran the fused kernels of call {tape.calls} beside the ops they replace, and "
+                f"{error}",
+                "Compile with fuse=False to replay the ops one by one, bit for bit as eager",
+            )
 
     def _verify(self, tape: Tape, inputs: list[Tensor], args: tuple, kwargs: dict) -> Any:
         """Record the call again instead of replaying it, and compare with the tape's recording:
@@ -320,16 +333,45 @@ class CompiledStep:
             check_same(tape.checked, recorder)
         except CompileError as error:
             what = str(error).removeprefix("compile: ").split(". ")[0]  # not its advice
-            raise CompileError(
-                f"compile: verification (verify_every={self.verify_every}) recorded call "
-                f"{tape.calls} of this signature again, and it differs from the tape being "
-                f"replayed, so earlier replays may have been stale: {what}. A Python value "
-                "that no guard watches changed (see 'What the guards cannot see' in "
-                "docs/performance.md): pass it as a tensor argument, or read it where a guard "
-                "sees it (a global, a closure variable, an argument's attribute)"
-            ) from None
+            self._verification_failed(
+                f"recorded call {tape.calls} of this signature again, and it differs from the "
+                f"tape being replayed, so earlier replays may have been stale: {what}",
+                "A Python value that no guard watches changed (see 'What the guards cannot "
+                "see' in docs/performance.md): pass it as a tensor argument, or read it where "
+                "a guard sees it (a global, a closure variable, an argument's attribute)",
+            )
         recorder.keep_for_checking()
+        if tape.groups:  # the next replay also runs each fused group unfused and compares
+            tape.check_fusion[0] = True
         return result
+
+    def explain(self, gpu: bool = False) -> str:
+        """What each tape replays as fused kernels: every group's recorded ops, the buffers it
+        reads and writes, and the code generated for it (for the CPU, or with `gpu` the CUDA
+        source the same group gives). Also printed, like ``torch._dynamo.explain``'s report."""
+        from . import codegen_gpu
+
+        generate = codegen_gpu.source if gpu else codegen_cpu.source
+        parts = []
+        for number, tape in enumerate(self.tapes.values()):
+            fused = sum(len(group.items) for group in tape.groups)
+            parts.append(
+                f"tape {number}: {len(tape.program)} program items, {len(tape.groups)} fused "
+                f"groups holding {fused} recorded ops"
+                + ("" if self.fuse else " (fusion is off: fuse=False, or Numba is missing)")
+            )
+            for group in tape.groups:
+                parts += [group.describe(), generate(group)]
+        if not self.tapes:
+            parts.append("nothing recorded yet: call the step (twice) first")
+        text = "\n".join(parts)
+        print(text)
+        return text
+
+    def _verification_failed(self, finding: str, advice: str) -> None:
+        raise CompileError(
+            f"compile: verification (verify_every={self.verify_every}) {finding}. {advice}"
+        ) from None
 
     def _count_change(self, changed: Guard, now: Any) -> None:
         """A guarded value changed: records again, unless that happened more than
@@ -464,6 +506,24 @@ def _verify_every(value: int | None) -> int:
     return value
 
 
+def _fuse(value: bool | None) -> bool:
+    """`fuse`, or where it is None: on when Numba can be imported, unless the environment
+    variable TINYATTN_COMPILE_FUSE is 0."""
+    if value is None:
+        text = os.environ.get("TINYATTN_COMPILE_FUSE", "").strip() or "1"
+        if text not in ("0", "1"):
+            raise TinyattnError(f"compile: TINYATTN_COMPILE_FUSE must be 0 or 1, got {text!r}")
+        return text == "1" and codegen_cpu.available()
+    if not isinstance(value, bool):
+        raise TypeError(f"compile: fuse must be True, False or None, got {value!r}")
+    if value and not codegen_cpu.available():
+        raise TinyattnError(
+            "compile: fuse=True needs Numba, which is not installed; install tinyattn[fast] "
+            "(or pip install numba), or leave fuse=None to fuse only where it is installed"
+        )
+    return value
+
+
 def _grad_kind(grad: Tensor | None) -> tuple | None:
     return None if grad is None else _array_kind(grad.array)
 
@@ -506,6 +566,7 @@ def compile(  # noqa: A001
     max_signatures: int = 8,
     cuda_graphs: bool = True,
     verify_every: int | None = None,
+    fuse: bool | None = None,
 ) -> Any:
     """Record `step` (a training step, a function, a module) and replay it on later calls.
 
@@ -519,15 +580,22 @@ def compile(  # noqa: A001
     `cuda_graphs`, each run of array work between Python calls (the optimizer's step) is
     captured once as a CUDA graph and then launched as one. `verify_every` = N records every
     N-th replayed call again and raises `CompileError` if it differs from the tape (None: the
-    TINYATTN_COMPILE_VERIFY environment variable, else off). See docs/performance.md, "How the
-    fast path works".
+    TINYATTN_COMPILE_VERIFY environment variable, else off); with fusion, the replay after each
+    such call also runs every fused group unfused and compares. `fuse` replays each run of
+    elementwise and row-wise ops as one generated kernel (`fusion`; None: where Numba is
+    installed, unless TINYATTN_COMPILE_FUSE=0); ``.explain()`` prints the groups and their
+    code. See docs/performance.md, "How the fast path works".
     """
     if step is None:
         return lambda f: compile(
-            f, max_signatures=max_signatures, cuda_graphs=cuda_graphs, verify_every=verify_every
+            f,
+            max_signatures=max_signatures,
+            cuda_graphs=cuda_graphs,
+            verify_every=verify_every,
+            fuse=fuse,
         )
     kind = CompiledModule if _is_module(step) else CompiledStep
-    return kind(step, max_signatures, cuda_graphs, verify_every)
+    return kind(step, max_signatures, cuda_graphs, verify_every, fuse)
 
 
 __all__ = ["CompileError", "CompiledModule", "CompiledStep", "Recorder", "compile"]

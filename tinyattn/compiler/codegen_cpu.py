@@ -1,0 +1,260 @@
+"""The CPU code generator of fusion: a `fusion.Group` as the source of one Numba kernel.
+
+Imports nothing of tinyattn's but the group's description; Numba is imported only when a kernel
+is compiled (``tinyattn[fast]``), never by ``import tinyattn``. The source is plain Python loops
+over the group's loops, one statement per item, so it reads as what fusion is: every value of
+the run computed at one index while it is in a register, each buffer read or written once.
+Each source is written once to a cache directory (TINYATTN_CACHE_DIR, else the user's cache
+folder) and compiled by Numba with ``cache=True``: a later process loads the machine code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# One line of numba-flavoured Python per elementwise op; {0}, {1}, {2} are the operands.
+EXPRESSIONS = {
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "div": "{0} / {1}",
+    "maximum": "np.maximum({0}, {1})",
+    "minimum": "np.minimum({0}, {1})",
+    "neg": "-{0}",
+    "exp": "{exp}({0})",
+    "log": "np.log({0})",
+    "tanh": "np.tanh({0})",
+    "sqrt": "np.sqrt({0})",
+    "relu": "np.maximum({0}, {zero})",
+    "where": "{1} if {0} else {2}",
+    "add_scalar": "{0} + {c}",
+    "mul_scalar": "{0} * {c}",
+    "div_scalar": "{0} / {c}",
+    "rsub_scalar": "{c} - {0}",
+}
+_loaded: dict[str, Callable] = {}
+
+
+def available() -> bool:
+    """Whether Numba can be imported (found without importing it)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+# --------------------------------------------------------------------------------- source
+def source(group: Any) -> str:
+    """The kernel's whole source: a header naming the recorded ops, then the function."""
+    params = ", ".join(b.name for b in group.buffers())
+    full = next(b for b in group.outputs if not b.per_row and b.stored)
+    counts = ", ".join(f"n{k}" for k in range(len(group.loops)))
+    lines = [f"# fused: {', '.join(group.labels)}"]
+    lines += [f"#   {item}" for item in group.items]
+    lines += ["import numpy as np", "from numba import njit", ""]
+    lines[-1:-1] = ["from tinyattn.compiler.numba_math import exp32"]
+    # error_model="numpy": x / 0 is inf or NaN, as in NumPy, not a ZeroDivisionError.
+    lines += ['@njit(cache=True, error_model="numpy")', f"def kernel({params}):"]
+    lines.append(f"    {counts}{',' if len(group.loops) == 1 else ''} = {full.name}.shape")
+    if group.kind == "pointwise":
+        lines += _pointwise_body(group)
+    else:
+        lines += _rows_body(group)
+    return "\n".join(lines) + "\n"
+
+
+def _index(loops: int) -> str:
+    return ", ".join(f"i{k}" for k in range(loops))
+
+
+def _typed(dtype: str, value: Any) -> str:
+    """A constant in the group's dtype: ``np.float32(0.25)`` stays float32 in arithmetic."""
+    return f"np.{dtype}({value!r})"
+
+
+def _exp(dtype: str) -> str:
+    """The exp a kernel calls: `numba_math.exp32` for float32 (it vectorizes), else NumPy's."""
+    return "exp32" if dtype == "float32" else "np.exp"
+
+
+def _nest(loops: range, depth: int) -> tuple[list[str], str]:
+    """The `for` lines of loops `loops` from indentation `depth`, and the body's indentation."""
+    lines = []
+    for k in loops:
+        lines.append("    " * (depth + k - loops.start) + f"for i{k} in range(n{k}):")
+    return lines, "    " * (depth + len(loops))
+
+
+def _statements(group: Any, items: list, index: str, pad: str) -> list[str]:
+    """Load each input the items read, compute every item, store every output."""
+    read = {name for item in items for name in item.inputs}
+    lines = [f"{pad}{b.value} = {b.name}[{index}]" for b in group.inputs if b.value in read]
+    for item in items:
+        lines += [pad + line for line in _item_lines(group, item)]
+    made = {name for item in items for name in item.outputs}
+    stored = [b for b in group.outputs if b.value in made and b.stored]
+    lines += [f"{pad}{b.name}[{index}] = {b.value}" for b in stored]
+    return lines
+
+
+def _item_lines(group: Any, item: Any) -> list[str]:
+    """An elementwise item as statements on values."""
+    dtype = group.dtype
+    if item.op == "gelu":
+        return _gelu_lines(item, dtype)
+    operands = [
+        name
+        if group.dtype_of(name) == dtype or (item.op == "where" and k == 0)
+        else f"np.{dtype}({name})"
+        for k, name in enumerate(item.inputs)
+    ]
+    constants = {"zero": _typed(dtype, 0.0), "exp": _exp(dtype)}
+    if item.op.endswith("_scalar"):
+        constants["c"] = _typed(dtype, item.param("c"))
+    return [f"{item.outputs[0]} = " + EXPRESSIONS[item.op].format(*operands, **constants)]
+
+
+def _gelu_lines(item: Any, dtype: str) -> list[str]:
+    """x * Phi(x), Phi by the forward's table: clip to the table, find the step, and evaluate
+    the step's cubic (the same operations as `special._normal_cdf_float32`, one value at a
+    time)."""
+    (x,), (y, cdf) = item.inputs, item.outputs
+    low, high, scale = item.param("low"), item.param("high"), item.param("scale")
+    return [
+        f"t = min(max({x}, {_typed(dtype, low)}), {_typed(dtype, high)})",
+        f"t = {_typed(dtype, low)} if t != t else t  # NaN: any valid step",
+        f"t = t * {_typed(dtype, scale)}",
+        "node = np.floor(t)",
+        "t = t - node  # the offset in the step, in [0, 1]",
+        f"k = np.int32(node - {_typed(dtype, low * scale)})",
+        f"{cdf} = cube[k] * t + square[k]",
+        f"{cdf} = {cdf} * t + linear[k]",
+        f"{cdf} = {cdf} * t + constant[k]",
+        f"{y} = {x} * {cdf}",
+    ]
+
+
+def _pointwise_body(group: Any) -> list[str]:
+    loops, pad = _nest(range(len(group.loops)), 1)
+    return loops + _statements(group, group.items, _index(len(group.loops)), pad)
+
+
+def _rows_body(group: Any) -> list[str]:
+    """Leading loops over the rows; in each row, the prologue's loop along it, then the
+    row-wise item's passes."""
+    rows = len(group.loops) - 1
+    lines, pad = _nest(range(rows), 1)
+    *prologue, last = group.items
+    row = f"{_index(rows)}, " if rows else ""
+    if prologue:
+        lines.append(f"{pad}for j in range(n{rows}):")
+        lines += _statements(group, prologue, f"{row}j", pad + "    ")
+    at = {"row": row, "lead": _index(rows) or "()", "n": f"n{rows}", "T": f"np.{group.dtype}"}
+    body = ROW_BODIES[last.op](group, last, at)
+    return lines + [pad + line for line in body]
+
+
+def _softmax(group: Any, item: Any, at: dict) -> list[str]:
+    """max (NaN wins), exp of the shifted values and their sum, then the division (or, for
+    log-softmax, the shifted values less the log of the sum)."""
+    x, y = group.array_of(item.inputs[0]), group.array_of(item.outputs[0])
+    row, n, t = at["row"], at["n"], at["T"]
+    lines = [
+        f"m = {t}(-np.inf)",
+        f"for j in range({n}):",
+        f"    value = {x}[{row}j]",
+        "    if value > m or value != value:",
+        "        m = value",
+        "if m == -np.inf:  # a fully masked row: exp(-inf) = 0",
+        f"    m = {t}(0.0)",
+        "total = 0.0  # float64: the sum's rounding stays far below the dtype's",
+        f"for j in range({n}):",
+        f"    e = {_exp(group.dtype)}({x}[{row}j] - m)",
+    ]
+    if item.op == "softmax":
+        lines += [f"    {y}[{row}j] = e", "    total += e", "if total == 0.0:", "    total = 1.0"]
+        lines += [f"total_t = {t}(total)", f"for j in range({n}):"]
+        return lines + [f"    {y}[{row}j] = {y}[{row}j] / total_t"]
+    lines += ["    total += e", "if total == 0.0:", "    total = 1.0"]
+    lines += [f"log_total = np.log({t}(total))", f"for j in range({n}):"]
+    return lines + [f"    {y}[{row}j] = ({x}[{row}j] - m) - log_total"]
+
+
+def _layer_norm(group: Any, item: Any, at: dict) -> list[str]:
+    """The row's mean and variance, rstd = 1 / sqrt(var + eps), then x_hat and the affine."""
+    x, weight, *bias = (group.array_of(v) for v in item.inputs)
+    y, x_hat, rstd = (group.array_of(v) for v in item.outputs)
+    row, n, t = at["row"], at["n"], at["T"]
+    affine = f"h * {weight}[{row}j]" + (f" + {bias[0]}[{row}j]" if bias else "")
+    return [
+        "total = 0.0  # float64 sums",
+        f"for j in range({n}):",
+        f"    total += {x}[{row}j]",
+        f"mean = {t}(total / {n})",
+        "squares = 0.0",
+        f"for j in range({n}):",
+        f"    d = {x}[{row}j] - mean",
+        "    squares += d * d",
+        f"r = {t}(1.0) / np.sqrt({t}(squares / {n}) + {_typed(group.dtype, item.param('eps'))})",
+        f"{rstd}[{at['lead']}] = r",
+        f"for j in range({n}):",
+        f"    h = ({x}[{row}j] - mean) * r",
+        f"    {x_hat}[{row}j] = h",
+        f"    {y}[{row}j] = {affine}",
+    ]
+
+
+ROW_BODIES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _layer_norm}
+
+
+# ------------------------------------------------------------------------------- compiling
+def cache_dir() -> Path:
+    """Where kernel sources (and Numba's machine code beside them) are kept."""
+    given = os.environ.get("TINYATTN_CACHE_DIR")
+    if given:
+        return Path(given)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tinyattn" / "fused"
+
+
+def compile_kernel(group: Any, arguments: list) -> Callable | None:
+    """The group's kernel compiled for `arguments`' types (loaded from the cache when an
+    earlier process compiled it), or None without Numba or when compiling fails."""
+    if not available():
+        return None
+    text = source(group)
+    try:
+        kernel = _load(text)
+        import numba
+
+        kernel.compile(tuple(numba.typeof(a) for a in arguments))
+    except Exception:  # a kernel that does not compile: the run replays unfused
+        return None
+    return kernel
+
+
+def _load(text: str) -> Callable:
+    """The `kernel` of a source, written once to the cache directory under its hash."""
+    import numba
+
+    key = hashlib.sha256((text + numba.__version__).encode()).hexdigest()[:24]
+    kernel = _loaded.get(key)
+    if kernel is not None:
+        return kernel
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"fused_{key}.py"
+    if not path.exists():  # written whole, then renamed: another process may read it
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(text)
+        os.replace(partial, path)
+    name = f"tinyattn_fused_{key}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    kernel = _loaded[key] = module.kernel
+    return kernel
