@@ -879,8 +879,9 @@ DOMAINS = {
 OTHER_BACKEND_EXAMPLES = 1
 
 
-def check_row_gradients(row: Row, device: str) -> None:
-    """`check_grads` over the row's domain: float64 and float32, second order if `twice`."""
+def check_row_gradients(row: Row, device: str, forward: bool = False) -> None:
+    """`check_grads` over the row's domain: float64 and float32, second order if `twice`; with
+    `forward`, the jvp rules instead (against finite differences and the backward rules)."""
     examples = settings.default.max_examples if device == "cpu" else OTHER_BACKEND_EXAMPLES
     domain = DOMAINS[row.make]
     strategies = [
@@ -891,13 +892,65 @@ def check_row_gradients(row: Row, device: str) -> None:
         else tensors(spec, elements=domain, device=device)
         for spec in row.inputs
     ]
-    order = 2 if row.twice else 1
-    check_grads(row.call, *strategies, order=order, max_examples=examples, **row.check)
+    if forward:
+        options = {"check_forward_ad": True, "check_backward_ad": False}
+    else:
+        options = {"order": 2 if row.twice else 1}
+    check_grads(row.call, *strategies, max_examples=examples, **options, **row.check)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
 def test_gradients(device, row):
     check_row_gradients(row, device)
+
+
+# Forward mode: every row's jvp rules, checked as its backward rules are. The Functions whose
+# jvp rule is not written yet are listed; a row that runs one of them is an expected failure.
+# Writing a Function's jvp rule removes it from this list (the test below holds it exact).
+NO_JVP_YET = {
+    *("Abs", "Add", "AddScalar"),
+    *("BinaryCrossEntropy", "BlockwiseAttention", "BroadcastTo", "Cast", "Ceil", "Clip"),
+    *("Copysign", "Fmod"),
+    *("Clone", "Concat", "CrossEntropy", "Cumsum", "Diagonal", "DiagonalEmbed"),
+    *("Div", "DivScalar", "Dropout", "Erf", "Exp", "Exp2", "Expm1", "Flip", "Floor", "Fold"),
+    *("Gelu", "GetItem", "HeadsAttention", "IndexAdd", "LayerNorm", "Linear", "Log", "Log10"),
+    *("Log1p", "Log2", "MatMul", "Max", "Maximum", "Mean", "Min", "Minimum"),
+    *("Mul", "MulScalar", "Neg", "NegLogLikelihood", "Norm", "OnceDifferentiable", "Permute"),
+    *("Pow", "PowScalar", "Prod", "RDivScalar", "RPowScalar", "RSubScalar", "Relu"),
+    *("Remainder", "Reshape", "Round", "Sigmoid", "Sign"),
+    *("Split", "Sqrt", "Sub", "Sum", "SumTo", "Tanh", "ToDevice", "Trunc"),
+    *("Unfold", "Where"),
+}
+# Functions with no derivative at all (their outputs are indices, masks or counts, or, like
+# PyTorch's floor_divide, they refuse differentiation): forward mode needs no rule from them.
+NEEDS_NO_JVP = {"Computed", "ClassWeights", "KeptCount", "FloorDivide"}
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_forward_mode(device, row):
+    """J v by the jvp rules against finite differences and against the backward rules."""
+    out = row.call(*_device_inputs(row, _host_inputs(row), "cpu"))
+    missing = _functions_in_graph(out) & NO_JVP_YET
+    if missing:
+        pytest.xfail(f"no JVP rule yet: {', '.join(sorted(missing))}")
+    check_row_gradients(row, device, forward=True)
+
+
+def test_the_list_of_functions_without_a_jvp_rule_is_exact():
+    import inspect
+
+    from tinyattn.autograd import Function
+
+    functions = {
+        name: c
+        for name, c in vars(ops).items()
+        if inspect.isclass(c) and issubclass(c, Function) and c is not Function
+    }
+    for row in ROWS:  # and those the rows run that the ops namespace does not name
+        functions |= _function_classes(row.call(*_device_inputs(row, _host_inputs(row), "cpu")))
+    without = {name for name, c in functions.items() if c.jvp is Function.jvp}
+    assert NO_JVP_YET - without == set(), "these have a jvp rule now: remove them from NO_JVP_YET"
+    assert without - NO_JVP_YET - NEEDS_NO_JVP == set(), "a new Function without a jvp rule"
 
 
 # ------------------------------------------------------------------------------------- ties
@@ -1212,15 +1265,20 @@ NOT_IN_THE_TABLE = {
 }
 
 
-def _functions_in_graph(out: Any) -> set[str]:
-    found, stack, done = set(), list(out if isinstance(out, tuple) else (out,)), set()
+def _function_classes(out: Any) -> dict[str, type]:
+    """The Function classes in the graph behind `out`, by name."""
+    found, stack, done = {}, list(out if isinstance(out, tuple) else (out,)), set()
     while stack:
         fn = getattr(stack.pop(), "_ctx", None)
         if fn is not None and id(fn) not in done:
             done.add(id(fn))
-            found.add(type(fn).__name__)
+            found[type(fn).__name__] = type(fn)
             stack.extend(fn.inputs)
     return found
+
+
+def _functions_in_graph(out: Any) -> set[str]:
+    return set(_function_classes(out))
 
 
 def test_every_function_is_run_by_a_row_of_the_table():

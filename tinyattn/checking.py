@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import backend
+from .autograd import forward_ad
 from .autograd import grad as autograd_grad
 from .errors import TinyattnError
 from .tensor import Tensor
@@ -427,6 +428,9 @@ def gradcheck(
     seed: int = 0,
     name: str = "gradcheck",
     allow_kinks: bool = False,
+    check_forward_ad: bool = False,
+    check_backward_ad: bool = True,
+    check_batched_grad: bool = False,
 ) -> bool:
     """Check the backward of ``fn(*inputs)`` against central differences; True or GradcheckError.
 
@@ -436,13 +440,60 @@ def gradcheck(
     JVP by differences against the VJP) and falls back to the element-wise check to report a
     failure. ``allow_kinks=True`` accepts, where the step straddles a kink (the one-sided
     differences disagree), any analytic value between the two one-sided derivatives.
+    ``check_forward_ad=True`` also checks the jvp rules: J v by forward mode against central
+    differences of the outputs along random directions v, and against the backward rules by the
+    adjoint identity ``<J v, u> == <v, J^T u>``; ``check_backward_ad=False`` checks forward mode
+    alone; ``check_batched_grad=True`` checks that gradients are linear in the cotangent.
     """
     inputs = _as_tuple(inputs)
     targets = _targets(inputs, params)
     eps, atol, rtol = _tolerances(targets, eps, atol, rtol)
-    analytic = _analytic(fn, inputs, targets, seed)
+    analytic, problems = None, []
+    if check_backward_ad:
+        analytic = _analytic(fn, inputs, targets, seed)
+    elif check_forward_ad:  # J^T u for the adjoint identity, where backward exists at all
+        analytic = _analytic_if_any(fn, inputs, targets, seed)
+    if check_backward_ad:
+        problems = _backward_problems(
+            fn, inputs, targets, analytic, seed, eps, atol, rtol, fast, allow_kinks, name
+        )
+    if check_forward_ad and not problems:
+        problems = _forward_check(
+            fn, inputs, targets, seed, eps, (atol, rtol), allow_kinks, analytic
+        )
+    if check_batched_grad and check_backward_ad and not problems:
+        problems = _batched_problem(fn, inputs, targets, seed, (atol, rtol))
+    if problems:
+        raise GradcheckError(f"{name} failed:\n" + "\n".join(problems))
+    return True
+
+
+def _analytic_if_any(
+    fn: Callable, inputs: Sequence[Any], targets: list[_Target], seed: int
+) -> list | None:
+    """The VJP, or None for a function with forward mode only (its backward raises)."""
+    try:
+        return _analytic(fn, inputs, targets, seed)
+    except NotImplementedError:
+        return None
+
+
+def _backward_problems(
+    fn: Callable,
+    inputs: Sequence[Any],
+    targets: list[_Target],
+    analytic: list,
+    seed: int,
+    eps: float | None,
+    atol: float,
+    rtol: float,
+    fast: bool,
+    allow_kinks: bool,
+    name: str,
+) -> list[str]:
+    """The backward rules' disagreements with central differences, element by element."""
     if fast and _fast_agrees(fn, inputs, targets, analytic, seed, eps, atol, rtol):
-        return True
+        return []
     numeric = _numeric(fn, inputs, targets, seed, eps)
     problems = []
     for i, (target, values) in enumerate(zip(targets, analytic)):
@@ -454,15 +505,13 @@ def gradcheck(
         report = _report(target, values, numeric, i, accepted, (atol, rtol))
         if report is not None:
             problems.append(report)
-    if problems:
-        raise GradcheckError(f"{name} failed:\n" + "\n".join(problems))
-    if fast and not allow_kinks:
+    if not problems and fast and not allow_kinks:
         warnings.warn(
             f"{name}: the fast random-direction check failed but every element agrees within "
             "tolerance; the accumulated error of the directional derivative exceeded its bound",
-            stacklevel=2,
+            stacklevel=3,
         )
-    return True
+    return problems
 
 
 FAST_DIRECTIONS = 3
@@ -508,6 +557,138 @@ def _fast_agrees(
     return True
 
 
+# --------------------------------------------------------------------------------- forward mode
+FORWARD_DIRECTIONS = 2  # random tangent directions per forward check
+
+
+def _jvp(fn: Callable, inputs: Sequence[Any], targets: list[_Target], directions: list) -> list:
+    """J v by forward mode: every target dual with its direction (in its own dtype), the
+    outputs' tangents as host float64 arrays (zeros where an output got none)."""
+    pairs = [
+        (t.tensor, Tensor(d, dtype=backend.dtype_name(t.tensor.dtype), device=t.tensor.device))
+        for t, d in zip(targets, directions)
+    ]
+    with forward_ad.tangents_on(pairs) as tangent_of:
+        outputs = _outputs(fn(*inputs))
+        tangents = [tangent_of(o) for o in outputs]
+    return [
+        backend.host_zeros(o.shape) if t is None else backend.to_numpy(t.array).astype("float64")
+        for o, t in zip(outputs, tangents)
+    ]
+
+
+def _outputs_along(
+    fn: Callable, inputs: Sequence[Any], targets: list[_Target], directions: list, step: float
+) -> list:
+    """The outputs at x + step * v, as host float64 arrays (inside `_Float64View`)."""
+    for t, d in zip(targets, directions):
+        base = backend.to_numpy(t.original).astype("float64")
+        t.tensor.array = backend.asarray(base + step * d, dtype="float64", device=t.tensor.device)
+    return [backend.to_numpy(o.array).astype("float64") for o in _outputs(fn(*inputs))]
+
+
+def _forward_report(
+    label: str, jvp: Any, steps: tuple, eps: float, tolerances: tuple, allow_kinks: bool
+) -> str | None:
+    """Output `label`'s J v against central differences along v; one-sided ones at kinks."""
+    atol, rtol = tolerances
+    center, up, down = (a.reshape(-1) for a in steps)
+    jvp = jvp.reshape(-1)
+    central = (up - down) / (2.0 * eps)
+    rounding = 4.0 * FLOAT64_EPSILON * (abs(center) + abs(up) + abs(down)) / eps
+    allowed = atol + rtol * abs(central) + rounding
+    bad = ~(abs(jvp - central) <= allowed)  # NaN fails
+    if allow_kinks and bad.any():
+        one_sided = [(up - center) / eps, (center - down) / eps]
+        bad &= ~((abs(one_sided[0] - one_sided[1]) > allowed) & _between(jvp, one_sided, allowed))
+    if not bad.any():
+        return None
+    worst = int((abs(jvp - central) / allowed * bad).argmax()) if not (jvp != jvp).any() else 0
+    return (
+        f"{label}: forward-mode JVP disagrees with finite differences along a random direction "
+        f"in {int(bad.sum())} of {jvp.size} element(s); worst at flat index {worst}: "
+        f"jvp = {float(jvp[worst]):.10g}, numeric = {float(central[worst]):.10g}, "
+        f"allowed = {float(allowed[worst]):.3e} (eps={eps:g})"
+    )
+
+
+def _forward_check(
+    fn: Callable,
+    inputs: Sequence[Any],
+    targets: list[_Target],
+    seed: int,
+    eps: float | None,
+    tolerances: tuple,
+    allow_kinks: bool,
+    analytic: list | None,
+) -> list[str]:
+    """Forward mode, along random directions v: J v against central differences of the outputs
+    along v, and (given the VJP `analytic` = J^T u for the seeded cotangent u) the adjoint
+    identity <J v, u> == <v, J^T u>. Returns the problems found."""
+    rng = backend.make_rng(seed + 11)
+    cotangents = _cotangents(_outputs(fn(*inputs)), seed)
+    problems = []
+    for _ in range(FORWARD_DIRECTIONS):
+        directions = [rng.standard_normal(t.tensor.shape) for t in targets]
+        jvps = _jvp(fn, inputs, targets, directions)
+        with _Float64View(inputs, targets):
+            step = _numeric_eps(fn, inputs, cotangents, eps)
+            steps = [_outputs_along(fn, inputs, targets, directions, h) for h in (0, step, -step)]
+        for k, jvp in enumerate(jvps):
+            outs = tuple(s[k] for s in steps)
+            report = _forward_report(f"output {k}", jvp, outs, step, tolerances, allow_kinks)
+            if report is not None:
+                problems.append(report)
+        if analytic is not None:
+            problems += _adjoint_problem(jvps, cotangents, directions, analytic, tolerances)
+        if problems:
+            break
+    return problems
+
+
+def _adjoint_problem(
+    jvps: list, cotangents: list, directions: list, analytic: list, tolerances: tuple
+) -> list[str]:
+    """<J v, u> (forward mode) against <v, J^T u> (reverse mode): the two rules are adjoint."""
+    atol, rtol = tolerances
+    forward = sum(float((j * u).sum()) for j, u in zip(jvps, cotangents))
+    reverse = sum(float((v * g).sum()) for v, g in zip(directions, analytic))
+    magnitude = sum(float(abs(j * u).sum()) for j, u in zip(jvps, cotangents))
+    magnitude += sum(float(abs(v * g).sum()) for v, g in zip(directions, analytic))
+    allowed = atol + rtol * magnitude
+    if abs(forward - reverse) <= allowed:
+        return []
+    return [
+        "forward and reverse mode disagree: <J v, u> (from the jvp rules) = "
+        f"{forward:.10g} but <v, J^T u> (from the backward rules) = {reverse:.10g}; "
+        f"allowed {allowed:.3e}"
+    ]
+
+
+def _batched_problem(
+    fn: Callable, inputs: Sequence[Any], targets: list[_Target], seed: int, tolerances: tuple
+) -> list[str]:
+    """Batched gradients, by a loop: the VJP of a sum of two cotangents equals the sum of the
+    VJPs (what a vmap over cotangents relies on)."""
+    first, second = _analytic(fn, inputs, targets, seed + 3), _analytic(fn, inputs, targets, seed)
+    outputs = _outputs(fn(*inputs))
+    both = [a + b for a, b in zip(_cotangents(outputs, seed + 3), _cotangents(outputs, seed))]
+    pairs = [(o, c) for o, c in zip(outputs, both) if o.requires_grad]
+    if not pairs:
+        return []
+    seeds = [Tensor(c, dtype=backend.dtype_name(o.dtype), device=o.device) for o, c in pairs]
+    grads = autograd_grad(
+        [o for o, _ in pairs], [t.tensor for t in targets], seeds, allow_unused=True
+    )
+    atol, rtol = tolerances
+    problems = []
+    for target, g, a, b in zip(targets, grads, first, second):
+        summed = backend.host_zeros(a.shape) if g is None else backend.to_numpy(g.array)
+        if not (abs(summed - (a + b)) <= atol + rtol * abs(a + b)).all():
+            problems.append(f"{target.label}: batched gradients are not linear in the cotangent")
+    return problems
+
+
 def gradgradcheck(
     fn: Callable,
     inputs: Any,
@@ -518,10 +699,15 @@ def gradgradcheck(
     fast: bool = False,
     seed: int = 0,
     allow_kinks: bool = False,
+    check_forward_ad: bool = False,
+    check_backward_ad: bool = True,
+    check_batched_grad: bool = False,
 ) -> bool:
     """Check second derivatives: gradcheck of ``x -> grad(<v, fn(x)>, x, create_graph=True)``.
 
     The inner cotangent v is seeded and fixed, so the function checked is deterministic.
+    ``check_forward_ad`` checks forward mode over that reverse-mode gradient (PyTorch's
+    ``check_fwd_over_rev``), ``check_backward_ad`` reverse over reverse.
     """
     inputs = _as_tuple(inputs)
     targets = _targets(inputs, params)
@@ -549,6 +735,9 @@ def gradgradcheck(
         seed,
         name="gradgradcheck",
         allow_kinks=allow_kinks,
+        check_forward_ad=check_forward_ad,
+        check_backward_ad=check_backward_ad,
+        check_batched_grad=check_batched_grad,
     )
 
 

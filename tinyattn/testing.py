@@ -187,8 +187,8 @@ def _reproduce(inputs: Sequence[Any], order: int) -> str:
     return f"    {check}(fn, [{', '.join(args)}], allow_kinks=True)"
 
 
-def _check_one(fn: Callable, inputs: list, order: int, options: dict) -> None:
-    gradcheck(fn, inputs, allow_kinks=True, **options)
+def _check_one(fn: Callable, inputs: list, order: int, options: dict, forward: bool) -> None:
+    gradcheck(fn, inputs, allow_kinks=True, check_forward_ad=forward, **options)
     if order >= 2:
         gradgradcheck(fn, inputs, allow_kinks=True, **options)
 
@@ -203,13 +203,19 @@ def check_grads(
     atol: float | None = None,
     rtol: float | None = None,
     database: Any = None,
+    check_forward_ad: bool = False,
+    check_backward_ad: bool = True,
 ) -> None:
     """Check the gradients of ``fn(*inputs)`` on inputs drawn from `tensor_strategies`.
 
     Every floating tensor drawn is checked (others, such as an index tensor from
     ``st.just(...)``, are passed as they are). Each example is checked in float64 and then in
     float32, or only in `dtype` when given; ``order=2`` adds `gradgradcheck`. Kinks are
-    accepted (``allow_kinks=True``). `max_examples` is fixed (100 by default), not taken from
+    accepted (``allow_kinks=True``). ``check_forward_ad=True`` checks the jvp rules too: J v
+    by forward mode against finite differences along random directions v, and against the
+    backward rules by ``<J v, u> == <v, J^T u>`` for a random cotangent u (a wrong jvp fails
+    one or the other); ``check_backward_ad=False`` leaves backward out (and ``order`` then
+    must be 1). `max_examples` is fixed (100 by default), not taken from
     the active Hypothesis profile, so a report reads the same everywhere. On failure raises
     `GradcheckError` with the input Hypothesis shrank to, the checker's report and how to
     reproduce it; the error's ``inputs`` and ``dtype`` attributes hold that example.
@@ -218,8 +224,10 @@ def check_grads(
         raise TinyattnError(f"check_grads: order must be 1 or 2, got {order!r}")
     if dtype is not None and dtype not in FLOAT_DTYPES + ("float16",):
         raise TinyattnError(f"check_grads: dtype must be a float dtype name, got {dtype!r}")
+    if not check_backward_ad and order != 1:
+        raise TinyattnError("check_grads: order=2 checks backward twice; leave check_backward_ad")
     dtypes = (dtype,) if dtype is not None else FLOAT_DTYPES
-    options = {"atol": atol, "rtol": rtol}
+    options = {"atol": atol, "rtol": rtol, "check_backward_ad": check_backward_ad}
     failure: dict[str, Any] = {}
     examples = [0]
 
@@ -228,7 +236,7 @@ def check_grads(
         for name in dtypes:
             inputs = [_cast(value, name) for value in drawn]
             try:
-                _check_one(fn, inputs, order, options)
+                _check_one(fn, inputs, order, options, check_forward_ad)
             except GradcheckError as error:
                 # Hypothesis replays the minimal example last: this keeps the shrunk input.
                 failure.update(inputs=inputs, dtype=name, report=str(error))

@@ -15,6 +15,10 @@ The package, in the order a learner reads it:
 - `recording`: what ``ta.compile`` must see, declared in one place (its recorder, random draws,
   in-place writes).
 - `inference_mode`: PyTorch's ``inference_mode``, here ``no_grad``.
+- `forward_ad`: forward mode, dual tensors (``dual_level``, ``make_dual``, ``unpack_dual``),
+  a listener that calls each op's ``jvp`` rule while a level is open.
+- `gradcheck`: PyTorch's ``gradcheck`` and ``gradgradcheck`` signatures over the checker.
+- `functional`: ``jacobian``, ``hessian``, ``vjp``, ``jvp``, ``hvp``, ``vhp`` (loaded on first use).
 
 Imports `backend` and `errors` only; the tensor layer above wires itself in with one call each
 (`function.use_tensor_class`, `function.use_view_refresher`).
@@ -23,6 +27,8 @@ Imports `backend` and `errors` only; the tensor layer above wires itself in with
 from __future__ import annotations
 
 from typing import Any
+
+from . import forward_ad
 
 # What the layers above tinyattn's autograd use of it (the ops' rules, the tensor layer, the
 # compiler): imported here by name, and not part of torch.autograd's namespace (``__all__``).
@@ -45,6 +51,7 @@ from .grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from .gradcheck import gradcheck, gradgradcheck
 from .hooks import RETAIN_GRAD as RETAIN_GRAD
 from .hooks import RemovableHandle as RemovableHandle
 from .inference_mode import inference_mode
@@ -59,6 +66,15 @@ from .recording import replayed_call as replayed_call
 from .recording import set_recorder as set_recorder
 from .saved_values import KEPT_CONSTANT_SIZE as KEPT_CONSTANT_SIZE
 from .saved_values import ReleasedConstant as ReleasedConstant
+
+
+def __getattr__(name: str) -> Any:
+    """``tinyattn.autograd.functional``, imported on first use as PyTorch's namespace has it."""
+    if name == "functional":
+        import importlib
+
+        return importlib.import_module(".functional", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def backward(
@@ -95,7 +111,11 @@ __all__ = [
     "backward",
     "detect_anomaly",
     "enable_grad",
+    "forward_ad",
+    "functional",
     "grad",
+    "gradcheck",
+    "gradgradcheck",
     "inference_mode",
     "is_anomaly_enabled",
     "is_grad_enabled",

@@ -139,6 +139,17 @@ def _level(level: int | None, what: str) -> _Level | None:
 
 
 @contextlib.contextmanager
+def tangents_on(pairs: list) -> Iterator[Any]:
+    """A new level (inside any open one) in which each (tensor, tangent) of `pairs` is dual in
+    place, with no view made: for checkers, whose function reads the tensors it was given (a
+    module's parameters). Yields `tangent_of` for that level."""
+    with nested_level() as index:
+        for tensor, tangent in pairs:
+            _levels[index].set(tensor, tangent)
+        yield lambda tensor: _levels[index].get(tensor)
+
+
+@contextlib.contextmanager
 def paused() -> Iterator[None]:
     """No tangents are computed inside (a custom Function's forward; its jvp gives them)."""
     with _watching(0):
