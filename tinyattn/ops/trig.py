@@ -15,7 +15,7 @@ from ..backend import namespace
 
 
 class Sin(Function):
-    """y = sin(x);  dL/dx = g * cos(x).
+    """y = sin(x);  dL/dx = g * cos(x);  dy = dx * cos(x).
 
     Shapes: x (...) -> y (...).
     """
@@ -28,9 +28,12 @@ class Sin(Function):
     def backward(self, grad: Any) -> Any:
         return grad * self.inputs[0].cos()
 
+    def jvp(self, tangent: Any) -> Any:
+        return tangent * self.inputs[0].cos()
+
 
 class Cos(Function):
-    """y = cos(x);  dL/dx = -g * sin(x).
+    """y = cos(x);  dL/dx = -g * sin(x);  dy = -dx * sin(x).
 
     Shapes: x (...) -> y (...).
     """
@@ -43,10 +46,14 @@ class Cos(Function):
     def backward(self, grad: Any) -> Any:
         return -(grad * self.inputs[0].sin())
 
+    def jvp(self, tangent: Any) -> Any:
+        return -(tangent * self.inputs[0].sin())
+
 
 class Atan2(Function):
     """y = atan2(a, b), the angle of the point (b, a) in (-pi, pi];  with r2 = a**2 + b**2,
-    dL/da = g * b / r2 and dL/db = -g * a / r2 (NaN at the origin, as in PyTorch).
+    dL/da = g * b / r2 and dL/db = -g * a / r2 (NaN at the origin, as in PyTorch);
+    dy = (da * b - db * a) / r2.
 
     Shapes: a and b broadcast together -> y (the broadcast shape).
     """
@@ -65,9 +72,20 @@ class Atan2(Function):
             (-scaled * a).sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, tangent_a: Any, tangent_b: Any) -> Any:
+        a, b = self.inputs
+        # Each term has the broadcast shape: a tangent has its primal's shape.
+        if tangent_b is None:
+            change = tangent_a * b
+        elif tangent_a is None:
+            change = -(tangent_b * a)
+        else:
+            change = tangent_a * b - tangent_b * a
+        return change / (a * a + b * b)
+
 
 class Tan(Function):
-    """y = tan(x);  dL/dx = g * (1 + y^2).
+    """y = tan(x);  dL/dx = g * (1 + y^2);  dy = dx * (1 + y^2).
 
     Shapes: x (...) -> y (...).
     """
@@ -82,9 +100,14 @@ class Tan(Function):
         y = self.output
         return grad * (y * y + 1.0)
 
+    def jvp(self, tangent: Any) -> Any:
+        y = self.output
+        return tangent * (y * y + 1.0)
+
 
 class Asin(Function):
-    """y = asin(x) in [-pi/2, pi/2] for x in [-1, 1];  dL/dx = g / sqrt(1 - x^2).
+    """y = asin(x) in [-pi/2, pi/2] for x in [-1, 1];  dL/dx = g / sqrt(1 - x^2);
+    dy = dx / sqrt(1 - x^2).
 
     Shapes: x (...) -> y (...).
     """
@@ -99,9 +122,14 @@ class Asin(Function):
         x = self.inputs[0]
         return grad / (1.0 - x * x).sqrt()
 
+    def jvp(self, tangent: Any) -> Any:
+        x = self.inputs[0]
+        return tangent / (1.0 - x * x).sqrt()
+
 
 class Acos(Function):
-    """y = acos(x) in [0, pi] for x in [-1, 1];  dL/dx = -g / sqrt(1 - x^2).
+    """y = acos(x) in [0, pi] for x in [-1, 1];  dL/dx = -g / sqrt(1 - x^2);
+    dy = -dx / sqrt(1 - x^2).
 
     Shapes: x (...) -> y (...).
     """
@@ -116,9 +144,13 @@ class Acos(Function):
         x = self.inputs[0]
         return -(grad / (1.0 - x * x).sqrt())
 
+    def jvp(self, tangent: Any) -> Any:
+        x = self.inputs[0]
+        return -(tangent / (1.0 - x * x).sqrt())
+
 
 class Atan(Function):
-    """y = atan(x) in (-pi/2, pi/2);  dL/dx = g / (1 + x^2).
+    """y = atan(x) in (-pi/2, pi/2);  dL/dx = g / (1 + x^2);  dy = dx / (1 + x^2).
 
     Shapes: x (...) -> y (...).
     """
@@ -133,9 +165,13 @@ class Atan(Function):
         x = self.inputs[0]
         return grad / (x * x + 1.0)
 
+    def jvp(self, tangent: Any) -> Any:
+        x = self.inputs[0]
+        return tangent / (x * x + 1.0)
+
 
 class Sinh(Function):
-    """y = sinh(x) = (e^x - e^-x) / 2;  dL/dx = g * cosh(x).
+    """y = sinh(x) = (e^x - e^-x) / 2;  dL/dx = g * cosh(x);  dy = dx * cosh(x).
 
     Shapes: x (...) -> y (...).
     """
@@ -149,9 +185,12 @@ class Sinh(Function):
     def backward(self, grad: Any) -> Any:
         return grad * self.inputs[0].cosh()
 
+    def jvp(self, tangent: Any) -> Any:
+        return tangent * self.inputs[0].cosh()
+
 
 class Cosh(Function):
-    """y = cosh(x) = (e^x + e^-x) / 2;  dL/dx = g * sinh(x).
+    """y = cosh(x) = (e^x + e^-x) / 2;  dL/dx = g * sinh(x);  dy = dx * sinh(x).
 
     Shapes: x (...) -> y (...).
     """
@@ -165,9 +204,13 @@ class Cosh(Function):
     def backward(self, grad: Any) -> Any:
         return grad * self.inputs[0].sinh()
 
+    def jvp(self, tangent: Any) -> Any:
+        return tangent * self.inputs[0].sinh()
+
 
 class Asinh(Function):
-    """y = asinh(x) = log(x + sqrt(x^2 + 1));  dL/dx = g / sqrt(x^2 + 1).
+    """y = asinh(x) = log(x + sqrt(x^2 + 1));  dL/dx = g / sqrt(x^2 + 1);
+    dy = dx / sqrt(x^2 + 1).
 
     Shapes: x (...) -> y (...).
     """
@@ -182,9 +225,14 @@ class Asinh(Function):
         x = self.inputs[0]
         return grad / (x * x + 1.0).sqrt()
 
+    def jvp(self, tangent: Any) -> Any:
+        x = self.inputs[0]
+        return tangent / (x * x + 1.0).sqrt()
+
 
 class Acosh(Function):
-    """y = acosh(x) = log(x + sqrt(x^2 - 1)) for x >= 1;  dL/dx = g / sqrt(x^2 - 1).
+    """y = acosh(x) = log(x + sqrt(x^2 - 1)) for x >= 1;  dL/dx = g / sqrt(x^2 - 1);
+    dy = dx / sqrt(x^2 - 1).
 
     Shapes: x (...) -> y (...).
     """
@@ -199,9 +247,14 @@ class Acosh(Function):
         x = self.inputs[0]
         return grad / (x * x - 1.0).sqrt()
 
+    def jvp(self, tangent: Any) -> Any:
+        x = self.inputs[0]
+        return tangent / (x * x - 1.0).sqrt()
+
 
 class Atanh(Function):
-    """y = atanh(x) = log((1 + x) / (1 - x)) / 2 for |x| < 1;  dL/dx = g / (1 - x^2).
+    """y = atanh(x) = log((1 + x) / (1 - x)) / 2 for |x| < 1;  dL/dx = g / (1 - x^2);
+    dy = dx / (1 - x^2).
 
     Shapes: x (...) -> y (...).
     """
@@ -215,6 +268,10 @@ class Atanh(Function):
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]
         return grad / (1.0 - x * x)
+
+    def jvp(self, tangent: Any) -> Any:
+        x = self.inputs[0]
+        return tangent / (1.0 - x * x)
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
