@@ -30,7 +30,6 @@ from ..ops.computed import array_call, computed
 from ..ops.division import Copysign, Fmod, RoundedDivide
 from .common import (
     SCALARS,
-    Tensor,
     TensorBase,
     check_integer_divisor,
     concat,
@@ -52,17 +51,17 @@ class ArithmeticMethods(TensorBase):
 
     # The operator table gives ``x + y``, ``x - y`` and ``x / y``; these are the named methods
     # with PyTorch's keywords, each the operator when the keyword is left at its default.
-    def add(self, other: Any, *, alpha: Any = 1) -> Tensor:
+    def add(self, other: Any, *, alpha: Any = 1) -> TensorBase:
         """x + alpha * other (``alpha`` scales the other operand, as in PyTorch)."""
         return self + (other if alpha == 1 else _scaled("add", other, alpha))
 
-    def sub(self, other: Any, *, alpha: Any = 1) -> Tensor:
+    def sub(self, other: Any, *, alpha: Any = 1) -> TensorBase:
         """x - alpha * other."""
         return self - (other if alpha == 1 else _scaled("sub", other, alpha))
 
     subtract = sub
 
-    def div(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+    def div(self, other: Any, *, rounding_mode: str | None = None) -> TensorBase:
         """x / other; with ``rounding_mode="trunc"`` rounded toward zero, with ``"floor"`` down.
         A rounded quotient keeps an integer dtype and has zero gradient (`RoundedDivide`), as in
         PyTorch. Shapes: x and other broadcast together."""
@@ -78,20 +77,20 @@ class ArithmeticMethods(TensorBase):
 
     divide = div
 
-    def true_divide(self, other: Any) -> Tensor:
+    def true_divide(self, other: Any) -> TensorBase:
         return self / other
 
-    def fmod(self, other: Any) -> Tensor:
+    def fmod(self, other: Any) -> TensorBase:
         """a - b * trunc(a / b): the remainder with the sign of the dividend (C's fmod; ``%``
         and ``remainder`` take the divisor's sign).  dL/da = g, dL/db = -g * trunc(a / b).
         Shapes: a and b broadcast together."""
         return Fmod.apply(*_integer_safe_operands(self, other, "fmod"))
 
-    def copysign(self, other: Any) -> Tensor:
+    def copysign(self, other: Any) -> TensorBase:
         """|x| with the sign of other (a float result; -0.0 is negative).
         dL/dx = g * sign(x) * sign(other) (0 where x = 0), dL/dother = 0.
         Shapes: x and other broadcast together."""
-        x = self if is_float(self.array) or isinstance(other, Tensor) else self._cast("float32")
+        x = self if is_float(self.array) or isinstance(other, TensorBase) else self._cast("float32")
         a, b = _broadcast_operands(x, other, "copysign")  # a number's sign survives: not wrapped
         if not is_float(a.array):
             a, b = a._cast("float32"), b._cast("float32")
@@ -101,31 +100,31 @@ class ArithmeticMethods(TensorBase):
         """Whether the dtype is a floating-point one (float16, float32, float64)."""
         return is_float(self.array)
 
-    def logical_not(self) -> Tensor:
+    def logical_not(self) -> TensorBase:
         return self.bool().__invert__()
 
-    def logical_and(self, other: Any) -> Tensor:
+    def logical_and(self, other: Any) -> TensorBase:
         """Elementwise `x and y` of the truth values (nonzero is True), as bool.
         Shapes: x and y broadcast together."""
         return self.bool() & self._operand(other, "logical_and").bool()
 
-    def logical_or(self, other: Any) -> Tensor:
+    def logical_or(self, other: Any) -> TensorBase:
         """Elementwise `x or y` of the truth values (nonzero is True), as bool.
         Shapes: x and y broadcast together."""
         return self.bool() | self._operand(other, "logical_or").bool()
 
-    def logical_xor(self, other: Any) -> Tensor:
+    def logical_xor(self, other: Any) -> TensorBase:
         """Elementwise exclusive or of the truth values (nonzero is True), as bool.
         Shapes: x and y broadcast together."""
         return self.bool() ^ self._operand(other, "logical_xor").bool()
 
-    def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    def clip(self, min: Any = None, max: Any = None) -> TensorBase:  # noqa: A002
         """Clamp into [min, max] (numbers, or tensors that broadcast); the gradient passes where
         min <= x <= max, and to a tensor bound where it is the value taken, as in PyTorch. With
         min > max every element is max (PyTorch's min(max(x, min), max))."""
         if min is None and max is None:
             raise TinyattnError("clip: at least one of min and max must be given")
-        if isinstance(min, Tensor) or isinstance(max, Tensor):
+        if isinstance(min, TensorBase) or isinstance(max, TensorBase):
             return self._clip_by_tensors(min, max)
         if is_float(self.array):
             return Clip.apply(self, low=min, high=max)
@@ -143,7 +142,7 @@ class ArithmeticMethods(TensorBase):
 
     clamp = clip
 
-    def _clip_by_tensors(self, low: Any, high: Any) -> Tensor:
+    def _clip_by_tensors(self, low: Any, high: Any) -> TensorBase:
         """clip with tensor bounds: max(x, low), then min(., high), each a `where` that gives
         the gradient to x on ties (PyTorch's rule: x passes where low <= x <= high)."""
         out = self
@@ -157,20 +156,20 @@ class ArithmeticMethods(TensorBase):
             out = where(out > high, high, out)
         return out
 
-    def softmax(self, dim: int = -1, dtype: Any = None) -> Tensor:
+    def softmax(self, dim: int = -1, dtype: Any = None) -> TensorBase:
         """Normalised exponentials ``exp(x) / sum(exp(x))`` along `dim` (the Softmax op): every
         row is >= 0 and sums to 1; a row that is -inf everywhere gives zeros, not NaN.
         `dtype` casts first. Shapes: (..., N) -> (..., N); a 0-d tensor gives 1."""
         return _along_rows(self, Softmax, "softmax", dim, dtype)
 
-    def log_softmax(self, dim: int = -1, dtype: Any = None) -> Tensor:
+    def log_softmax(self, dim: int = -1, dtype: Any = None) -> TensorBase:
         """``x - logsumexp(x)`` along `dim` (the LogSoftmax op), never forming softmax (no log(0)
         for tiny probabilities). Shapes: (..., N) -> (..., N); a 0-d tensor gives 0."""
         return _along_rows(self, LogSoftmax, "log_softmax", dim, dtype)
 
-    def masked_fill(self, mask: Tensor, value: float) -> Tensor:
+    def masked_fill(self, mask: TensorBase, value: float) -> TensorBase:
         """A copy with `value` where the bool `mask` (broadcast to this shape) is True."""
-        if not isinstance(mask, Tensor) or backend.dtype_name(mask.dtype) != "bool":
+        if not isinstance(mask, TensorBase) or backend.dtype_name(mask.dtype) != "bool":
             raise TypeError(f"masked_fill: mask must be a bool Tensor, got {describe(mask)}")
         broadcast = broadcast_shapes("masked_fill", self.shape, mask.shape)
         if broadcast != self.shape:
@@ -182,12 +181,14 @@ class ArithmeticMethods(TensorBase):
         value = number_operand(self, value, backend.dtype_name(self.dtype), "masked_fill", True)
         return where(mask, value, self)
 
-    def where(self, condition: Tensor, other: Any) -> Tensor:
+    def where(self, condition: TensorBase, other: Any) -> TensorBase:
         """This tensor where the bool `condition` is True, else `other`: PyTorch's
         ``x.where(condition, y)``, which is ``where(condition, x, y)``."""
         return where(condition, self, other)
 
-    def _products(self, op: str, other: Any, dims: tuple[int, int], inner: bool = True) -> Tensor:
+    def _products(
+        self, op: str, other: Any, dims: tuple[int, int], inner: bool = True
+    ) -> TensorBase:
         other = self._operand(other, op)
         if (self.ndim, other.ndim) != dims:
             raise TinyattnError(
@@ -200,28 +201,28 @@ class ArithmeticMethods(TensorBase):
             raise TinyattnError(f"{op}: shapes {self.shape} and {other.shape} do not fit together")
         return other
 
-    def mm(self, other: Any) -> Tensor:
+    def mm(self, other: Any) -> TensorBase:
         """(n, k) @ (k, m)."""
         return self @ self._products("mm", other, (2, 2))
 
-    def bmm(self, other: Any) -> Tensor:
+    def bmm(self, other: Any) -> TensorBase:
         """(b, n, k) @ (b, k, m)."""
         return self @ self._products("bmm", other, (3, 3))
 
-    def mv(self, vec: Any) -> Tensor:
+    def mv(self, vec: Any) -> TensorBase:
         """(n, k) @ (k,) -> (n,)."""
         return self @ self._products("mv", vec, (2, 1))
 
-    def dot(self, other: Any) -> Tensor:
+    def dot(self, other: Any) -> TensorBase:
         """sum(a * b) of two vectors, a 0-d tensor."""
         return self @ self._products("dot", other, (1, 1))
 
-    def outer(self, other: Any) -> Tensor:
+    def outer(self, other: Any) -> TensorBase:
         """out[i, j] = a[i] * b[j]."""
         other = self._products("outer", other, (1, 1), inner=False)
         return self.reshape(-1, 1) * other.reshape(1, -1)
 
-    def sign(self) -> Tensor:
+    def sign(self) -> TensorBase:
         """-1, 0 or 1 by the sign of each element; its gradient is zero, as in PyTorch (a
         float result requires grad when the input does). Shapes: any."""
         if is_float(self.array):
@@ -230,40 +231,40 @@ class ArithmeticMethods(TensorBase):
             return self.clone()  # NumPy has no bool sign; a bool's sign is itself
         return computed(array_call, self, name="sign")
 
-    def isnan(self) -> Tensor:
+    def isnan(self) -> TensorBase:
         return computed(array_call, self, name="isnan")
 
-    def isinf(self) -> Tensor:
+    def isinf(self) -> TensorBase:
         return computed(array_call, self, name="isinf")
 
-    def isfinite(self) -> Tensor:
+    def isfinite(self) -> TensorBase:
         return computed(array_call, self, name="isfinite")
 
-    def square(self) -> Tensor:
+    def square(self) -> TensorBase:
         """x * x (int64 for a bool tensor, as PyTorch's square);  dL/dx = 2 g x.  Shapes: any."""
         x = self._cast("int64") if backend.dtype_name(self.dtype) == "bool" else self
         return x * x
 
-    def reciprocal(self) -> Tensor:
+    def reciprocal(self) -> TensorBase:
         """1 / x (a float result for an integer tensor)."""
         return 1.0 / self
 
-    def rsqrt(self) -> Tensor:
+    def rsqrt(self) -> TensorBase:
         """1 / sqrt(x)."""
         return 1.0 / self.sqrt()
 
-    def clamp_min(self, min: float) -> Tensor:  # noqa: A002  (PyTorch's name)
+    def clamp_min(self, min: float) -> TensorBase:  # noqa: A002  (PyTorch's name)
         return self.clip(min=min)
 
-    def clamp_max(self, max: float) -> Tensor:  # noqa: A002  (PyTorch's name)
+    def clamp_max(self, max: float) -> TensorBase:  # noqa: A002  (PyTorch's name)
         return self.clip(max=max)
 
-    def frac(self) -> Tensor:
+    def frac(self) -> TensorBase:
         """x - trunc(x), the fractional part with the sign of x;  dL/dx = g.  Shapes: any."""
         backend.check_floating("frac", self.array)
         return self - self.trunc()
 
-    def lerp(self, end: Any, weight: Any) -> Tensor:
+    def lerp(self, end: Any, weight: Any) -> TensorBase:
         """start + weight * (end - start), start being this tensor; `weight` a number or a
         tensor. For weights of 0.5 and more it is end - (end - start) * (1 - weight), the form
         PyTorch's kernel uses, so that weight 1 gives exactly `end`.
@@ -281,7 +282,9 @@ class ArithmeticMethods(TensorBase):
         difference = end - self
         return where(weight < 0.5, self + weight * difference, end - difference * (1.0 - weight))
 
-    def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:
+    def addmm(
+        self, mat1: TensorBase, mat2: TensorBase, *, beta: float = 1, alpha: float = 1
+    ) -> TensorBase:
         """beta * input + alpha * (mat1 @ mat2), input (this tensor) broadcast to the product's
         shape; with beta = 0 the input is not read (a NaN in it does not reach the result).
 
@@ -299,7 +302,7 @@ class ArithmeticMethods(TensorBase):
             return product
         return (self if beta == 1 else self * beta) + product
 
-    def addcmul(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+    def addcmul(self, tensor1: Any, tensor2: Any, value: float = 1) -> TensorBase:
         """x + value * t1 * t2 (Adam's second-moment update);  dL/dx = g,
         dL/dt1 = value * g * t2, dL/dt2 = value * g * t1.  Shapes: all three broadcast."""
         backend.check_floating("addcmul", self.array)
@@ -307,7 +310,7 @@ class ArithmeticMethods(TensorBase):
         broadcast_shapes("addcmul", self.shape, broadcast_shapes("addcmul", t1.shape, t2.shape))
         return self + (t1 * t2 if value == 1 else t1 * value * t2)
 
-    def addcdiv(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+    def addcdiv(self, tensor1: Any, tensor2: Any, value: float = 1) -> TensorBase:
         """x + value * t1 / t2 (Adam's parameter update);  dL/dx = g,
         dL/dt1 = value * g / t2, dL/dt2 = -value * g * t1 / t2^2.  Shapes: all three broadcast."""
         backend.check_floating("addcdiv", self.array)
@@ -315,7 +318,7 @@ class ArithmeticMethods(TensorBase):
         broadcast_shapes("addcdiv", self.shape, broadcast_shapes("addcdiv", t1.shape, t2.shape))
         return self + (t1 / t2 if value == 1 else t1 * value / t2)
 
-    def logaddexp(self, other: Any) -> Tensor:
+    def logaddexp(self, other: Any) -> TensorBase:
         """log(e^x + e^y) without overflow: the larger plus log1p(exp(smaller - larger)), the
         exponent clipped at 0 in each branch so that the branch not taken cannot overflow.
         dL/dx = g * sigmoid(x - y), dL/dy = g * sigmoid(y - x) (1/2 each at ties).
@@ -329,7 +332,7 @@ class ArithmeticMethods(TensorBase):
         if_other = other + (-difference).clip(max=0.0).exp().log1p()
         return where(difference <= 0, if_self, if_other)
 
-    def logaddexp2(self, other: Any) -> Tensor:
+    def logaddexp2(self, other: Any) -> TensorBase:
         """log2(2^x + 2^y): logaddexp in base 2;  dL/dx = g * 2^x / (2^x + 2^y).
         Shapes: x and y broadcast together."""
         self, other = _float_operands(self, other, "logaddexp2")
@@ -337,7 +340,7 @@ class ArithmeticMethods(TensorBase):
 
     def nan_to_num(
         self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
-    ) -> Tensor:
+    ) -> TensorBase:
         """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default 0 and the
         dtype's largest and lowest finite values);  dL/dx = g where x was finite, 0 elsewhere.
         Shapes: any."""
@@ -354,8 +357,12 @@ class ArithmeticMethods(TensorBase):
         return where(self == -math.inf, neginf, out)
 
     def diff(
-        self, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None
-    ) -> Tensor:
+        self,
+        n: int = 1,
+        dim: int = -1,
+        prepend: TensorBase | None = None,
+        append: TensorBase | None = None,
+    ) -> TensorBase:
         """The n-th forward difference along `dim`: out[i] = x[i + 1] - x[i], n times, after
         `prepend` and `append` are joined on (as PyTorch's and NumPy's diff).
 
@@ -373,7 +380,7 @@ class ArithmeticMethods(TensorBase):
 
     def isclose(
         self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
-    ) -> Tensor:
+    ) -> TensorBase:
         """``|x - other| <= atol + rtol * |other|`` elementwise (equal infinities are close; NaNs
         are close to each other only with `equal_nan`)."""
         other = self._operand(other, "isclose")
@@ -402,7 +409,7 @@ def _isclose(xp: Any, a: Any, b: Any, rtol: float, atol: float, equal_nan: bool)
     return close
 
 
-def _along_rows(x: Tensor, function: type, op: str, dim: Any, dtype: Any) -> Tensor:
+def _along_rows(x: TensorBase, function: type, op: str, dim: Any, dtype: Any) -> TensorBase:
     """Softmax or LogSoftmax of `x` along `dim` after the checks they share."""
     if dtype is not None:
         x = x._cast(backend.dtype_name(dtype))
@@ -417,7 +424,7 @@ def _along_rows(x: Tensor, function: type, op: str, dim: Any, dtype: Any) -> Ten
 
 def _scaled(op: str, other: Any, alpha: Any) -> Any:
     """alpha * other, refusing a float alpha with integer operands as PyTorch does."""
-    if isinstance(other, Tensor) and not is_float(other.array) and isinstance(alpha, float):
+    if isinstance(other, TensorBase) and not is_float(other.array) and isinstance(alpha, float):
         raise RuntimeError(
             f"{op}: for integral input tensors, argument alpha must not be a floating point "
             f"number (got {alpha!r})"
@@ -425,14 +432,14 @@ def _scaled(op: str, other: Any, alpha: Any) -> Any:
     return other * alpha
 
 
-def _broadcast_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
+def _broadcast_operands(x: TensorBase, other: Any, op: str) -> tuple[TensorBase]:
     """Both operands as Tensors of one promoted dtype, checked to broadcast."""
     other = x._operand(other, op)
     broadcast_shapes(op, x.shape, other.shape)
     return (x, other) if x.dtype == other.dtype else promote(x, other, op)
 
 
-def _integer_safe_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
+def _integer_safe_operands(x: TensorBase, other: Any, op: str) -> tuple[TensorBase]:
     """`_broadcast_operands`, refusing bool operands and an integer division by zero (PyTorch
     raises for both; NumPy would give 0)."""
     a, b = _broadcast_operands(x, other, op)
@@ -441,7 +448,7 @@ def _integer_safe_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tens
     return a, b
 
 
-def _float_operands(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
+def _float_operands(x: TensorBase, other: Any, op: str) -> tuple[TensorBase]:
     """Both operands in their promoted dtype, which must be floating (PyTorch has no integer
     kernel for these ops, but an integer meets a float operand as in any other op)."""
     a, b = _broadcast_operands(x, other, op)

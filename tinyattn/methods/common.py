@@ -46,16 +46,11 @@ class TensorBase:
     __slots__ = ()
 
 
-# Inside the families, `Tensor` in an annotation or an isinstance check means this base, which
-# is the same test as tinyattn.Tensor.
-Tensor = TensorBase
-
-
 class ValuesIndices(NamedTuple):
     """What ``max(dim)``, ``min(dim)`` and ``topk`` return, as PyTorch's named tuples do."""
 
-    values: Tensor
-    indices: Tensor
+    values: TensorBase
+    indices: TensorBase
 
 
 def merged_dims(op: str, axis: Any, keepdims: Any, dim: Any, keepdim: Any) -> tuple[Any, bool]:
@@ -69,7 +64,7 @@ def merged_dims(op: str, axis: Any, keepdims: Any, dim: Any, keepdim: Any) -> tu
     return axis, bool(keepdims)
 
 
-def check_integral(op: str, tensor: Tensor, bools: bool = True) -> None:
+def check_integral(op: str, tensor: TensorBase, bools: bool = True) -> None:
     name = backend.dtype_name(tensor.dtype)
     if name == "bool" and not bools:  # shifts: integers only, as in PyTorch
         raise TypeError(f"{op}: expected an integer tensor, got dtype bool")
@@ -93,7 +88,7 @@ def type_name(value: Any) -> str:
     return f"{module}.{type(value).__name__}; wrap it with ta.tensor(array, device=...)"
 
 
-def by_mask(a: Tensor, b: Tensor) -> bool:
+def by_mask(a: TensorBase, b: TensorBase) -> bool:
     """Whether ``a * b`` is a float tensor times a bool mask that the array library multiplies
     as it is (NumPy and CuPy: the float dtype, each value times 0 or 1), so no float copy of
     the mask is made: a pass over memory fewer, in eager and in a compiled step."""
@@ -104,7 +99,7 @@ def by_mask(a: Tensor, b: Tensor) -> bool:
     return backend.is_floating(backend.namespace(other.array), other.dtype)
 
 
-def promote(a: Tensor, b: Tensor, op: str) -> tuple[Tensor, Tensor]:
+def promote(a: TensorBase, b: TensorBase, op: str) -> tuple[TensorBase]:
     """Both operands cast to the dtype PyTorch's rule gives them (`result_type`): the higher
     category wins (bool < integer < floating); within one, a 0-d tensor or a Python number
     does not widen a tensor with dimensions (``float32 tensor * 0-d float64`` is float32)."""
@@ -119,8 +114,8 @@ def result_type(*operands: Any) -> str:
 
 
 def integer_operands(
-    function: type, a: Tensor, b: Tensor, op: str, number: Any = None, reverse: bool = False
-) -> tuple[Tensor, Tensor]:
+    function: type, a: TensorBase, b: TensorBase, op: str, number: Any = None, reverse: bool = False
+) -> tuple[TensorBase]:
     """Operands of one integer or bool dtype, made ready for `function` as PyTorch computes it:
     true division and atan2 in the default float32; floor division, remainder and shifts
     refused on bool (PyTorch has no bool kernel for them); an integer divisor of zero refused,
@@ -144,7 +139,7 @@ def integer_operands(
     return a, b
 
 
-def check_integer_divisor(op: str, a: Tensor, b: Tensor) -> None:
+def check_integer_divisor(op: str, a: TensorBase, b: TensorBase) -> None:
     """Refuse a bool division (PyTorch has no bool kernel) and an integer divisor of zero."""
     if backend.dtype_name(a.dtype) == "bool":
         raise NotImplementedError(f"{op}: not implemented for bool tensors; cast them with .long()")
@@ -158,7 +153,7 @@ def refuse_bool_subtraction(op: str, *operands: Any) -> None:
         if (
             operand is True
             or operand is False
-            or (isinstance(operand, Tensor) and backend.dtype_name(operand.dtype) == "bool")
+            or (isinstance(operand, TensorBase) and backend.dtype_name(operand.dtype) == "bool")
         ):
             raise RuntimeError(
                 f"{op}: subtraction with a bool operand is not supported; to invert a mask use "
@@ -185,19 +180,19 @@ def checked_shape(op: str, shape: tuple) -> tuple:
     return tuple(sizes)
 
 
-def where(cond: Tensor, a: Any = None, b: Any = None) -> Any:
+def where(cond: TensorBase, a: Any = None, b: Any = None) -> Any:
     """Elementwise ``a if cond else b`` with broadcasting; gradients flow to a and b only.
     With `cond` alone, the indices of its non-zero elements, one tensor per dimension
     (``cond.nonzero(as_tuple=True)``, as PyTorch's one-argument where)."""
-    if a is None and b is None and isinstance(cond, Tensor):
+    if a is None and b is None and isinstance(cond, TensorBase):
         return cond.nonzero(as_tuple=True)
     if a is None or b is None:
         raise TypeError("where: give both a and b, or neither (the indices of cond's non-zeros)")
-    if not isinstance(cond, Tensor) or backend.dtype_name(cond.dtype) != "bool":
+    if not isinstance(cond, TensorBase) or backend.dtype_name(cond.dtype) != "bool":
         raise TypeError(f"where: cond must be a bool Tensor, got {describe(cond)}")
     # The result's dtype is PyTorch's promotion of a and b, Python numbers included:
     # where(c, 1, 0) is int64, where(c, 1.0, 0) float32, where(c, int_tensor, 2.5) float32.
-    anchor = next((t for t in (a, b) if isinstance(t, Tensor)), cond)
+    anchor = next((t for t in (a, b) if isinstance(t, TensorBase)), cond)
     a, b = (t if isinstance(t, bool | int | float) else anchor._operand(t, "where") for t in (a, b))
     name = result_type(a, b)
     a, b = (number_operand(anchor, t, name, "where") for t in (a, b))
@@ -206,7 +201,9 @@ def where(cond: Tensor, a: Any = None, b: Any = None) -> Any:
     return Where.apply(cond, a, b)
 
 
-def number_operand(anchor: Tensor, value: Any, name: str, op: str, checked: bool = False) -> Tensor:
+def number_operand(
+    anchor: TensorBase, value: Any, name: str, op: str, checked: bool = False
+) -> TensorBase:
     """`value` (a Tensor or a Python number) as a Tensor of dtype `name` on anchor's device; a
     number is converted as PyTorch converts it (`promotion.number_as`: an operand wraps, a value
     written into a tensor (`checked`) must fit; 2.7 is 2 in an integer dtype, NaN raises)."""
@@ -218,7 +215,7 @@ def number_operand(anchor: Tensor, value: Any, name: str, op: str, checked: bool
     return anchor._from_op(array, None)
 
 
-def written_value(tensor: Tensor, value: Any, op: str) -> Tensor:
+def written_value(tensor: TensorBase, value: Any, op: str) -> TensorBase:
     """A value about to be written into `tensor` (fill_, x[i] = v): a Python number in the
     tensor's dtype, checked to fit as PyTorch checks it (NaN into an integer tensor raises);
     anything else as an operand, cast when it is stored."""
@@ -228,25 +225,25 @@ def written_value(tensor: Tensor, value: Any, op: str) -> Tensor:
 
 
 def describe(value: Any) -> str:
-    if isinstance(value, Tensor):
+    if isinstance(value, TensorBase):
         return f"a tensor of dtype {backend.dtype_name(value.dtype)}"
     return type(value).__name__
 
 
-def tensor_list(op: str, tensors: Sequence[Tensor]) -> list[Tensor]:
+def tensor_list(op: str, tensors: Sequence[TensorBase]) -> list[TensorBase]:
     """A non-empty list of Tensors, or an error naming the op and the first bad element."""
-    if isinstance(tensors, Tensor):
+    if isinstance(tensors, TensorBase):
         raise TypeError(f"{op}: expected a sequence of Tensors, got a single Tensor")
     tensors = list(tensors)
     if not tensors:
         raise TinyattnError(f"{op}: expected at least one tensor")
     for position, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
+        if not isinstance(t, TensorBase):
             raise TypeError(f"{op}: element {position} is a {type(t).__name__}, not a Tensor")
     return tensors
 
 
-def concat(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -> Tensor:
+def concat(tensors: Sequence[TensorBase], axis: int = 0, *, dim: int | None = None) -> TensorBase:
     """Join tensors along an existing axis; all other axes must match."""
     axis = axis if dim is None else dim
     tensors = tensor_list("concat", tensors)
@@ -269,7 +266,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) 
     return Concat.apply(*tensors, axis=axis)
 
 
-def stack(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -> Tensor:
+def stack(tensors: Sequence[TensorBase], axis: int = 0, *, dim: int | None = None) -> TensorBase:
     """Join same-shape tensors along a new axis."""
     axis = axis if dim is None else dim
     tensors = tensor_list("stack", tensors)
@@ -308,7 +305,7 @@ def device_spec(data: Any, device: Any) -> Any:
 
 def filled(
     wrap: Callable, shape: tuple, value: Any, dtype: Any, device: Any, requires_grad: bool
-) -> Tensor:
+) -> TensorBase:
     """A new leaf of `shape` filled with `value` (float32 unless `dtype` says); `wrap` is
     ``Tensor._from_op``, passed in because this module sits below the Tensor class."""
     xp, native = backend.resolve_device(device)
@@ -322,7 +319,7 @@ def filled(
     return out.requires_grad_() if requires_grad else out
 
 
-def new_leaf(wrap: Callable, data: Any, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
+def new_leaf(wrap: Callable, data: Any, dtype: Any, device: Any, requires_grad: bool) -> TensorBase:
     """A new leaf holding a copy of `data`, as ``tinyattn.tensor(data, ...)`` makes it."""
     array = backend.asarray(data, dtype=dtype, device=device_spec(data, device))
     note_created(array)
@@ -330,7 +327,7 @@ def new_leaf(wrap: Callable, data: Any, dtype: Any, device: Any, requires_grad: 
     return out.requires_grad_() if requires_grad else out
 
 
-def index_range(like: Tensor, n: int) -> Tensor:
+def index_range(like: TensorBase, n: int) -> TensorBase:
     """``arange(n)`` as int64 on `like`'s device: the positions an index is built from."""
     xp = backend.namespace(like.array)
     return like._from_op(xp.arange(n, dtype=xp.int64, device=like.array.device), None)

@@ -21,7 +21,7 @@ from ..ops import (
     Cast,
     ToDevice,
 )
-from .common import HOST_ARRAY, Tensor, TensorBase, checked_shape, filled, new_leaf, shape_arg
+from .common import HOST_ARRAY, TensorBase, checked_shape, filled, new_leaf, shape_arg
 
 
 class ConversionMethods(TensorBase):
@@ -119,7 +119,7 @@ class ConversionMethods(TensorBase):
         dtype: Any = None,
         non_blocking: bool = False,
         copy: bool = False,
-    ) -> Tensor:
+    ) -> TensorBase:
         """A copy on another device (``'cpu'``, ``'cuda'``, ``'cuda:1'``) or with another dtype.
 
         PyTorch's forms: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(other)``
@@ -134,12 +134,12 @@ class ConversionMethods(TensorBase):
             result = result._cast(dtype)
         return result.clone() if copy and result is self else result
 
-    def _to_device(self, device: Any) -> Tensor:
+    def _to_device(self, device: Any) -> TensorBase:
         if device == self.device or backend.is_on(self.array, device):
             return self  # already there, as PyTorch returns the tensor itself
         return ToDevice.apply(self, device=device)
 
-    def pin_memory(self, device: Any = None) -> Tensor:
+    def pin_memory(self, device: Any = None) -> TensorBase:
         """A host copy for fast transfers to the GPU, as PyTorch's; refused without one (as
         PyTorch refuses). The copy is ordinary host memory: pinning only changes speed."""
         if backend.cupy_status()[0] is None:
@@ -150,7 +150,7 @@ class ConversionMethods(TensorBase):
             raise RuntimeError(f"pin_memory: cannot pin a tensor on '{self.device}', only CPU ones")
         return self.clone()
 
-    def _cast(self, dtype: Any) -> Tensor:
+    def _cast(self, dtype: Any) -> TensorBase:
         xp = backend.namespace(self.array)
         if isinstance(dtype, str):
             dtype = backend.dtype_of_name(xp, dtype)
@@ -166,7 +166,7 @@ class ConversionMethods(TensorBase):
             return f"tinyattn.{_TYPE_NAMES.get(backend.dtype_name(self.dtype), 'Tensor')}"
         return self._cast(dtype)
 
-    def type_as(self, other: Tensor) -> Tensor:
+    def type_as(self, other: TensorBase) -> TensorBase:
         """This tensor with `other`'s dtype and device (PyTorch's type names a device too)."""
         moved = self if self.device == other.device else self.to(other.device)
         return moved._cast(backend.dtype_name(other.dtype))
@@ -177,11 +177,11 @@ class ConversionMethods(TensorBase):
         return backend.to_numpy(self.array).tolist()
 
     # Each is a call above (or two), so its gradient of any order is theirs.
-    def cpu(self) -> Tensor:
+    def cpu(self) -> TensorBase:
         """``to('cpu')``: this tensor itself when it is there already."""
         return self.to("cpu")
 
-    def cuda(self, device: Any = None, non_blocking: bool = False) -> Tensor:
+    def cuda(self, device: Any = None, non_blocking: bool = False) -> TensorBase:
         """``to('cuda')``; an int `device` is ``'cuda:N'``; `non_blocking` as in `to`."""
         return self.to(f"cuda:{device}" if isinstance(device, int) else device or "cuda")
 
@@ -193,7 +193,7 @@ class ConversionMethods(TensorBase):
         dtype: Any = None,
         device: Any = None,
         requires_grad: bool = False,
-    ) -> Tensor:
+    ) -> TensorBase:
         """A new tensor of `size` filled with `fill_value`, this tensor's dtype and device unless
         given (the ``new_*`` family, as in PyTorch)."""
         if not hasattr(fill_value, "__float__"):
@@ -206,14 +206,14 @@ class ConversionMethods(TensorBase):
 
     def new_zeros(
         self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
-    ) -> Tensor:
+    ) -> TensorBase:
         return self.new_full(
             shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad
         )
 
     def new_ones(
         self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
-    ) -> Tensor:
+    ) -> TensorBase:
         return self.new_full(
             shape_arg(size), 1, dtype=dtype, device=device, requires_grad=requires_grad
         )
@@ -222,7 +222,7 @@ class ConversionMethods(TensorBase):
 
     def new_tensor(
         self, data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
-    ) -> Tensor:
+    ) -> TensorBase:
         """A copy of `data` with this tensor's dtype and device unless given."""
         dtype, device = dtype or self.dtype, device or self.device
         return new_leaf(self._from_op, data, dtype, device, requires_grad)
@@ -230,25 +230,25 @@ class ConversionMethods(TensorBase):
     # The dtype shorthands come last: in the class body above, `float`, `int` and `bool` still
     # name Python's types (the annotations use them).
 
-    def float(self) -> Tensor:
+    def float(self) -> TensorBase:
         return self._cast("float32")
 
-    def double(self) -> Tensor:
+    def double(self) -> TensorBase:
         return self._cast("float64")
 
-    def half(self) -> Tensor:
+    def half(self) -> TensorBase:
         return self._cast("float16")
 
-    def long(self) -> Tensor:
+    def long(self) -> TensorBase:
         return self._cast("int64")
 
-    def int(self) -> Tensor:
+    def int(self) -> TensorBase:
         return self._cast("int32")
 
-    def bool(self) -> Tensor:
+    def bool(self) -> TensorBase:
         return self._cast("bool")
 
-    def byte(self) -> Tensor:
+    def byte(self) -> TensorBase:
         return self._cast("uint8")
 
 
@@ -280,7 +280,7 @@ def _to_targets(args: tuple, device: Any, dtype: Any, copy: bool) -> tuple[Any, 
     flags = [target for target in args if isinstance(target, bool)]
     copy = copy or (len(flags) > 1 and flags[1])
     for target in args:
-        if isinstance(target, Tensor):
+        if isinstance(target, TensorBase):
             device, dtype = target.device, target.dtype
         elif isinstance(target, bool):
             continue

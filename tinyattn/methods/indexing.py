@@ -25,7 +25,7 @@ from ..ops import (
 )
 from ..ops.computed import computed
 from ..ops.indexing import parse_key
-from .common import Tensor, TensorBase, ValuesIndices, check_integral, is_float, stack, where
+from .common import TensorBase, ValuesIndices, check_integral, is_float, stack, where
 
 
 class IndexingMethods(TensorBase):
@@ -33,7 +33,7 @@ class IndexingMethods(TensorBase):
 
     __slots__ = ()  # every tensor's slots are declared once, in Tensor
 
-    def __getitem__(self, key: Any) -> Tensor:
+    def __getitem__(self, key: Any) -> TensorBase:
         """``x[key]`` with PyTorch's rules: ints, slices, None and Ellipsis select a view; then
         the index arrays (integer arrays, lists, tuples inside a tuple, bool masks, Python
         bools) are broadcast together and gather one element each. Their dims stay where the
@@ -52,7 +52,7 @@ class IndexingMethods(TensorBase):
             return GetItem.apply(viewed, key=(slice(None),) * dim + (index,))
         return viewed._index_arrays(arrays)
 
-    def _index_arrays(self, arrays: list) -> Tensor:
+    def _index_arrays(self, arrays: list) -> TensorBase:
         """Several index arrays (dims of this tensor and arrays, by dim): broadcast together,
         their dims moved to the front unless adjacent, merged into one dim (row-major) and
         indexed by one merged index, so GetItem gathers once."""
@@ -82,7 +82,7 @@ class IndexingMethods(TensorBase):
         merged = moved.reshape(moved.shape[:first] + (math.prod(sizes),) + moved.shape[last:])
         return GetItem.apply(merged, key=(slice(None),) * first + (flat.array,))
 
-    def _masked_select(self, mask: Tensor) -> Tensor:
+    def _masked_select(self, mask: TensorBase) -> TensorBase:
         """``x[mask]``: the elements where the bool mask (over the leading dims) is True."""
         mask = self._operand(mask, "getitem")
         if mask.shape != self.shape[: mask.ndim]:
@@ -95,7 +95,7 @@ class IndexingMethods(TensorBase):
         rows = self.reshape((-1,) + self.shape[mask.ndim :])
         return rows[self._from_op(flat, None)]
 
-    def gather(self, dim: int, index: Tensor) -> Tensor:
+    def gather(self, dim: int, index: TensorBase) -> TensorBase:
         """``out[i][j][k] = x[index[i][j][k]][j][k]`` for dim 0 (and so on): values picked
         along `dim`; index has this tensor's ndim and no larger sizes. The gradient adds back.
         """
@@ -106,8 +106,8 @@ class IndexingMethods(TensorBase):
         return self.reshape(-1)[positions].reshape(index.shape)
 
     def scatter(
-        self, dim: int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None
-    ) -> Tensor:
+        self, dim: int, index: TensorBase, src: Any = None, *, value: Any = None, reduce: Any = None
+    ) -> TensorBase:
         """Out of place: a copy with ``out[index[i][j]][j] = src[i][j]`` (dim 0; and so on);
         `src` a tensor or a number (also as ``value=``).
 
@@ -127,7 +127,7 @@ class IndexingMethods(TensorBase):
         written = (hits > 0).reshape(self.shape)
         return where(written, placed.reshape(self.shape), self)
 
-    def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    def scatter_add(self, dim: int, index: TensorBase, src: TensorBase) -> TensorBase:
         """Out of place: a copy with ``src[i][j]`` added at ``out[index[i][j]][j]`` (dim 0; and
         so on); repeated places add up.  dL/dx = g, dL/dsrc = g gathered at the places.
 
@@ -135,7 +135,9 @@ class IndexingMethods(TensorBase):
         _, key, values = self._scatter_places("scatter_add", dim, index, src)
         return self + IndexAdd.apply(values, shape=(self.numel(),), key=key).reshape(self.shape)
 
-    def _scatter_places(self, op: str, dim: int, index: Any, src: Any) -> tuple[Any, Any, Tensor]:
+    def _scatter_places(
+        self, op: str, dim: int, index: Any, src: Any
+    ) -> tuple[Any, Any, TensorBase]:
         """What scatter and scatter_add share: the flat places `index` names along `dim`
         (checked), their key, and src's values for them in this tensor's dtype, flat (a tensor
         cut to index's shape, or a number repeated)."""
@@ -143,7 +145,7 @@ class IndexingMethods(TensorBase):
         axis = normalize_dim(op, dim, self.ndim)
         _check_index(op, self, axis, index)
         positions = computed(_flat_positions, index, shape=self.shape, axis=axis).array
-        if isinstance(src, Tensor):
+        if isinstance(src, TensorBase):
             src = self._operand(src, op)
             if src.dtype != self.dtype:  # PyTorch casts neither way
                 raise RuntimeError(
@@ -160,7 +162,9 @@ class IndexingMethods(TensorBase):
             src = self._operand(src, op).broadcast_to(index.shape)
         return positions, parse_key(positions, (self.numel(),)), src.to(self.dtype).reshape(-1)
 
-    def index_add(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
+    def index_add(
+        self, dim: int, index: TensorBase, source: TensorBase, alpha: float = 1
+    ) -> TensorBase:
         """Out of place: a copy with ``alpha * source``'s slices along `dim` added at the
         positions `index` names (repeats add up).  dL/dx = g, dL/dsource = alpha * g[index].
 
@@ -230,7 +234,7 @@ class IndexingMethods(TensorBase):
         extra = [t for t, wanted in ((inverse, return_inverse), (counts, return_counts)) if wanted]
         return (values, *extra) if extra else values
 
-    def bincount(self, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+    def bincount(self, weights: TensorBase | None = None, minlength: int = 0) -> TensorBase:
         """How often each of 0, 1, ..., max (or minlength - 1, if larger) occurs in this 1-D
         tensor of non-negative integers, int64; with `weights`, their sums per value instead:
         y[b] = sum of weights[i] where x[i] = b, so dL/dweights[i] = g[x[i]] (PyTorch has no
@@ -258,7 +262,7 @@ class IndexingMethods(TensorBase):
         key = parse_key(self.array, (length,))
         return IndexAdd.apply(weights, shape=(length,), key=key)
 
-    def multinomial(self, num_samples: int, replacement: bool = False) -> Tensor:
+    def multinomial(self, num_samples: int, replacement: bool = False) -> TensorBase:
         """Category indices drawn with these (unnormalised) weights, per row, from the host
         generator seeded by ``ta.manual_seed``; without replacement they are distinct."""
         if self.ndim not in (1, 2):
@@ -276,7 +280,7 @@ class IndexingMethods(TensorBase):
         out = self._from_op(drawn, None)
         return out.reshape(num_samples) if self.ndim == 1 else out
 
-    def masked_select(self, mask: Tensor) -> Tensor:
+    def masked_select(self, mask: TensorBase) -> TensorBase:
         """The elements where the bool `mask` is True, as 1-D (mask and tensor broadcast
         together); the gradient goes back to those elements.
         Shapes: x, mask broadcast to S -> (the number of True elements of the mask over S,)."""
@@ -288,11 +292,11 @@ class IndexingMethods(TensorBase):
         shape = broadcast_shapes("masked_select", self.shape, mask.shape)
         return self.broadcast_to(shape)[mask.broadcast_to(shape)]
 
-    def index_select(self, dim: int, index: Tensor) -> Tensor:
+    def index_select(self, dim: int, index: TensorBase) -> TensorBase:
         """The entries of `dim` at the positions of the 1-D integer tensor `index` (0-d: one
         position), each in 0..n-1: a negative one is refused, as in PyTorch, where ``x[index]``
         would count it from the end.  Shapes: x (..., n, ...), index (k,) -> (..., k, ...)."""
-        if not isinstance(index, Tensor) or index.ndim > 1:
+        if not isinstance(index, TensorBase) or index.ndim > 1:
             raise TinyattnError(f"index_select: index must be a 1-D integer Tensor, got {index!r}")
         check_integral("index_select", index, bools=False)
         if not self.ndim:  # dim 0 or -1, and one position, as in PyTorch
@@ -315,7 +319,7 @@ class IndexingMethods(TensorBase):
         axis = normalize_dim("sort", dim, self.ndim)
         return self.topk(self.shape[axis], axis, largest=descending)
 
-    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> TensorBase:
         return self.sort(dim, descending).indices
 
 
@@ -324,7 +328,7 @@ def _ones(array: Any) -> Any:
     return xp.ones(array.shape, dtype=xp.float32, device=array.device)
 
 
-def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
+def _check_index(op: str, tensor: TensorBase, axis: int, index: TensorBase) -> None:
     """gather/scatter: an integer index of the same ndim, no larger, values in range."""
     name = backend.dtype_name(index.dtype)
     if not name.startswith(("int", "uint")):
@@ -339,7 +343,7 @@ def _check_index(op: str, tensor: Tensor, axis: int, index: Tensor) -> None:
     _check_in_range(op, index, axis, tensor.shape[axis])
 
 
-def _check_in_range(op: str, index: Tensor, axis: int, size: int) -> None:
+def _check_in_range(op: str, index: TensorBase, axis: int, size: int) -> None:
     """Every index in 0..size-1, or PyTorch's refusal: a DimError, both of the types PyTorch
     raises here (IndexError, and RuntimeError from some of its kernels)."""
     if index.numel() and backend.meta.has_values(index.array):  # meta: none to check
@@ -423,9 +427,9 @@ def _wrapped_index(xp: Any, index: Any, size: int, axis: int) -> Any:
     return xp.where(index < 0, index + size, index)
 
 
-def _bool_mask(key: Any) -> Tensor | None:
+def _bool_mask(key: Any) -> TensorBase | None:
     """The mask of ``x[mask]``: a bool Tensor as the whole key, else None."""
-    if isinstance(key, Tensor) and backend.dtype_name(key.dtype) == "bool" and key.ndim > 0:
+    if isinstance(key, TensorBase) and backend.dtype_name(key.dtype) == "bool" and key.ndim > 0:
         return key
     return None
 
@@ -437,7 +441,7 @@ def _as_tuple(key: Any) -> tuple:
         return key
     if isinstance(key, list) and len(key) < 32:
         if any(
-            isinstance(part, Tensor | list | tuple | range | slice)
+            isinstance(part, TensorBase | list | tuple | range | slice)
             or part is None
             or part is Ellipsis
             for part in key
@@ -446,7 +450,7 @@ def _as_tuple(key: Any) -> tuple:
     return (key,)
 
 
-def _index_part(tensor: Tensor, part: Any) -> Any:
+def _index_part(tensor: TensorBase, part: Any) -> Any:
     """One part of a key as an int, slice, None, Ellipsis, a Python bool, an integer array on
     the tensor's device, or a bool array (a mask); an IndexError names anything else."""
     if isinstance(part, bool) or part is None or part is Ellipsis or isinstance(part, slice):
@@ -455,7 +459,7 @@ def _index_part(tensor: Tensor, part: Any) -> Any:
         return part
     if isinstance(part, range):  # PyTorch reads a range as the list of its ints
         part = list(part)
-    if isinstance(part, Tensor):
+    if isinstance(part, TensorBase):
         if part.device.type == "cpu" and tensor.device.type != "cpu":
             part = part.to(tensor.device)  # as PyTorch: CPU indices go to the indexed tensor
         array = tensor._operand(part, "getitem").array
@@ -475,14 +479,14 @@ def _index_part(tensor: Tensor, part: Any) -> Any:
             f"getitem: tensors used as indices must be long, int, byte or bool tensors, got {name}"
         )
     if array.ndim == 0:  # a 0-d index reads like a number (a bool one like a Python bool)
-        value = part.item() if isinstance(part, Tensor) else backend.to_numpy(array).item()
+        value = part.item() if isinstance(part, TensorBase) else backend.to_numpy(array).item()
         return bool(value) if name in ("bool", "uint8") else int(value)
     if name == "uint8":  # PyTorch reads a uint8 index as a mask
         array = backend.namespace(array).astype(array, backend.namespace(array).bool)
     return array
 
 
-def _split_key(tensor: Tensor, key: Any) -> tuple[tuple, list]:
+def _split_key(tensor: TensorBase, key: Any) -> tuple[tuple, list]:
     """A key as its basic part (ints, slices, None; each index array a full slice) and its index
     arrays as (dim of ``x[basic]``, integer array). A bool mask over k dims becomes the k arrays
     of its nonzero positions; a Python bool a new dim of size 1 indexed by [0] (True) or []."""
@@ -531,12 +535,12 @@ def _out_dims(basic: list) -> int:
     return sum(1 for part in basic if not isinstance(part, int))
 
 
-def _bool_index(tensor: Tensor, value: bool) -> Any:
+def _bool_index(tensor: TensorBase, value: bool) -> Any:
     xp = backend.namespace(tensor.array)
     return xp.zeros((1 if value else 0,), dtype=xp.int64, device=tensor.array.device)
 
 
-def _mask_indices(tensor: Tensor, mask: Any, dim: int) -> tuple:
+def _mask_indices(tensor: TensorBase, mask: Any, dim: int) -> tuple:
     """The nonzero positions of a bool mask that indexes dims dim, dim + 1, ... of `tensor`."""
     covered = tensor.shape[dim : dim + mask.ndim]
     if mask.shape != covered:

@@ -27,7 +27,7 @@ from ..ops import (
     normalize_axes,
 )
 from ..ops.computed import computed
-from .common import Tensor, TensorBase, named, new_leaf, where, written_value
+from .common import TensorBase, named, new_leaf, where, written_value
 from .inplace_graph import dtype_kind, fitted, recorded_inplace, replaced
 
 # Unary ops that also have an in-place form, ``x.exp_()``: the out-of-place result stored back.
@@ -37,7 +37,7 @@ IN_PLACE_UNARY = ("abs", "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu")
 def _in_place_method(name: str) -> Callable:
     op = f"{name}_"
 
-    def method(self: Tensor) -> Tensor:
+    def method(self: TensorBase) -> TensorBase:
         return self._inplace(op, lambda x: getattr(x, name)())
 
     return named(method, op, f"``x.{name}()`` written into x, in place (its version goes up).")
@@ -58,8 +58,8 @@ class InPlaceMethods(TensorBase):
     # grad is refused in grad mode; under ``ta.no_grad()`` anything may be written.
     # ========================================================================================
     def _inplace(
-        self, op: str, compute: Callable[[Tensor], Tensor], *values: Any, cast: bool = False
-    ) -> Tensor:
+        self, op: str, compute: Callable[[TensorBase], TensorBase], *values: Any, cast: bool = False
+    ) -> TensorBase:
         """Compute ``compute(x)``, x standing for this tensor's values, and store it here."""
         tangents = in_place_tangents(self, op, compute, values)  # None unless forward AD is on
         if is_grad_enabled() and _in_graph(self, op, values):
@@ -93,53 +93,53 @@ class InPlaceMethods(TensorBase):
                 ) from exc
         self._version_counter[0] += 1
 
-    def __iadd__(self, other: Any) -> Tensor:
+    def __iadd__(self, other: Any) -> TensorBase:
         return self._inplace("add_", lambda x: x + other, other)
 
-    def __isub__(self, other: Any) -> Tensor:
+    def __isub__(self, other: Any) -> TensorBase:
         return self._inplace("sub_", lambda x: x - other, other)
 
-    def __imul__(self, other: Any) -> Tensor:
+    def __imul__(self, other: Any) -> TensorBase:
         return self._inplace("mul_", lambda x: x * other, other)
 
-    def __itruediv__(self, other: Any) -> Tensor:
+    def __itruediv__(self, other: Any) -> TensorBase:
         return self._inplace("div_", lambda x: x / other, other)
 
-    def __ifloordiv__(self, other: Any) -> Tensor:
+    def __ifloordiv__(self, other: Any) -> TensorBase:
         return self._inplace("floor_divide_", lambda x: x // other, other)
 
-    def __imod__(self, other: Any) -> Tensor:
+    def __imod__(self, other: Any) -> TensorBase:
         return self._inplace("remainder_", lambda x: x % other, other)
 
-    def add_(self, other: Any, alpha: float = 1) -> Tensor:
+    def add_(self, other: Any, alpha: float = 1) -> TensorBase:
         """``self += alpha * other``, in place."""
         return self._inplace("add_", lambda x: x + (other if alpha == 1 else other * alpha), other)
 
-    def sub_(self, other: Any, alpha: float = 1) -> Tensor:
+    def sub_(self, other: Any, alpha: float = 1) -> TensorBase:
         """``self -= alpha * other``, in place."""
         return self._inplace("sub_", lambda x: x - (other if alpha == 1 else other * alpha), other)
 
-    def mul_(self, other: Any) -> Tensor:
+    def mul_(self, other: Any) -> TensorBase:
         return self._inplace("mul_", lambda x: x * other, other)
 
-    def div_(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+    def div_(self, other: Any, *, rounding_mode: str | None = None) -> TensorBase:
         return self._inplace("div_", lambda x: x.div(other, rounding_mode=rounding_mode), other)
 
-    def fmod_(self, other: Any) -> Tensor:
+    def fmod_(self, other: Any) -> TensorBase:
         return self._inplace("fmod_", lambda x: x.fmod(other), other)
 
-    def copysign_(self, other: Any) -> Tensor:
+    def copysign_(self, other: Any) -> TensorBase:
         return self._inplace("copysign_", lambda x: x.copysign(other), other)
 
-    def copy_(self, src: Any) -> Tensor:
+    def copy_(self, src: Any) -> TensorBase:
         """Copy `src` into this tensor (broadcast to its shape, cast to its dtype and device)."""
-        if isinstance(src, Tensor) and src.device != self.device:
+        if isinstance(src, TensorBase) and src.device != self.device:
             src = src.detach().to(self.device)
         return self._inplace(
             "copy_", lambda x: x._operand(src, "copy_").broadcast_to(x.shape), src, cast=True
         )
 
-    def fill_(self, value: Any) -> Tensor:
+    def fill_(self, value: Any) -> TensorBase:
         """Set every element to `value` (a number or a one-element tensor)."""
         return self._inplace(
             "fill_",
@@ -148,43 +148,45 @@ class InPlaceMethods(TensorBase):
             cast=True,
         )
 
-    def zero_(self) -> Tensor:
+    def zero_(self) -> TensorBase:
         return self.fill_(0)
 
-    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    def clamp_(self, min: Any = None, max: Any = None) -> TensorBase:  # noqa: A002
         return self._inplace("clamp_", lambda x: x.clip(min, max), min, max)
 
     clip_ = clamp_
 
-    def pow_(self, exponent: Any) -> Tensor:
+    def pow_(self, exponent: Any) -> TensorBase:
         return self._inplace("pow_", lambda x: x**exponent, exponent)
 
-    def addcmul_(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+    def addcmul_(self, tensor1: Any, tensor2: Any, value: float = 1) -> TensorBase:
         return self._inplace(
             "addcmul_", lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2
         )
 
-    def addcdiv_(self, tensor1: Any, tensor2: Any, value: float = 1) -> Tensor:
+    def addcdiv_(self, tensor1: Any, tensor2: Any, value: float = 1) -> TensorBase:
         return self._inplace(
             "addcdiv_", lambda x: x.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2
         )
 
-    def lerp_(self, end: Any, weight: Any) -> Tensor:
+    def lerp_(self, end: Any, weight: Any) -> TensorBase:
         return self._inplace("lerp_", lambda x: x.lerp(end, weight), end, weight)
 
-    def scatter_add_(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    def scatter_add_(self, dim: int, index: TensorBase, src: TensorBase) -> TensorBase:
         return self._inplace("scatter_add_", lambda x: x.scatter_add(dim, index, src), src)
 
-    def index_add_(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
+    def index_add_(
+        self, dim: int, index: TensorBase, source: TensorBase, alpha: float = 1
+    ) -> TensorBase:
         return self._inplace(
             "index_add_", lambda x: x.index_add(dim, index, source, alpha=alpha), source
         )
 
-    def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
+    def masked_fill_(self, mask: TensorBase, value: Any) -> TensorBase:
         """Set the elements where the bool `mask` (broadcast to this shape) is True to `value`."""
         return self._inplace("masked_fill_", lambda x: x.masked_fill(mask, value), value, cast=True)
 
-    def index_fill_(self, dim: int, index: Any, value: Any) -> Tensor:
+    def index_fill_(self, dim: int, index: Any, value: Any) -> TensorBase:
         """Set the slices ``index`` along dimension `dim` to `value`."""
         axis = normalize_axes("index_fill_", dim, max(self.ndim, 1))[0]
         hit = _positions_hit("index_fill_", self, axis, index)
@@ -192,8 +194,8 @@ class InPlaceMethods(TensorBase):
         return self._inplace("index_fill_", lambda x: where(hit, filling, x), value, cast=True)
 
     def scatter_(
-        self, dim: int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None
-    ) -> Tensor:
+        self, dim: int, index: TensorBase, src: Any = None, *, value: Any = None, reduce: Any = None
+    ) -> TensorBase:
         """``self[..., index[i, j], ...] = src[i, j]`` along `dim` (PyTorch's scatter_).
 
         `src` is a tensor at least as large as `index` or a number (also as ``value=``). Where an
@@ -210,25 +212,31 @@ class InPlaceMethods(TensorBase):
         return self._inplace("scatter_", lambda x: _scattered(x, dim, index, src), src, cast=True)
 
     def scatter_reduce_(
-        self, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True
-    ) -> Tensor:
+        self,
+        dim: int,
+        index: TensorBase,
+        src: TensorBase,
+        reduce: str,
+        *,
+        include_self: bool = True,
+    ) -> TensorBase:
         return self._inplace(
             "scatter_reduce_",
             lambda x: x.scatter_reduce(dim, index, src, reduce, include_self=include_self),
             src,
         )
 
-    def index_put_(self, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
+    def index_put_(self, indices: Any, values: Any, accumulate: bool = False) -> TensorBase:
         return self._inplace(
             "index_put_", lambda x: x.index_put(indices, values, accumulate), values, cast=True
         )
 
-    def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    def normal_(self, mean: float = 0.0, std: float = 1.0) -> TensorBase:
         """Fill with samples of N(mean, std^2) from the generator ``ta.manual_seed`` seeds (a
         leaf that requires grad only under ``ta.no_grad()``, as in PyTorch)."""
         return self._inplace("normal_", lambda x: _drawn(x, "normal") * std + mean)
 
-    def uniform_(self, from_: float = 0.0, to: float = 1.0, **kwargs: Any) -> Tensor:
+    def uniform_(self, from_: float = 0.0, to: float = 1.0, **kwargs: Any) -> TensorBase:
         """Fill with samples uniform in [from, to) (PyTorch's keyword is ``from``)."""
         low = kwargs.pop("from", from_)
         if kwargs:
@@ -291,7 +299,7 @@ def _scatter_mean(xp: Any, x: Any, index: Any, values: Any, axis: int, integral:
 
 # Used by the in-place section at the end of the Tensor class: the checks every in-place
 # operation makes, and the out-of-place values that indexing writes compute.
-def _in_graph(tensor: Tensor, op: str, values: tuple) -> bool:
+def _in_graph(tensor: TensorBase, op: str, values: tuple) -> bool:
     """Whether an in-place `op` in grad mode must be recorded (it touches the graph); refuses a
     leaf that requires grad, or a view of one, with PyTorch's message."""
     base = tensor._view[0] if tensor._view is not None else None
@@ -311,10 +319,10 @@ def _in_graph(tensor: Tensor, op: str, values: tuple) -> bool:
         )
     if tensor.requires_grad or (base is not None and base.requires_grad):
         return True
-    return any(isinstance(value, Tensor) and value.requires_grad for value in values)
+    return any(isinstance(value, TensorBase) and value.requires_grad for value in values)
 
 
-def _int_index(op: str, tensor: Tensor, index: Any, size: int, axis: int) -> Any:
+def _int_index(op: str, tensor: TensorBase, index: Any, size: int, axis: int) -> Any:
     """An index (Tensor, list or array) as a flat, range-checked integer array (no negatives)."""
     index = tensor._operand(index, op)
     xp = backend.namespace(index.array)
@@ -333,7 +341,7 @@ def _int_index(op: str, tensor: Tensor, index: Any, size: int, axis: int) -> Any
     return xp.where(flat < 0, flat + size, flat)
 
 
-def _positions_hit(op: str, tensor: Tensor, axis: int, index: Any) -> Tensor:
+def _positions_hit(op: str, tensor: TensorBase, axis: int, index: Any) -> TensorBase:
     """A bool Tensor, True on the slices of dimension `axis` that `index` names."""
     size = tensor.shape[axis] if tensor.ndim else 1
     _int_index(op, tensor, index, size, axis)  # dtype and range checks
@@ -343,7 +351,7 @@ def _positions_hit(op: str, tensor: Tensor, axis: int, index: Any) -> Tensor:
     return computed(_slices_hit, tensor._operand(index, op), size=size, shape=tuple(shape))
 
 
-def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
+def _scattered(tensor: TensorBase, dim: int, index: Any, src: Any) -> TensorBase:
     """The values of `tensor` after ``scatter_(dim, index, src)``, computed out of place (as one
     op, so a compiled step writes the new values on every replay)."""
     xp = backend.namespace(tensor.array)
@@ -358,13 +366,13 @@ def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
         )
     _int_index("scatter_", tensor, index, tensor.shape[axis], axis)  # dtype and range checks
     if is_grad_enabled() and (
-        tensor.requires_grad or (isinstance(src, Tensor) and src.requires_grad)
+        tensor.requires_grad or (isinstance(src, TensorBase) and src.requires_grad)
     ):
         raise RuntimeError(
             f"scatter_: a tensor in the graph (shape {tensor.shape}) cannot be scattered into in "
             "place; use the out-of-place x.scatter(dim, index, src), which is recorded"
         )
-    if isinstance(src, Tensor):
+    if isinstance(src, TensorBase):
         tensor._operand(src, "scatter_")
         if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
             raise RuntimeError(
@@ -380,18 +388,18 @@ def _scattered(tensor: Tensor, dim: int, index: Any, src: Any) -> Tensor:
     )
 
 
-def _bool_key(tensor: Tensor, key: Any) -> Tensor | None:
+def _bool_key(tensor: TensorBase, key: Any) -> TensorBase | None:
     """The key as a bool Tensor when it is a boolean mask, else None."""
     if isinstance(key, list) and key and all(isinstance(k, bool) for k in key):
         key = new_leaf(tensor._from_op, key, None, tensor.device, False)
     elif hasattr(key, "__array_interface__") and key.dtype.kind == "b":
         key = new_leaf(tensor._from_op, key, None, tensor.device, False)
-    if isinstance(key, Tensor) and backend.dtype_name(key.dtype) == "bool":
+    if isinstance(key, TensorBase) and backend.dtype_name(key.dtype) == "bool":
         return tensor._operand(key, "setitem")
     return None
 
 
-def _assigned(tensor: Tensor, key: Any, value: Any) -> Tensor:
+def _assigned(tensor: TensorBase, key: Any, value: Any) -> TensorBase:
     """The values of `tensor` after ``tensor[key] = value``, computed out of place (as one op,
     so a compiled step writes the new values on every replay)."""
     value = written_value(tensor, value, "setitem")
@@ -428,7 +436,7 @@ def _last_of_repeats(xp: Any, positions: Any) -> Any:
     return xp.reshape(xp.take(last, xp.argsort(order)), positions.shape)
 
 
-def _mask_assigned(tensor: Tensor, mask: Tensor, value: Tensor) -> Tensor:
+def _mask_assigned(tensor: TensorBase, mask: TensorBase, value: TensorBase) -> TensorBase:
     """``x[mask] = value``: a number, a value broadcast over the masked rows, or one per row."""
     xp = backend.namespace(tensor.array)
     if mask.shape != tensor.shape[: mask.ndim]:
@@ -473,7 +481,7 @@ def _source_or_value(op: str, src: Any, value: Any) -> Any:
     return src if value is None else value
 
 
-def _drawn(tensor: Tensor, kind: str) -> Tensor:
+def _drawn(tensor: TensorBase, kind: str) -> TensorBase:
     """Standard samples of `kind` ("normal" or "uniform") in the tensor's shape, dtype, device."""
     backend.check_floating(f"{kind}_", tensor.array)
     draw = backend.random_array(kind, tensor.shape, tensor.dtype, str(tensor.device))

@@ -28,10 +28,10 @@ from ..autograd import _next_seq
 from ..backend import promotion
 from ..ops import Clone, IndexAdd
 from ..ops.indexing import parse_key
-from .common import Tensor, where
+from .common import TensorBase, where
 
 
-def recorded_inplace(tensor: Tensor, op: str, compute: Callable, cast: bool) -> None:
+def recorded_inplace(tensor: TensorBase, op: str, compute: Callable, cast: bool) -> None:
     """Run `op` on `tensor` in grad mode as a recorded op, and move the history."""
     view = tensor._view
     base = view[0] if view is not None and view[0] is not tensor else None
@@ -62,7 +62,7 @@ def recorded_inplace(tensor: Tensor, op: str, compute: Callable, cast: bool) -> 
     tensor._view = (base, tensor._version_counter[0])
 
 
-def history_of(tensor: Tensor) -> Tensor:
+def history_of(tensor: TensorBase) -> TensorBase:
     """A new handle on `tensor`'s storage, version counter and producing node: what the tensor
     was before an in-place op, for that op to read."""
     handle = tensor._from_op(tensor.array, tensor._ctx)
@@ -74,7 +74,7 @@ def history_of(tensor: Tensor) -> Tensor:
     return handle
 
 
-def _computed_on(history: Tensor, compute: Callable, first: int) -> Tensor:
+def _computed_on(history: TensorBase, compute: Callable, first: int) -> TensorBase:
     """``compute(history)``; where a node it records would read `history`'s values in backward
     (which the store is about to overwrite), it runs again on a copy of them."""
     result = compute(history)
@@ -83,7 +83,7 @@ def _computed_on(history: Tensor, compute: Callable, first: int) -> Tensor:
     return result
 
 
-def _fresh(result: Tensor, first: int) -> Tensor:
+def _fresh(result: TensorBase, first: int) -> TensorBase:
     """`result` as a tensor of its own node: ``copy_(w)`` computes w itself, and a tensor may
     not share another's producer (the engine would run that node twice)."""
     if result.requires_grad and (result._ctx is None or result._ctx._seq <= first):
@@ -91,7 +91,7 @@ def _fresh(result: Tensor, first: int) -> Tensor:
     return result
 
 
-def _reads(result: Tensor, stand_in: Tensor, first: int) -> bool:
+def _reads(result: TensorBase, stand_in: TensorBase, first: int) -> bool:
     """Whether a node recorded after sequence number `first` on the way from `result` back to
     `stand_in` checks `stand_in`'s version in backward."""
     stack, seen = [result], set()
@@ -106,7 +106,7 @@ def _reads(result: Tensor, stand_in: Tensor, first: int) -> bool:
     return False
 
 
-def adopt(tensor: Tensor, result: Tensor, before: Tensor) -> None:
+def adopt(tensor: TensorBase, result: TensorBase, before: TensorBase) -> None:
     """`tensor` (whose storage now holds `result`'s values) takes `result`'s producing node.
     Nodes recorded earlier that read `tensor` keep reading `before`, its old history: the
     engine follows ``tensor._rebased`` back to it."""
@@ -116,14 +116,14 @@ def adopt(tensor: Tensor, result: Tensor, before: Tensor) -> None:
     _output_read_at(result, tensor._version_counter[0])  # its node's output is tensor now
 
 
-def _output_read_at(result: Tensor, version: int) -> None:
+def _output_read_at(result: TensorBase, version: int) -> None:
     """The version at which `result`'s node checks its output, if its rule reads it."""
     fn = result._ctx
     if fn is not None and fn._versions is not None:
         fn._versions = tuple((p, version if p < 0 else v) for p, v in fn._versions)
 
 
-def replaced(x: Tensor, positions: Tensor, values: Tensor) -> Tensor:
+def replaced(x: TensorBase, positions: TensorBase, values: TensorBase) -> TensorBase:
     """x with the elements at the flat `positions` replaced by `values`, as graph ops:
     ``where(hit, values placed at positions, x)``. dL/dx = g off the positions,
     dL/dvalues = g at them. Shapes: x (...), positions and values (k...) -> x's shape."""
@@ -138,7 +138,7 @@ def replaced(x: Tensor, positions: Tensor, values: Tensor) -> Tensor:
     return where(hit, placed.reshape(x.shape), x)
 
 
-def fitted(op: str, tensor: Tensor, result: Tensor, cast: bool) -> Tensor:
+def fitted(op: str, tensor: TensorBase, result: TensorBase, cast: bool) -> TensorBase:
     """`result` checked to fit in place in `tensor`: its shape, and a dtype of its kind or
     below (cast to `tensor`'s dtype where the op allows, as copy_ and fill_ do)."""
     if result.shape != tensor.shape:
@@ -151,12 +151,12 @@ def fitted(op: str, tensor: Tensor, result: Tensor, cast: bool) -> Tensor:
     return result if result.dtype == tensor.dtype else result._cast(tensor.dtype)
 
 
-def dtype_kind(tensor: Tensor) -> int:
+def dtype_kind(tensor: TensorBase) -> int:
     """0 bool, 1 integer, 2 floating: the category of the tensor's dtype in the promotion rule."""
     return promotion.CATEGORY[backend.dtype_name(tensor.dtype)]
 
 
-def check_dtype(op: str, tensor: Tensor, result: Tensor) -> None:
+def check_dtype(op: str, tensor: TensorBase, result: TensorBase) -> None:
     """PyTorch's in-place rule: a result may be stored only into its category or a higher one."""
     if not promotion.can_cast(backend.dtype_name(result.dtype), backend.dtype_name(tensor.dtype)):
         raise RuntimeError(
@@ -165,7 +165,7 @@ def check_dtype(op: str, tensor: Tensor, result: Tensor) -> None:
         )
 
 
-def refresh_view(view: Tensor) -> None:
+def refresh_view(view: TensorBase) -> None:
     """A view whose base was written in place since its history was made: the view is that
     part of the base's history now (PyTorch regenerates a view's grad_fn the same way)."""
     base = view._view[0]

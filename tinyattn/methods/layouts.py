@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import Tensor, TensorBase
+from .common import TensorBase
 
 
 def _refused_layout(name: str) -> Any:
@@ -35,7 +35,7 @@ class LayoutMethods(TensorBase):
         """False: a Tensor is dense; sparse COO tensors are `tinyattn.sparse.SparseTensor`."""
         return False
 
-    def to_dense(self) -> Tensor:
+    def to_dense(self) -> TensorBase:
         """The tensor itself (already dense), as PyTorch's ``to_dense`` of a strided tensor."""
         return self
 

@@ -33,7 +33,6 @@ from ..ops.cumulative import running_extreme_positions, running_logsumexp
 from ..ops.reductions import reduction_axes
 from ..ops.scan import running_product
 from .common import (
-    Tensor,
     TensorBase,
     ValuesIndices,
     concat,
@@ -58,7 +57,7 @@ class ReductionMethods(TensorBase):
         dim: Any = None,
         keepdim: Any = None,
         dtype: Any = None,
-    ) -> Tensor:
+    ) -> TensorBase:
         """Sum over axes; bool and integer tensors sum to int64, as in PyTorch; `dtype` casts
         the input first (`_accumulated`)."""
         axis, keepdims = merged_dims("sum", axis, keepdims, dim, keepdim)
@@ -76,7 +75,7 @@ class ReductionMethods(TensorBase):
         dim: Any = None,
         keepdim: Any = None,
         dtype: Any = None,
-    ) -> Tensor:
+    ) -> TensorBase:
         """Product over axes (all by default), in the dtype `sum` would use. The gradient is
         exact where elements are zero (`ops.Prod`)."""
         axis, keepdims = merged_dims("prod", axis, keepdims, dim, keepdim)
@@ -91,7 +90,7 @@ class ReductionMethods(TensorBase):
         dim: Any = None,
         keepdim: Any = None,
         dtype: Any = None,
-    ) -> Tensor:
+    ) -> TensorBase:
         """Mean over axes, of a float tensor (or with `dtype`, of the input cast to it)."""
         axis, keepdims = merged_dims("mean", axis, keepdims, dim, keepdim)
         axis = _every_dim_if_empty(axis)
@@ -99,7 +98,7 @@ class ReductionMethods(TensorBase):
         backend.check_floating("mean", source.array)
         return Mean.apply(source, axis=axis, keepdims=keepdims)
 
-    def norm(self, p: Any = "fro", dim: Any = None, keepdim: bool = False) -> Tensor:
+    def norm(self, p: Any = "fro", dim: Any = None, keepdim: bool = False) -> TensorBase:
         """The p-norm over `dim` (every element by default): 2 (or ``'fro'``), 1, inf, -inf or
         any other number p, (sum |x|^p)^(1/p) (p = 0 counts nonzero elements). The 2-norm's
         gradient is 0 where the norm is 0, as in PyTorch."""
@@ -121,7 +120,7 @@ class ReductionMethods(TensorBase):
 
     def amax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
-    ) -> Tensor:
+    ) -> TensorBase:
         """The largest value over axes (a tuple allowed); tied maxima share the gradient."""
         axis, keepdims = merged_dims("amax", axis, keepdims, dim, keepdim)
         axis = _every_dim_if_empty(axis)
@@ -131,7 +130,7 @@ class ReductionMethods(TensorBase):
 
     def amin(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
-    ) -> Tensor:
+    ) -> TensorBase:
         """The smallest value over axes (a tuple allowed); tied minima share the gradient."""
         axis, keepdims = merged_dims("amin", axis, keepdims, dim, keepdim)
         axis = _every_dim_if_empty(axis)
@@ -155,7 +154,7 @@ class ReductionMethods(TensorBase):
 
     def _extreme(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Any:
         axis, keepdims = merged_dims(op, axis, keepdims, dim, keepdim)
-        if isinstance(axis, Tensor):
+        if isinstance(axis, TensorBase):
             return self.maximum(axis) if op == "max" else self.minimum(axis)
         if axis is None:
             return Max.apply(self) if op == "max" else Min.apply(self)
@@ -174,17 +173,19 @@ class ReductionMethods(TensorBase):
 
     def all(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
-    ) -> Tensor:
+    ) -> TensorBase:
         """Whether every element (over axes, or all) is non-zero: a bool tensor, no gradient."""
         return self._logical_reduce("all", axis, keepdims, dim, keepdim)
 
     def any(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
-    ) -> Tensor:
+    ) -> TensorBase:
         """Whether any element (over axes, or all) is non-zero: a bool tensor, no gradient."""
         return self._logical_reduce("any", axis, keepdims, dim, keepdim)
 
-    def _logical_reduce(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
+    def _logical_reduce(
+        self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any
+    ) -> TensorBase:
         axis, keepdims = merged_dims(op, axis, keepdims, dim, keepdim)
         # Unlike sum's, PyTorch's all/any read dim=() as no dims: x tested elementwise.
         axes = None if axis is None else reduction_axes(op, axis, self.ndim)
@@ -194,19 +195,21 @@ class ReductionMethods(TensorBase):
 
     def argmax(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
-    ) -> Tensor:
+    ) -> TensorBase:
         """Index of the first largest value (of the flattened tensor when no dim), int64."""
         _refuse_bool("argmax", self)
         return self._arg_extreme("argmax", axis, keepdims, dim, keepdim)
 
     def argmin(
         self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: Any = None
-    ) -> Tensor:
+    ) -> TensorBase:
         """Index of the first smallest value (of the flattened tensor when no dim), int64."""
         _refuse_bool("argmin", self)
         return self._arg_extreme("argmin", axis, keepdims, dim, keepdim)
 
-    def _arg_extreme(self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any) -> Tensor:
+    def _arg_extreme(
+        self, op: str, axis: Any, keepdims: bool, dim: Any, keepdim: Any
+    ) -> TensorBase:
         axis, keepdims = merged_dims(op, axis, keepdims, dim, keepdim)
         if self.numel() == 0:
             raise TinyattnError(f"{op}: cannot reduce an empty tensor of shape {self.shape}")
@@ -228,7 +231,7 @@ class ReductionMethods(TensorBase):
         axis: Any = None,
         keepdims: Any = None,
         unbiased: bool | None = None,
-    ) -> Tensor:
+    ) -> TensorBase:
         """Variance, ``sum((x - mean)**2) / (N - correction)``; PyTorch's default correction=1
         (the unbiased estimate; NumPy's ``var`` defaults to 0, pass ``correction=0`` for it).
         PyTorch's positional ``x.var(dim, unbiased)`` and ``unbiased=`` are accepted too.
@@ -253,7 +256,7 @@ class ReductionMethods(TensorBase):
         axis: Any = None,
         keepdims: Any = None,
         unbiased: bool | None = None,
-    ) -> Tensor:
+    ) -> TensorBase:
         """Standard deviation, sqrt(var); PyTorch's default correction=1 (``unbiased=True``).
         Where the variance is 0 (a constant slice) the gradient is 0, as PyTorch's, not
         g / (2 sqrt(0)) = inf times 0 = NaN: the square root sees 1 there, and is masked out."""
@@ -268,7 +271,7 @@ class ReductionMethods(TensorBase):
 
     def logsumexp(
         self, dim: Any, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None
-    ) -> Tensor:
+    ) -> TensorBase:
         """log(sum(exp(x))) along dim, shifted by the (detached) maximum so exp cannot overflow."""
         dim, keepdim = merged_dims("logsumexp", dim, keepdim, axis, keepdims)
         if not backend.is_float_array(self.array):  # an integer tensor's is float32, as in PyTorch
@@ -288,7 +291,7 @@ class ReductionMethods(TensorBase):
         total = (self - shift).exp().sum(axis=axes, keepdims=True).log() + shift
         return total if keepdim else total.squeeze(axes)
 
-    def cumsum(self, dim: int, *, axis: Any = None, dtype: Any = None) -> Tensor:
+    def cumsum(self, dim: int, *, axis: Any = None, dtype: Any = None) -> TensorBase:
         """Running sum along dim, in the dtype `sum` would use."""
         dim, _ = merged_dims("cumsum", dim, False, axis, None)
         source = _accumulated(self, dtype, "cumsum")
@@ -297,7 +300,7 @@ class ReductionMethods(TensorBase):
             return Cumsum.apply(source.reshape(1), axis=0).reshape(())
         return Cumsum.apply(source, axis=normalize_dim("cumsum", dim, self.ndim))
 
-    def cumprod(self, dim: int, *, axis: Any = None, dtype: Any = None) -> Tensor:
+    def cumprod(self, dim: int, *, axis: Any = None, dtype: Any = None) -> TensorBase:
         """Running product along dim, in the dtype `sum` would use, composed of Tensor products
         (`ops.scan.running_product`): exact gradients where elements are zero. float16 runs in
         float32, each product rounded once, as PyTorch's CPU kernel."""
@@ -329,7 +332,7 @@ class ReductionMethods(TensorBase):
             values, indices = values.reshape(()), indices.reshape(())
         return ValuesIndices(values, indices)
 
-    def logcumsumexp(self, dim: int) -> Tensor:
+    def logcumsumexp(self, dim: int) -> TensorBase:
         """log(sum_{j <= i} exp(x_j)) along dim, never forming a large exponential (doubling
         with logaddexp, `ops.cumulative.running_logsumexp`). Shapes: x (...) -> (...)."""
         backend.check_floating("logcumsumexp", self.array)
@@ -340,7 +343,7 @@ class ReductionMethods(TensorBase):
 
     def var_mean(
         self, dim: Any = None, correction: float = 1, keepdim: bool = False, **kwargs: Any
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[TensorBase]:
         """``(var, mean)`` over dim with PyTorch's arguments (`var`'s ``correction``,
         ``unbiased``, ``keepdim``): two tensors."""
         variance = self.var(dim, correction, keepdim, **kwargs)
@@ -349,15 +352,21 @@ class ReductionMethods(TensorBase):
 
     def std_mean(
         self, dim: Any = None, correction: float = 1, keepdim: bool = False, **kwargs: Any
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[TensorBase]:
         """``(std, mean)`` over dim, with `std`'s arguments: two tensors."""
         deviation = self.std(dim, correction, keepdim, **kwargs)
         dim, keepdim = merged_dims("std_mean", dim, keepdim, kwargs.get("axis"), None)
         return deviation, self.mean(dim=dim, keepdim=kwargs.get("keepdims") or keepdim)
 
     def scatter_reduce(
-        self, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True
-    ) -> Tensor:
+        self,
+        dim: int,
+        index: TensorBase,
+        src: TensorBase,
+        reduce: str,
+        *,
+        include_self: bool = True,
+    ) -> TensorBase:
         """Out of place: each place ``out[index[i][j]][j]`` (dim 0; and so on) reduced with the
         ``src[i][j]`` sent there, by "sum", "prod", "mean", "amax" or "amin"; with
         ``include_self`` the tensor's own value takes part. Places nothing is sent to keep it.
@@ -376,20 +385,20 @@ class ReductionMethods(TensorBase):
         return _embedded(self, reduced.to(self.dtype), index.shape, axis)
 
     def _scatter_with_reduce(
-        self, op: str, dim: int, index: Tensor, src: Any, reduce: str
-    ) -> Tensor:
+        self, op: str, dim: int, index: TensorBase, src: Any, reduce: str
+    ) -> TensorBase:
         """``scatter(..., reduce="add" | "multiply")``: scatter_reduce with the tensor's own
         values included; a number `src` is sent to every place index names."""
         if reduce not in ("add", "multiply"):
             raise RuntimeError(
                 f"{op}: reduce argument must be either add or multiply, got {reduce!r}"
             )
-        if not isinstance(src, Tensor):
+        if not isinstance(src, TensorBase):
             index = self._operand(index, op)
             src = self._operand(src, op).to(self.dtype).broadcast_to(index.shape)
         return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
 
-    def index_put(self, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
+    def index_put(self, indices: Any, values: Any, accumulate: bool = False) -> TensorBase:
         """Out of place: ``out[indices] = values`` (``indices`` a tuple of index tensors, as in
         PyTorch), or ``+=`` with `accumulate`, where repeated places add up.
 
@@ -416,13 +425,13 @@ class ReductionMethods(TensorBase):
         flat = self.reshape(-1)
         return flat.index_add(0, positions, values.reshape(-1)).reshape(self.shape)
 
-    def trace(self) -> Tensor:
+    def trace(self) -> TensorBase:
         """The sum of the main diagonal of a matrix;  dL/dx = g * I.  Shapes: (r, c) -> ()."""
         if self.ndim != 2:
             raise TinyattnError(f"trace: expected a 2-D tensor, got shape {self.shape}")
         return self.diag().sum()
 
-    def count_nonzero(self, dim: int | tuple | None = None) -> Tensor:
+    def count_nonzero(self, dim: int | tuple | None = None) -> TensorBase:
         """The number of nonzero entries (over `dim`, or all), as int64.
         Shapes: (...) -> () or the shape without `dim`."""
         return (self != 0).sum(dim=dim)
@@ -434,7 +443,7 @@ def _every_dim_if_empty(axis: Any) -> Any:
     return None if isinstance(axis, tuple | list) and not axis else axis
 
 
-def _accumulated(tensor: Tensor, dtype: Any = None, op: str = "sum") -> Tensor:
+def _accumulated(tensor: TensorBase, dtype: Any = None, op: str = "sum") -> TensorBase:
     """What sums and products run on: the tensor cast to `dtype` when given, else bool and
     integer tensors as int64 (PyTorch's rule: no overflow of small integer types), floats as
     they are."""
@@ -449,7 +458,9 @@ def _accumulated(tensor: Tensor, dtype: Any = None, op: str = "sum") -> Tensor:
     return tensor._cast("int64")
 
 
-def _variance(tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: float) -> Tensor:
+def _variance(
+    tensor: TensorBase, op: str, axis: Any, keepdims: bool, correction: float
+) -> TensorBase:
     """sum((x - mean)**2) / (N - correction) over `axis`; with N <= correction, PyTorch's
     warning (its text) and its division by 0: NaN where the squares sum to 0, else inf."""
     backend.check_floating(op, tensor.array)
@@ -461,8 +472,8 @@ def _variance(tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: fl
 
 
 def _squares_over_freedom(
-    tensor: Tensor, op: str, axis: Any, keepdims: bool, correction: float
-) -> Tensor:
+    tensor: TensorBase, op: str, axis: Any, keepdims: bool, correction: float
+) -> TensorBase:
     """`_variance` in the tensor's own dtype."""
     axes = reduction_axes(op, axis, tensor.ndim)
     freedom = math.prod(tensor.shape[a] for a in axes) - correction
@@ -486,7 +497,7 @@ def _any_or_all(xp: Any, x: Any, name: str, axes: Any, keepdims: bool) -> Any:
     return getattr(xp, name)(nonzero, axis=axes, keepdims=keepdims)
 
 
-def _refuse_bool(op: str, x: Tensor) -> None:
+def _refuse_bool(op: str, x: TensorBase) -> None:
     if backend.dtype_name(x.dtype) == "bool":  # max(dim) of a bool tensor is fine: its values
         raise RuntimeError(f"{op}: does not support bool input; cast it with .long()")
 
@@ -499,7 +510,7 @@ def _arg_extreme_of(xp: Any, x: Any, name: str, axis: int, keepdims: bool, flat:
 _SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 
-def _power_norm(x: Tensor, p: float, axis: Any, keepdim: bool) -> Tensor:
+def _power_norm(x: TensorBase, p: float, axis: Any, keepdim: bool) -> TensorBase:
     """(sum |x|^p)^(1/p). For p > 0 a zero element and a zero norm get a zero gradient, as in
     PyTorch, where the plain formula gives 0 * inf = NaN: the powers see 1 there, masked out."""
     magnitude = x.abs()
@@ -519,11 +530,11 @@ def _positions_of(xp: Any, x: Any, name: str) -> Any:
     return xp.reshape(xp.arange(count, dtype=xp.int64, device=x.device), x.shape)
 
 
-def _scatter_operands(op: str, x: Tensor, dim: int, index: Any, src: Any) -> tuple:
+def _scatter_operands(op: str, x: TensorBase, dim: int, index: Any, src: Any) -> tuple:
     """The axis, the checked integer index and src cut to index's shape in x's dtype."""
     axis = normalize_dim(op, dim, max(x.ndim, 1))
     index = x._operand(index, op)
-    if not isinstance(src, Tensor):
+    if not isinstance(src, TensorBase):
         raise TypeError(f"{op}: src must be a Tensor, got {describe(src)}")
     src = x._operand(src, op)
     if src.dtype != x.dtype:  # PyTorch casts neither way
@@ -559,8 +570,13 @@ def _one_hot_along(xp: Any, index: Any, size: int) -> Any:
 
 
 def _scatter_region(
-    values: Tensor, index: Tensor, axis: int, reduce: str, own: Tensor, include_self: bool
-) -> Tensor:
+    values: TensorBase,
+    index: TensorBase,
+    axis: int,
+    reduce: str,
+    own: TensorBase,
+    include_self: bool,
+) -> TensorBase:
     """The region index covers (index's sizes, all of `axis`) after the reduction; `own` is
     x's values there, kept where nothing is sent."""
     match = computed(_one_hot_along, index, size=own.shape[axis])  # (..., k at axis, ..., n)
@@ -586,7 +602,9 @@ def _all_true(xp: Any, x: Any) -> Any:
     return xp.ones(x.shape, dtype=xp.bool, device=x.device)
 
 
-def _masked_extreme(candidates: Tensor, match: Tensor, axis: int, reduce: str) -> Tensor:
+def _masked_extreme(
+    candidates: TensorBase, match: TensorBase, axis: int, reduce: str
+) -> TensorBase:
     """amax or amin over `axis` of the candidates where match is True; a place with none gets
     any value (it is not used). A float fills with -inf (+inf), which ties with nothing real."""
     largest = reduce == "amax"
@@ -599,7 +617,7 @@ def _masked_extreme(candidates: Tensor, match: Tensor, axis: int, reduce: str) -
     return filled.amax(axis) if largest else filled.amin(axis)
 
 
-def _embedded(x: Tensor, region: Tensor, index_shape: tuple, axis: int) -> Tensor:
+def _embedded(x: TensorBase, region: TensorBase, index_shape: tuple, axis: int) -> TensorBase:
     """x with the region scatter wrote (index's sizes, all of `axis`) in place: the rest of x
     joined on, one dimension at a time."""
     out = region

@@ -30,7 +30,6 @@ from ..ops import (
 )
 from ..ops.reductions import reduction_axes
 from .common import (
-    Tensor,
     TensorBase,
     check_integral,
     checked_shape,
@@ -50,7 +49,7 @@ class ShapeMethods(TensorBase):
     __slots__ = ()  # every tensor's slots are declared once, in Tensor
 
     @property
-    def mT(self) -> Tensor:  # noqa: N802  (the array API name)
+    def mT(self) -> TensorBase:  # noqa: N802  (the array API name)
         """The last two axes swapped (a batch of matrix transposes)."""
         if self.ndim < 2:
             raise TinyattnError(f"mT: needs at least 2 dimensions, got shape {self.shape}")
@@ -70,14 +69,14 @@ class ShapeMethods(TensorBase):
         """The number of dimensions (``ndim``)."""
         return self.array.ndim
 
-    def reshape(self, *shape: Any) -> Tensor:
+    def reshape(self, *shape: Any) -> TensorBase:
         """The same values in a new shape; one size may be -1 (inferred)."""
         shape = shape_arg(shape)
         if shape == self.shape:
             return self
         return Reshape.apply(self, shape=check_reshape(self.shape, shape))
 
-    def view(self, *shape: Any) -> Tensor:
+    def view(self, *shape: Any) -> TensorBase:
         """The same memory in a new shape (one size may be -1), as PyTorch's view: writes through
         either tensor reach the other. Refused where the strides cannot express the shape (a
         transposed matrix flattened, say): ``reshape`` copies there."""
@@ -90,7 +89,7 @@ class ShapeMethods(TensorBase):
             )
         return Reshape.apply(self, shape=shape)
 
-    def contiguous(self) -> Tensor:
+    def contiguous(self) -> TensorBase:
         """This tensor itself when its memory is row-major without gaps, else a row-major copy
         (a transposed or sliced tensor), as PyTorch's ``contiguous()``."""
         if backend.is_contiguous(self.array):
@@ -101,11 +100,11 @@ class ShapeMethods(TensorBase):
         """Whether the memory is row-major without gaps, so that ``view`` can take any shape."""
         return backend.is_contiguous(self.array)
 
-    def clone(self) -> Tensor:
+    def clone(self) -> TensorBase:
         """A copy in new memory that stays in the graph (the gradient passes through)."""
         return Clone.apply(self)
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> TensorBase:
         """Merge dims start_dim..end_dim into one."""
         if self.ndim == 0:
             return self.reshape(1)
@@ -114,7 +113,7 @@ class ShapeMethods(TensorBase):
             raise TinyattnError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
         return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1 :])
 
-    def permute(self, *axes: Any, dims: Any = None) -> Tensor:
+    def permute(self, *axes: Any, dims: Any = None) -> TensorBase:
         """Reorder the axes: ``y.shape[i] == x.shape[axes[i]]``."""
         axes = shape_arg(axes if dims is None else (dims,))
         if sorted(a % self.ndim if self.ndim else a for a in axes) != list(range(self.ndim)):
@@ -123,16 +122,16 @@ class ShapeMethods(TensorBase):
             )
         return Permute.apply(self, axes=tuple(a % self.ndim for a in axes))
 
-    def transpose(self, dim0: int, dim1: int) -> Tensor:
+    def transpose(self, dim0: int, dim1: int) -> TensorBase:
         """Swap two dimensions (PyTorch's meaning; a full reordering is ``permute``)."""
         return self.swapaxes(dim0, dim1)
 
     @property
-    def T(self) -> Tensor:  # noqa: N802  (PyTorch's and NumPy's name)
+    def T(self) -> TensorBase:  # noqa: N802  (PyTorch's and NumPy's name)
         """All dimensions reversed (the matrix transpose of a 2-d tensor)."""
         return self.permute(*reversed(range(self.ndim)))
 
-    def swapaxes(self, axis1: int, axis2: int) -> Tensor:
+    def swapaxes(self, axis1: int, axis2: int) -> TensorBase:
         a, b = (
             normalize_dim("swapaxes", axis1, self.ndim),
             normalize_dim("swapaxes", axis2, self.ndim),
@@ -141,7 +140,7 @@ class ShapeMethods(TensorBase):
         axes[a], axes[b] = axes[b], axes[a]
         return Permute.apply(self, axes=tuple(axes))
 
-    def expand_dims(self, axis: int) -> Tensor:
+    def expand_dims(self, axis: int) -> TensorBase:
         """Insert a size-1 axis at position `axis` of the result."""
         ndim = self.ndim + 1
         if not -ndim <= axis < ndim:
@@ -151,10 +150,10 @@ class ShapeMethods(TensorBase):
         axis %= ndim
         return Reshape.apply(self, shape=self.shape[:axis] + (1,) + self.shape[axis:])
 
-    def unsqueeze(self, dim: int) -> Tensor:
+    def unsqueeze(self, dim: int) -> TensorBase:
         return self.expand_dims(dim)
 
-    def squeeze(self, axis: Any = None, *, dim: Any = None) -> Tensor:
+    def squeeze(self, axis: Any = None, *, dim: Any = None) -> TensorBase:
         """Remove size-1 axes: all of them, or those of the given ones that have size 1 (a
         given axis of another size stays, as in PyTorch). Always a view."""
         axis, _ = merged_dims("squeeze", axis, False, dim, None)
@@ -164,7 +163,7 @@ class ShapeMethods(TensorBase):
             self, shape=tuple(n for i, n in enumerate(self.shape) if i not in axes)
         )
 
-    def broadcast_to(self, *shape: Any) -> Tensor:
+    def broadcast_to(self, *shape: Any) -> TensorBase:
         shape = shape_arg(shape)
         if shape == self.shape:
             return self
@@ -172,7 +171,7 @@ class ShapeMethods(TensorBase):
             raise TinyattnError(f"broadcast_to: cannot broadcast shape {self.shape} to {shape}")
         return BroadcastTo.apply(self, shape=shape)
 
-    def expand(self, *sizes: Any) -> Tensor:
+    def expand(self, *sizes: Any) -> TensorBase:
         """broadcast_to, where -1 keeps a dimension's size (PyTorch's expand)."""
         sizes = shape_arg(sizes)
         lead = len(sizes) - self.ndim
@@ -180,7 +179,7 @@ class ShapeMethods(TensorBase):
             tuple(self.shape[i - lead] if n == -1 and i >= lead else n for i, n in enumerate(sizes))
         )
 
-    def repeat(self, *sizes: Any) -> Tensor:
+    def repeat(self, *sizes: Any) -> TensorBase:
         """Tile the tensor `sizes[i]` times along dim i (PyTorch's repeat, NumPy's tile).
 
         Composed from reshape and broadcast_to: (a, b) -> (1, a, 1, b) -> (r, a, s, b) ->
@@ -199,7 +198,7 @@ class ShapeMethods(TensorBase):
         # Counts of 1 everywhere leave a view of the input; repeat always owns new memory.
         return out.clone() if all(count == 1 for count in sizes) else out
 
-    def flip(self, *dims: Any, **keywords: Any) -> Tensor:
+    def flip(self, *dims: Any, **keywords: Any) -> TensorBase:
         """The values in reverse order along `dims` (``flip(0, 1)``, ``flip((0, 1))``,
         ``flip(dims=[0])``)."""
         # reduction_axes: a 0-d tensor takes dim 0 or -1, as in PyTorch (and is copied)
@@ -208,7 +207,7 @@ class ShapeMethods(TensorBase):
             raise TypeError(f"flip: unexpected keyword argument(s) {sorted(keywords)}")
         return Flip.apply(self, axes=axes) if axes else self.clone()  # a copy, as PyTorch's
 
-    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[TensorBase, ...]:
         """Pieces of `split_size` along dim (the last may be shorter), or of the listed sizes."""
         axis = normalize_dim("split", dim, self.ndim)
         length = self.shape[axis]
@@ -227,29 +226,29 @@ class ShapeMethods(TensorBase):
         # One node with a piece per output: backward concatenates the pieces' gradients once.
         return Split.apply(self, axis=axis, sizes=tuple(sizes))
 
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[TensorBase, ...]:
         """At most `chunks` pieces of equal size ceil(n / chunks) along dim."""
         if chunks <= 0:
             raise TinyattnError(f"chunk: chunks must be positive, got {chunks}")
         length = self.shape[normalize_dim("chunk", dim, self.ndim)]
         return self.split(max(1, -(-length // chunks)), dim)
 
-    def tril(self, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: int = 0) -> TensorBase:
         """Zeros above the `diagonal`-th diagonal of the last two dims."""
         return where(_band(self, diagonal, lower=True), self, 0)
 
-    def triu(self, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: int = 0) -> TensorBase:
         """Zeros below the `diagonal`-th diagonal of the last two dims."""
         return where(_band(self, diagonal, lower=False), self, 0)
 
-    def sum_to(self, shape: tuple) -> Tensor:
+    def sum_to(self, shape: tuple) -> TensorBase:
         """Sum over broadcast axes so the result has `shape` (the adjoint of broadcast_to)."""
         shape = tuple(shape)
         if shape == self.shape:
             return self
         return SumTo.apply(self, shape=shape)
 
-    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> TensorBase:
         """The diagonal `offset` of the matrices that dims `dim1` and `dim2` span (above the
         main one for offset > 0), as a new last dim, as PyTorch orders it.
         dL/dx = g on that diagonal, 0 elsewhere.
@@ -264,7 +263,7 @@ class ShapeMethods(TensorBase):
             raise TinyattnError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
         return Diagonal.apply(self, offset=offset, axes=(first, second))  # a view, as PyTorch's
 
-    def t(self) -> Tensor:
+    def t(self) -> TensorBase:
         """A matrix transposed; a tensor of 0 or 1 dims as it is (PyTorch's t())."""
         if self.ndim > 2:
             raise TinyattnError(
@@ -273,15 +272,15 @@ class ShapeMethods(TensorBase):
             )
         return self.transpose(0, 1) if self.ndim == 2 else self
 
-    def view_as(self, other: Tensor) -> Tensor:
+    def view_as(self, other: TensorBase) -> TensorBase:
         return self.reshape(*other.shape)
 
     reshape_as = view_as
 
-    def expand_as(self, other: Tensor) -> Tensor:
+    def expand_as(self, other: TensorBase) -> TensorBase:
         return self.expand(*other.shape)
 
-    def diag(self, diagonal: int = 0) -> Tensor:
+    def diag(self, diagonal: int = 0) -> TensorBase:
         """A 1-D tensor v -> the square matrix with v on diagonal `diagonal` (0 the main one,
         above it positive), zeros elsewhere; a 2-D tensor -> that diagonal of it, as 1-D.
 
@@ -304,14 +303,14 @@ class ShapeMethods(TensorBase):
         padding = filled(self._from_op, (abs(diagonal), size), 0, self.dtype, self.device, False)
         return concat([rows, padding] if diagonal > 0 else [padding, rows], axis=0)
 
-    def tile(self, *dims: Any) -> Tensor:
+    def tile(self, *dims: Any) -> TensorBase:
         """The tensor repeated dims[i] times along dim i; fewer dims than dimensions count from
         the last (ones are put in front), as PyTorch's tile and NumPy's; the gradient sums the
         copies. Shapes: (..., n_i, ...) -> (..., dims_i * n_i, ...)."""
         dims = shape_arg(dims)
         return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
 
-    def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Tensor:
+    def repeat_interleave(self, repeats: Any, dim: int | None = None) -> TensorBase:
         """Each entry along `dim` repeated `repeats` times in place (``[a, b] -> [a, a, b, b]``);
         `repeats` an int or a 1-D integer tensor of one count per entry; with no dim the tensor
         is flattened first. The gradient sums the copies back.
@@ -346,11 +345,11 @@ class ShapeMethods(TensorBase):
             raise IndexError(f"{op}: dim {dim} is out of range for shape {self.shape}")
         return (slice(None),) * (dim % self.ndim)
 
-    def select(self, dim: int, index: int) -> Tensor:
+    def select(self, dim: int, index: int) -> TensorBase:
         """``x[..., index, ...]`` at `dim`: that dimension removed."""
         return self[(*self._along("select", dim), index)]
 
-    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+    def narrow(self, dim: int, start: int, length: int) -> TensorBase:
         """`length` entries of `dim` from `start` (a view)."""
         size = self.shape[dim] if -self.ndim <= dim < self.ndim else 0
         start = start + size if start < 0 else start
@@ -361,12 +360,12 @@ class ShapeMethods(TensorBase):
             )
         return self[(*self._along("narrow", dim), slice(start, start + length))]
 
-    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+    def unbind(self, dim: int = 0) -> tuple[TensorBase, ...]:
         """The slices along `dim`, that dimension removed from each."""
         key = self._along("unbind", dim)
         return tuple(self[(*key, i)] for i in range(self.shape[dim]))
 
-    def roll(self, shifts: Any, dims: Any = None) -> Tensor:
+    def roll(self, shifts: Any, dims: Any = None) -> TensorBase:
         """Entries moved `shifts` places along `dims` (wrapping around); without `dims`, along
         the flattened tensor, then reshaped back."""
         if dims is None or dims == ():
@@ -392,7 +391,7 @@ class ShapeMethods(TensorBase):
                 out = concat([out.narrow(dim, keep, size - keep), out.narrow(dim, 0, keep)], dim)
         return out.clone() if out is self else out  # a whole turn: still a copy, as PyTorch's
 
-    def unfold(self, dimension: int, size: int, step: int) -> Tensor:
+    def unfold(self, dimension: int, size: int, step: int) -> TensorBase:
         """The windows of `size` elements along `dimension`, `step` apart: that dimension
         becomes the window count (n - size) // step + 1 and a new last dimension holds each
         window. PyTorch returns a view; this is a copy (one index-array read, whose gradient
@@ -417,7 +416,7 @@ class ShapeMethods(TensorBase):
         out = windows.movedim(axis + 1, -1)  # (..., count, size, ...) -> (..., count, ..., size)
         return out.reshape(size) if not self.ndim else out
 
-    def unflatten(self, dim: int, sizes: Any) -> Tensor:
+    def unflatten(self, dim: int, sizes: Any) -> TensorBase:
         """Dimension `dim` split into `sizes` (one may be -1), a view where reshape gives one.
 
         Shapes: (..., n, ...) -> (..., *sizes, ...) with prod(sizes) = n."""
@@ -437,7 +436,7 @@ class ShapeMethods(TensorBase):
             )
         return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1 :])
 
-    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> TensorBase:
         """Dims `source` moved to positions `destination` (two ints, or two sequences of the
         same length), the others keeping their order; a view, as PyTorch's.
         Shapes: (2, 3, 4).movedim((0, 1), (1, 0)) -> (3, 2, 4); .movedim(0, -1) -> (3, 4, 2)."""
@@ -477,7 +476,7 @@ def _moved_dims(ndim: int, source: Any, destination: Any) -> tuple[list[int], li
     return named[0], named[1]
 
 
-def _band(tensor: Tensor, diagonal: int, lower: bool) -> Tensor:
+def _band(tensor: TensorBase, diagonal: int, lower: bool) -> TensorBase:
     """The bool mask of tril (lower) or triu over the last two dims of `tensor`."""
     if tensor.ndim < 2:
         raise TinyattnError(

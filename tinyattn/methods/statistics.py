@@ -17,7 +17,7 @@ from .. import backend
 from ..errors import TinyattnError
 from ..ops import normalize_dim
 from ..ops.computed import computed
-from .common import Tensor, TensorBase, ValuesIndices, concat
+from .common import TensorBase, ValuesIndices, concat
 
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 _CDIST_MODES = (
@@ -80,7 +80,7 @@ class StatisticsMethods(TensorBase):
         keepdim: bool = False,
         *,
         interpolation: str = "linear",
-    ) -> Tensor:
+    ) -> TensorBase:
         """The q-th quantiles along `dim` (of all elements when None), PyTorch's definition:
         the element at rank r = q (n - 1) of the sorted values, between ranks by
         `interpolation` ('linear': lerp of the two neighbours by frac(r); 'lower', 'higher':
@@ -97,7 +97,7 @@ class StatisticsMethods(TensorBase):
         keepdim: bool = False,
         *,
         interpolation: str = "linear",
-    ) -> Tensor:
+    ) -> TensorBase:
         """`quantile` of the values that are not NaN (n counts them; a row of NaN only gives
         NaN). Shapes: as `quantile`."""
         return _quantile("nanquantile", self, q, dim, keepdim, interpolation, ignore_nan=True)
@@ -125,7 +125,7 @@ def _kept(shape: tuple, axis: int) -> tuple:
     return shape[:axis] + (1,) + shape[axis + 1 :]
 
 
-def _picked(x: Tensor, axis: int, position: Tensor, keepdim: bool) -> ValuesIndices:
+def _picked(x: TensorBase, axis: int, position: TensorBase, keepdim: bool) -> ValuesIndices:
     """(values, indices) at sorted `position` along `axis`: the stable sort's order, so equal
     values are taken in index order."""
     order = x.sort(axis)
@@ -135,21 +135,21 @@ def _picked(x: Tensor, axis: int, position: Tensor, keepdim: bool) -> ValuesIndi
     return ValuesIndices(values, indices)
 
 
-def _check_not_empty(op: str, x: Tensor, axis: int) -> None:
+def _check_not_empty(op: str, x: TensorBase, axis: int) -> None:
     if x.shape[axis] == 0:
         raise IndexError(
             f"{op}: dim {axis} of a tensor of shape {x.shape} is empty; there is no element to take"
         )
 
 
-def _floating(x: Tensor) -> bool:
+def _floating(x: TensorBase) -> bool:
     return backend.is_floating(backend.namespace(x.array), x.dtype)
 
 
 # ----------------------------------------------------------------------------------- quantile
 def _quantile(
-    op: str, x: Tensor, q: Any, dim: Any, keepdim: bool, interpolation: str, ignore_nan: bool
-) -> Tensor:
+    op: str, x: TensorBase, q: Any, dim: Any, keepdim: bool, interpolation: str, ignore_nan: bool
+) -> TensorBase:
     """quantile and nanquantile: sort along the dim (moved last), find each rank, gather."""
     qs = _checked_q(op, x, q, interpolation)
     data = x.reshape(-1) if dim is None else (x.reshape(1) if x.ndim == 0 else x)
@@ -175,7 +175,7 @@ def _quantile(
     return result.squeeze(0) if qs.ndim == 0 else result
 
 
-def _checked_q(op: str, x: Tensor, q: Any, interpolation: str) -> Tensor:
+def _checked_q(op: str, x: TensorBase, q: Any, interpolation: str) -> TensorBase:
     """q as a 0-d or 1-d tensor of x's dtype, its values checked in [0, 1], as PyTorch does."""
     if not _floating(x):
         raise TinyattnError(
@@ -220,11 +220,11 @@ def _ranks(xp: Any, ordered: Any, qs: Any, ignore_nan: bool) -> Any:
 
 # -------------------------------------------------------------------------------------- cdist
 def cdist(
-    x1: Tensor,
-    x2: Tensor,
+    x1: TensorBase,
+    x2: TensorBase,
     p: float = 2.0,
     compute_mode: str = "use_mm_for_euclid_dist_if_necessary",
-) -> Tensor:
+) -> TensorBase:
     """p-norm distances between the rows of x1 and of x2, as ``torch.cdist``:
     out[..., i, j] = (sum_k |x1[..., i, k] - x2[..., j, k]|^p)^(1/p); p = 0 counts the
     differing coordinates, p = inf takes the largest difference. For p = 2 the rows'
@@ -257,7 +257,7 @@ def cdist(
     return _zero_safe_power_norm(difference, float(p))
 
 
-def _euclidean_by_product(x1: Tensor, x2: Tensor) -> Tensor:
+def _euclidean_by_product(x1: TensorBase, x2: TensorBase) -> TensorBase:
     """PyTorch's matrix-product form of the euclidean distance: [-2a, |a|^2, 1] times
     [b, 1, |b|^2] is |a|^2 + |b|^2 - 2 a.b in one matmul. Shapes: (..., P, M), (..., R, M)
     -> (..., P, R)."""
@@ -267,7 +267,7 @@ def _euclidean_by_product(x1: Tensor, x2: Tensor) -> Tensor:
     return (left @ right.mT).clamp_min(0.0).sqrt()
 
 
-def _largest_difference(size: Tensor) -> Tensor:
+def _largest_difference(size: TensorBase) -> TensorBase:
     """max_k |d_k| over the last dim with PyTorch's gradient: each coordinate that ties for the
     maximum gets the whole gradient (``amax`` would share it among them). The value is the
     detached maximum; the sum adds zero to it and carries the gradient to the tied places."""
@@ -276,7 +276,7 @@ def _largest_difference(size: Tensor) -> Tensor:
     return largest + ((size - size.detach()) * at_largest).sum(-1)
 
 
-def _zero_safe_power_norm(difference: Tensor, p: float) -> Tensor:
+def _zero_safe_power_norm(difference: TensorBase, p: float) -> TensorBase:
     """(sum |d|^p)^(1/p) over the last dim with gradient 0 where the distance is 0 (PyTorch's
     rule; the power rule would give 0 * inf there): the zero rows take the root of 1 instead,
     and are set back to 0 by a mask that carries no gradient."""
@@ -292,7 +292,7 @@ def _zero_safe_power_norm(difference: Tensor, p: float) -> Tensor:
     return safe.pow(1.0 / p).masked_fill(is_zero, 0.0)
 
 
-def _check_cdist(x1: Tensor, x2: Tensor, p: float, compute_mode: str) -> None:
+def _check_cdist(x1: TensorBase, x2: TensorBase, p: float, compute_mode: str) -> None:
     if not isinstance(x1, TensorBase) or not isinstance(x2, TensorBase):
         raise TypeError(
             f"cdist: expected two Tensors, got {type(x1).__name__} and {type(x2).__name__}"
