@@ -17,6 +17,7 @@ from typing import Any
 
 from ..autograd import recording
 from ..methods.common import concat
+from ..ops.batching import expanded
 from ..tensor import Tensor
 from . import batching
 from .pytree import broadcast_prefix, tree_flatten, tree_unflatten
@@ -158,7 +159,7 @@ def _outputs(func: Callable, output: Any, out_dims: Any, level: Any) -> Any:
             results.append(leaf)
             continue
         if value is None:  # the same for every sample
-            value = batching.expanded(leaf, level.size)
+            value = expanded(leaf, level.size)
         if not -value.ndim <= dim < value.ndim:
             raise ValueError(
                 f"vmap({_name(func)}, ..., out_dims={out_dims!r}): out_dim {dim} is out of "

@@ -1,0 +1,181 @@
+"""vmap against torch.func.vmap and against a loop over samples: rules, in_dims and out_dims,
+nesting, randomness, chunk_size, the loop fallback's warning, errors, and ta.compile's refusal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+import tinyattn.nn.functional as F
+from tinyattn.func import grad, vmap
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+
+
+def _pair(*shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    return [ta.tensor(a) for a in arrays], [torch.tensor(a) for a in arrays]
+
+
+# (name, function written for either library through `lib`/`fn`, shapes, in_dims)
+CASES = [
+    ("add broadcast", lambda lib, fn, a, b: a + b, [(4, 3), (3,)], (0, None)),
+    ("mul both", lambda lib, fn, a, b: a * b.exp(), [(4, 2, 3), (4, 3)], 0),
+    ("sum all", lambda lib, fn, a: a.sum(), [(5, 2, 3)], 0),
+    ("mean dim", lambda lib, fn, a: a.mean(1), [(5, 2, 3)], 0),
+    ("max dim -1", lambda lib, fn, a: a.amax(-1), [(5, 2, 3)], 0),
+    ("softmax", lambda lib, fn, a: fn.softmax(a, dim=-1), [(5, 2, 3)], 0),
+    ("log_softmax dim 0", lambda lib, fn, a: fn.log_softmax(a, dim=0), [(5, 2, 3)], 0),
+    ("matmul vec-mat", lambda lib, fn, a, b: a @ b, [(4, 3), (3, 2)], (0, None)),
+    ("matmul mat-vec batched", lambda lib, fn, a, b: a @ b, [(3, 2), (4, 2)], (None, 0)),
+    ("matmul both", lambda lib, fn, a, b: a @ b, [(4, 2, 3), (4, 3, 5)], 0),
+    ("matmul stack", lambda lib, fn, a, b: a @ b, [(4, 2, 3), (6, 3, 5)], (0, None)),
+    (
+        "linear",
+        lambda lib, fn, x, w, b: fn.linear(x, w, b),
+        [(4, 3), (2, 3), (2,)],
+        (0, None, None),
+    ),
+    (
+        "linear batched w",
+        lambda lib, fn, x, w, b: fn.linear(x, w, b),
+        [(4, 3), (4, 2, 3), (4, 2)],
+        (None, 0, 0),
+    ),
+    ("reshape permute", lambda lib, fn, a: a.reshape(3, 2).permute(1, 0), [(4, 6)], 0),
+    ("transpose index", lambda lib, fn, a: a.transpose(0, 1)[1:, 0], [(4, 2, 3)], 0),
+    ("cat", lambda lib, fn, a, b: lib.cat([a, b], 0), [(4, 3), (2,)], (0, None)),
+    ("unsqueeze expand", lambda lib, fn, a: a.unsqueeze(0).expand(2, 3), [(4, 3)], 0),
+    ("where relu", lambda lib, fn, a: lib.where(a > 0, a, a * 0.1).relu(), [(4, 3)], 0),
+    ("layer_norm", lambda lib, fn, a: fn.layer_norm(a, (3,)), [(4, 2, 3)], 0),
+    ("in_dim 1", lambda lib, fn, a: a.sum(0), [(3, 4)], 1),
+    ("in_dim -1", lambda lib, fn, a, b: a * b, [(3, 4), (3, 4)], (-1, 1)),
+]
+
+
+@pytest.mark.parametrize("name,function,shapes,in_dims", CASES, ids=[c[0] for c in CASES])
+def test_vmap_matches_torch(name, function, shapes, in_dims):
+    ours, theirs = _pair(*shapes)
+    got = vmap(lambda *a: function(ta, F, *a), in_dims=in_dims)(*ours)
+    want = torch.func.vmap(lambda *a: function(torch, TF, *a), in_dims=in_dims)(*theirs)
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_allclose(got.detach().numpy(), want.numpy(), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("out_dims", [0, 1, -1, (1, 0)])
+def test_out_dims_and_several_outputs(out_dims):
+    (a,), (ta_,) = _pair((4, 3, 2))
+
+    def f(lib):
+        return lambda x: (x * 2, x.sum(-1))
+
+    if isinstance(out_dims, int) and out_dims != 0:
+        out_dims = (out_dims, 0)
+    got = vmap(f(ta), out_dims=out_dims)(a)
+    want = torch.func.vmap(f(torch), out_dims=out_dims)(ta_)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy())
+
+
+def test_unbatched_output_is_expanded_and_nests():
+    (a,), _ = _pair((4, 3))
+    out = vmap(lambda x: ta.ones(2), in_dims=0)(a)
+    assert tuple(out.shape) == (4, 2)
+    got = vmap(lambda d: {"y": d["x"].sin()}, in_dims=({"x": 0},))({"x": a})
+    np.testing.assert_allclose(got["y"].numpy(), a.sin().numpy())
+
+
+def test_nested_vmap_is_a_double_loop():
+    (a, b), (ta_, tb) = _pair((2, 3, 4), (3, 4, 5))
+    f = lambda x, y: (x @ y).tanh()  # noqa: E731
+    got = vmap(vmap(f, in_dims=(0, None)), in_dims=(None, 0))(a, b)
+    want = torch.func.vmap(torch.func.vmap(f, in_dims=(0, None)), in_dims=(None, 0))(ta_, tb)
+    assert tuple(got.shape) == tuple(want.shape) == (3, 2, 3, 5)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_chunk_size_gives_the_same_results():
+    (a,), _ = _pair((7, 3))
+    f = lambda x: (x.exp() * x).sum()  # noqa: E731
+    np.testing.assert_allclose(vmap(f, chunk_size=3)(a).numpy(), vmap(f)(a).numpy())
+
+
+def test_gradient_flows_through_vmap():
+    (a,), (ta_,) = _pair((4, 3))
+    a.requires_grad_()
+    ta_.requires_grad_()
+    vmap(lambda x: (x * x.sin()).sum())(a).sum().backward()
+    torch.func.vmap(lambda x: (x * x.sin()).sum())(ta_).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), ta_.grad.numpy())
+
+
+def test_per_sample_grads_match_torch():
+    (w, b, x), (tw, tb, tx) = _pair((3, 5), (3,), (8, 5))
+    y = np.arange(8) % 3
+
+    def loss(lib, fn):
+        return lambda w, b, x, y: fn.cross_entropy(fn.linear(x, w, b).unsqueeze(0), y.unsqueeze(0))
+
+    got = vmap(grad(loss(ta, F), argnums=(0, 1)), in_dims=(None, None, 0, 0))(w, b, x, ta.tensor(y))
+    want = torch.func.vmap(
+        torch.func.grad(loss(torch, TF), argnums=(0, 1)), in_dims=(None, None, 0, 0)
+    )(tw, tb, tx, torch.tensor(y))
+    for g, t in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_an_op_without_a_rule_loops_with_a_warning_naming_it():
+    (a,), (ta_,) = _pair((4, 3, 3))
+    with pytest.warns(UserWarning, match="no batching rule for Diagonal"):
+        got = vmap(lambda x: x.diagonal())(a)
+    np.testing.assert_allclose(got.numpy(), torch.func.vmap(lambda x: x.diagonal())(ta_).numpy())
+
+
+def test_randomness():
+    (a,), _ = _pair((6, 50))
+    with pytest.raises(RuntimeError, match="randomness"):
+        vmap(lambda x: F.dropout(x, 0.5))(a)
+    with pytest.raises(RuntimeError, match="randomness"):
+        vmap(lambda x: x + ta.randn(50))(a)
+    ones = ta.ones(6, 50, dtype=ta.float64)
+    same = vmap(lambda x: F.dropout(x, 0.5), randomness="same")(ones)
+    assert all(np.array_equal(same[0].numpy(), same[i].numpy()) for i in range(6))
+    different = vmap(lambda x: F.dropout(x, 0.5), randomness="different")(ones)
+    assert not all(np.array_equal(different[0].numpy(), different[i].numpy()) for i in range(6))
+    shared = vmap(lambda x: x + ta.randn(50, dtype=ta.float64), randomness="same")(ones)
+    np.testing.assert_allclose(shared[0].numpy(), shared[5].numpy())
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda a: vmap(lambda x: x, in_dims=[0])(a), "in_dims"),
+        (lambda a: vmap(lambda x: x, in_dims=2)(a), "in_dim"),
+        (lambda a: vmap(lambda x, y: x, in_dims=(0, 0))(a, 1.0), "non-Tensor"),
+        (lambda a: vmap(lambda x, y: x + y)(a, a[:2]), "same size"),
+        (lambda a: vmap(lambda x: x, in_dims=None)(a), "at least one"),
+        (lambda a: vmap(lambda x: 1.0)(a), "only return Tensors"),
+        (lambda a: vmap(lambda x: x, out_dims=None)(a), "must not vary"),
+        (lambda a: vmap(lambda x: x, randomness="sometimes")(a), "randomness"),
+        (lambda a: vmap(lambda x: x, chunk_size=0)(a), "chunk_size"),
+    ],
+)
+def test_errors(call, match):
+    (a,), _ = _pair((4, 3))
+    with pytest.raises((ValueError, RuntimeError), match=match):
+        call(a)
+
+
+def test_compile_refuses_vmap_naming_it():
+    (a,), _ = _pair((4, 3))
+
+    @ta.compile
+    def step(x):
+        return vmap(lambda s: s.sin())(x)
+
+    with pytest.raises(RuntimeError, match="vmap"):
+        step(a)
+        step(a)
