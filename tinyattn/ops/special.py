@@ -117,7 +117,8 @@ def _erf_array(xp: Any, x: Any) -> Any:
 
 
 class Erf(Function):
-    """y = erf(x) = 2/sqrt(pi) * integral_0^x exp(-t^2) dt;  dL/dx = g * 2/sqrt(pi) * exp(-x^2).
+    """y = erf(x) = 2/sqrt(pi) * integral_0^x exp(-t^2) dt;  dL/dx = g * 2/sqrt(pi) * exp(-x^2);
+    dy = dx * 2/sqrt(pi) * exp(-x^2).
 
     Shapes: any.
     """
@@ -131,6 +132,10 @@ class Erf(Function):
     def backward(self, grad: Any) -> Any:
         x = self.inputs[0]
         return grad * ((-(x * x)).exp() * (2.0 / math.sqrt(math.pi)))
+
+    def jvp(self, tangent: Any) -> Any:
+        x = self.inputs[0]
+        return tangent * ((-(x * x)).exp() * (2.0 / math.sqrt(math.pi)))
 
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
@@ -216,7 +221,8 @@ def _normal_cdf(xp: Any, x: Any) -> Any:
 
 class Gelu(Function):
     """y = x * Phi(x), Phi the standard normal CDF (the exact GELU);
-    dL/dx = g * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+    dL/dx = g * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi);
+    dy = dx * (Phi(x) + x * phi(x)).
 
     Shapes: any. One op where the composition 0.5 * x * (1 + erf(x / sqrt(2))) is five (and its
     backward about eleven array passes): the forward computes Phi piece by piece while it is in
@@ -247,6 +253,14 @@ class Gelu(Function):
             (cdf,) = self.saved_tensors
         pdf = (x * x * -0.5).exp() * _PDF_SCALE
         return grad * (cdf + x * pdf)
+
+    def jvp(self, tangent: Any) -> Any:
+        # Phi from x through erf, as backward under create_graph: a tangent of this tangent
+        # (an outer dual level) or a reverse graph through it must see Phi depend on x.
+        x = self.inputs[0]
+        cdf = (Erf.apply(x * _SQRT_HALF) + 1.0) * 0.5
+        pdf = (x * x * -0.5).exp() * _PDF_SCALE
+        return tangent * (cdf + x * pdf)
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
