@@ -21,7 +21,8 @@ from .reductions import sum_array
 
 
 class Linear(Function):
-    """y = x W^T + b;  dL/dx = g W,  dL/dW = g^T x (leading axes folded into rows),  dL/db = sum g.
+    """y = x W^T + b;  dL/dx = g W,  dL/dW = g^T x (leading axes folded into rows),  dL/db = sum g;
+    dy = dx W^T + x dW^T + db.
 
     Shapes: x (..., in), W (out, in), b (out,) -> (..., out). The bias is an optional third input.
     """
@@ -57,6 +58,27 @@ class Linear(Function):
             grad_b = grad_rows.sum(axis=0)
         return (grad_x, grad_w, grad_b)[: len(self.inputs)]
 
+    def jvp(self, tangent_x: Any, tangent_w: Any, tangent_b: Any = None) -> Any:
+        x, weight = self.inputs[0], self.inputs[1]
+        # Each product is a Linear itself (one GEMM over all rows); the first takes db along.
+        bias = () if tangent_b is None else (tangent_b,)
+        terms = []
+        if tangent_x is not None:
+            terms.append(Linear.apply(tangent_x, weight, *bias))
+            bias = ()
+        if tangent_w is not None:
+            terms.append(Linear.apply(x, tangent_w, *bias))
+            bias = ()
+        if bias:  # only b has a tangent
+            return _spread(tangent_b, self.output)
+        return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _spread(tangent: Any, out: Any) -> Any:
+    """`tangent` broadcast to `out`'s shape as a new array (a broadcast view shares memory,
+    which an in-place write to the output's tangent would reach)."""
+    return tangent + out.constant(namespace(out.array).zeros_like(out.array))
+
 
 def _add_into(y: Any, b: Any) -> Any:
     """y + b, written into y (a fresh array of the caller's) when no promotion is needed."""
@@ -85,6 +107,7 @@ class LayerNorm(Function):
     dL/dx = rstd * (h - mean(h) - x_hat * mean(h * x_hat)) with h = g * w,
     dL/dw = sum(g * x_hat), dL/db = sum(g) (sums over the leading axes). The sums of h * x_hat
     are taken as (g * x_hat) @ w, a product with dL/dw's own operand rather than another pass.
+    dy = dx_hat * w + x_hat * dw + db, dx_hat = rstd * (dx - mean(dx) - x_hat * mean(dx * x_hat)).
 
     Shapes: x (..., *normalized), w and b (*normalized) -> (..., *normalized). The variance is
     the biased one (divided by N), as in PyTorch. Inputs: x, then w and b when present. A
@@ -150,6 +173,28 @@ class LayerNorm(Function):
         if self.has_bias and self.inputs[-1].requires_grad:
             grads[-1] = grad.sum_to(self.inputs[-1].shape)
         return tuple(grads)
+
+    def jvp(self, tangent_x: Any, *tangents_affine: Any) -> Any:
+        x = self.inputs[0]
+        weight = self.inputs[1] if self.has_weight else None
+        tangent_w = tangents_affine[0] if self.has_weight else None
+        tangent_b = tangents_affine[-1] if self.has_bias else None
+        if tangent_x is None and tangent_w is None:
+            return _spread(tangent_b, self.output)
+        # x_hat and rstd again as Tensor ops of x (not the saved arrays), so that the tangent
+        # carries its own dependence on x: a tangent of it, or a gradient through it, is exact.
+        x_hat, rstd = _normalize(None, x, self.axes, self.eps)
+        total = None
+        if tangent_x is not None:
+            centered = tangent_x - tangent_x.mean(axis=self.axes, keepdims=True)
+            projection = (tangent_x * x_hat).mean(axis=self.axes, keepdims=True)
+            total = (centered - x_hat * projection) * rstd
+            total = total if weight is None else total * weight
+        if tangent_w is not None:
+            total = x_hat * tangent_w if total is None else total + x_hat * tangent_w
+        if tangent_b is not None:
+            total = total + tangent_b
+        return total if total.dtype == self.output.dtype else total.to(self.output.dtype)
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.

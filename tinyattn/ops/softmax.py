@@ -18,7 +18,8 @@ from ..backend import is_half, namespace
 
 class Softmax(Function):
     """y = exp(x - m) / sum(exp(x - m)) along `axis` (m = max, a constant: y does not depend on it);
-    dL/dx = y * (g - sum(g * y)).  A row of all -inf gives y = 0 (and gradient 0), not NaN.
+    dL/dx = y * (g - sum(g * y));  dy = y * (dx - sum(dx * y)) (the same map: J is symmetric).
+    A row of all -inf gives y = 0 (and gradient and tangent 0), not NaN.
 
     Shapes: x (..., N) -> (..., N) (any axis).
     """
@@ -41,11 +42,17 @@ class Softmax(Function):
     def backward_arrays(self, g: Any) -> tuple | None:
         return kernels.softmax_grad(g, self.output.array, self.axis)
 
+    def jvp(self, tangent: Any) -> Any:
+        y = self.output
+        return y * (tangent - (tangent * y).sum(axis=self.axis, keepdims=True))
+
 
 class LogSoftmax(Function):
-    """y = x - m - log(sum(exp(x - m))) along `axis`;  dL/dx = g - exp(y) * sum(g).
+    """y = x - m - log(sum(exp(x - m))) along `axis`;  dL/dx = g - exp(y) * sum(g);
+    dy = dx - sum(exp(y) * dx).
 
-    A row of all -inf gives y = -inf (the log of probability 0) and gradient g, never NaN.
+    A row of all -inf gives y = -inf (the log of probability 0), gradient g and tangent dx,
+    never NaN.
     Shapes: x (..., N) -> (..., N) (any axis).
     """
 
@@ -61,6 +68,9 @@ class LogSoftmax(Function):
     def backward_arrays(self, g: Any) -> tuple | None:
         return kernels.log_softmax_grad(g, self.output.array, self.axis)
 
+    def jvp(self, tangent: Any) -> Any:
+        return tangent - (self.output.exp() * tangent).sum(axis=self.axis, keepdims=True)
+
 
 def _softmax(xp: Any, x: Any, axis: int) -> Any:
     """Softmax's forward on arrays: shift by the row max, exponentiate, normalise."""
@@ -74,7 +84,7 @@ def _softmax(xp: Any, x: Any, axis: int) -> Any:
 
 class SavedLogSoftmax(LogSoftmax):
     """y = log_softmax(x) along `axis`, given as `values` (computed by the caller from x's
-    values at the time); dL/dx as `LogSoftmax`.
+    values at the time); dL/dx and dy as `LogSoftmax`.
 
     A fused op that computed log-softmax inside its forward (`ops.CrossEntropy`) builds this
     node under ``create_graph``, so that its rule's Tensor form depends on x through
