@@ -21,7 +21,8 @@ from ..backend import contiguous_copy, namespace, sliding_windows
 
 class Unfold(Function):
     """y[..., k, o] = x[..., o * step + k * dilation] (per trailing axis: offset k, window o);
-    dL/dx = Fold(g): each window's gradient added back where the window was.
+    dL/dx = Fold(g): each window's gradient added back where the window was;
+    dy = Unfold(dx) (the op is linear).
 
     Shapes: x (*lead, *size) -> y (*lead, *window, *counts).
     """
@@ -48,10 +49,13 @@ class Unfold(Function):
             grad, size=self.size, window=self.window, step=self.step, dilation=self.dilation
         )
 
+    def jvp(self, tangent: Any) -> Any:
+        return Unfold.apply(tangent, window=self.window, step=self.step, dilation=self.dilation)
+
 
 class Fold(Function):
     """y[..., i] = sum of g[..., k, o] over the offsets k and windows o with
-    o * step + k * dilation = i (Unfold's adjoint);  dL/dg = Unfold(dL/dy).
+    o * step + k * dilation = i (Unfold's adjoint);  dL/dg = Unfold(dL/dy);  dy = Fold(dg).
 
     Shapes: g (*lead, *window, *counts) -> y (*lead, *size).
     """
@@ -84,3 +88,10 @@ class Fold(Function):
 
     def backward(self, grad: Any) -> Any:
         return Unfold.apply(grad, window=self.window, step=self.step, dilation=self.dilation)
+
+    def jvp(self, tangent: Any) -> Any:
+        out = self.output
+        size = out.shape[out.ndim - len(self.window) :]  # the output's trailing (spatial) axes
+        return Fold.apply(
+            tangent, size=size, window=self.window, step=self.step, dilation=self.dilation
+        )

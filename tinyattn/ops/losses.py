@@ -30,7 +30,7 @@ BCE_EPSILON = 9.999999960041972e-13
 class NegLogLikelihood(Function):
     """y = -sum_c w_c * logp_c along the last axis, where a term with w_c = 0 counts 0 even at
     logp_c = -inf (PyTorch picks the weighted terms; it never forms 0 * -inf);
-    dL/dlogp = -g w,  dL/dw = -g logp.
+    dL/dlogp = -g w,  dL/dw = -g logp;  dy = -sum_c (w_c dlogp_c + dw_c logp_c).
 
     Shapes: log_probs (..., C), weights broadcasting to it -> (...).
     """
@@ -48,6 +48,16 @@ class NegLogLikelihood(Function):
             (-(grad * weights)).sum_to(log_probs.shape) if log_probs.requires_grad else None,
             (-(grad * log_probs)).sum_to(weights.shape) if weights.requires_grad else None,
         )
+
+    def jvp(self, tangent_log_probs: Any, tangent_weights: Any) -> Any:
+        log_probs, weights = self.inputs
+        terms = None
+        if tangent_log_probs is not None:
+            terms = weights * tangent_log_probs
+        if tangent_weights is not None:
+            weighted = tangent_weights * log_probs
+            terms = weighted if terms is None else terms + weighted
+        return -terms.sum(axis=-1)
 
 
 def nll_array(log_probs: Any, weights: Any) -> Any:
@@ -69,7 +79,8 @@ class CrossEntropy(Function):
     log p = log_softmax(x) along the last axis; w = the targets' rows (`ClassWeights`: the
     one-hot of t smoothed by s, a zero row for an ignored target); l = -sum_c w_c log p_c per
     target; then "none" gives l, "sum" sum(l), "mean" sum(l) / n, n = max(1, kept targets).
-    dL/dx = G - p * sum_c G along the last axis, with G = -g w (g / n for "mean").
+    dL/dx = G - p * sum_c G along the last axis, with G = -g w (g / n for "mean");
+    dl = -sum_c w_c (dx_c - sum_k p_k dx_k) per target, reduced as l is.
 
     Composed, this is six nodes (log-softmax, target rows, negative log-likelihood, sum, count,
     division) whose four rules make a dozen Tensor ops. Here one forward makes the same array
@@ -133,10 +144,23 @@ class CrossEntropy(Function):
         terms = -(grad * weights)
         return (terms - log_probs.exp() * terms.sum(axis=-1, keepdims=True), None)
 
+    def jvp(self, tangent_x: Any, tangent_targets: Any = None) -> Any:
+        log_probs, weights, *count = self.saved_tensors
+        # log p as a node of x (its values kept): a tangent of this tangent, or a gradient
+        # through it, reaches x through log-softmax's own rules.
+        log_probs = SavedLogSoftmax.apply(self.inputs[0], values=log_probs.array, axis=-1)
+        tangent_log_probs = tangent_x - (log_probs.exp() * tangent_x).sum(axis=-1, keepdims=True)
+        per_target = -(weights * tangent_log_probs).sum(axis=-1)
+        if self.reduction == "none":
+            return per_target
+        total = per_target.sum()
+        return total / count[0] if count else total
+
 
 class BinaryCrossEntropy(Function):
     """y = -(t max(log p, -100) + (1 - t) max(log(1 - p), -100)) elementwise, PyTorch's clamps;
     dL/dp = g (p - t) / max(p (1 - p), 1e-12),  dL/dt = g (max(log(1 - p), -100) - max(log p,
+    -100));  dy = dp (p - t) / max(p (1 - p), 1e-12) + dt (max(log(1 - p), -100) - max(log p,
     -100)). Finite at p = 0 and 1 (PyTorch's gradient there is about +-1e12).
 
     Shapes: p and t the same shape -> that shape.
@@ -169,6 +193,18 @@ class BinaryCrossEntropy(Function):
             log_q = (1.0 - p).log().clip(min=LOG_FLOOR)
             grad_t = grad * (log_q - log_p)
         return grad_p, grad_t
+
+    def jvp(self, tangent_p: Any, tangent_target: Any) -> Any:
+        p, target = self.inputs
+        total = None
+        if tangent_p is not None:
+            total = tangent_p * (p - target) / (p * (1.0 - p)).clip(min=BCE_EPSILON)
+        if tangent_target is not None:
+            log_p = p.log().clip(min=LOG_FLOOR)
+            log_q = (1.0 - p).log().clip(min=LOG_FLOOR)
+            term = tangent_target * (log_q - log_p)
+            total = term if total is None else total + term
+        return total
 
 
 def _clamped_logs(xp: Any, p: Any) -> tuple[Any, Any]:

@@ -160,8 +160,9 @@ def _kept(xp: Any, targets: Any, ignore_index: Any) -> Any:
 class Dropout(Function):
     """y = x * m / (1 - p) with m[i] ~ Bernoulli(1 - p), drawn from the host generator.
 
-    dL/dx = dL/dy * m / (1 - p). The mask is drawn in forward, so a replayed step draws a new
-    one, exactly as an eager step would. Shapes: x (...) -> (...).
+    dL/dx = dL/dy * m / (1 - p);  dy = dx * m / (1 - p), with forward's mask. The mask is drawn
+    in forward, so a replayed step draws a new one, exactly as an eager step would.
+    Shapes: x (...) -> (...).
     """
 
     backward_reads = ()
@@ -176,6 +177,10 @@ class Dropout(Function):
     def backward(self, grad: Any) -> Any:
         (scaled_mask,) = self.saved_tensors
         return grad * scaled_mask
+
+    def jvp(self, tangent: Any) -> Any:
+        (scaled_mask,) = self.saved_tensors
+        return tangent * scaled_mask
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
