@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..autograd import enable_grad, is_grad_enabled, recording
+from ..autograd import enable_grad, forward_ad, is_grad_enabled, recording
 from ..autograd import grad as engine_grad
 from ..tensor import Tensor
 from . import batching
@@ -76,10 +76,12 @@ def _fresh(tensor: Any, levels: list, keep_graph: bool) -> tuple[Any, Any]:
     It joins the caller's graph when there is one to keep, else it is a new leaf."""
     physical = to_physical(tensor, levels)
     if keep_graph and physical.requires_grad:
-        physical = physical.view_as(physical)  # a node of its own: f's graph starts here
-    else:
-        physical = physical.detach().requires_grad_()
-    return physical, from_physical(physical, levels)
+        return physical, from_physical(physical.view_as(physical), levels)
+    fresh = physical.detach().requires_grad_()
+    tangent = forward_ad.tangent_of(physical) if forward_ad.is_active() else None
+    if tangent is not None:  # under jvp (forward over reverse): the tangent goes on with it
+        fresh = forward_ad.make_dual(fresh, tangent)
+    return fresh, from_physical(fresh, levels)
 
 
 def _detached(tensor: Any, levels: list) -> Any:
