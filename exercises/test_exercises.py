@@ -1,5 +1,6 @@
 """The graders: one section per exercise, in order. Each checks the learner's backward rule with
-``ta.gradcheck`` (finite differences) and against a reference (tinyattn's own op).
+``ta.gradcheck`` (finite differences) and against a reference (tinyattn's own op); exercise 12's
+checks a jvp rule the same two ways, and by ``<J v, u> == <v, J^T u>`` against backward.
 
 Run ``python -m pytest exercises -k ex03`` to grade one exercise; ``-x`` stops at the first
 failure. Inputs are float64 so that finite differences are accurate.
@@ -14,6 +15,7 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.nn.functional as F
+from tinyattn.autograd import forward_ad, functional
 
 
 def randn(*shape: int, seed: int = 0, positive: bool = False) -> ta.Tensor:
@@ -233,3 +235,59 @@ def test_ex11_attention(exercise, shapes):
     q, k, v = (randn(*shape, seed=i) for i, shape in enumerate(shapes))
     assert ta.gradcheck(mine, (q, k, v), name="attention")
     assert_same_gradients(mine, F.scaled_dot_product_attention, (q, k, v))
+
+
+# ---------------------------------------------------------------- ex12: forward mode, jvp rules
+def forward_mode(fn, inputs, tangents) -> ta.Tensor:
+    """J v by forward mode: fn on dual inputs (an input whose tangent is None stays plain)."""
+    with forward_ad.dual_level():
+        duals = [x if v is None else forward_ad.make_dual(x, v) for x, v in zip(inputs, tangents)]
+        tangent = forward_ad.unpack_dual(fn(*duals)).tangent
+    assert tangent is not None, "the output has no tangent: does jvp return one?"
+    return tangent
+
+
+def assert_same_jvp(mine, reference, inputs, tangents) -> None:
+    """J v equal to the reference's (computed from its backward rules alone), and the adjoint
+    identity <J v, u> == <v, J^T u> with J^T u from the reference's backward."""
+    got = forward_mode(mine, inputs, tangents)
+    directions = tuple(ta.zeros_like(x) if v is None else v for x, v in zip(inputs, tangents))
+    _, expected = functional.jvp(reference, tuple(inputs), directions)
+    assert got.shape == expected.shape, f"tangent shape {got.shape}, expected {expected.shape}"
+    got, expected = got.detach(), expected.detach()
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-8, atol=1e-10)
+    u = ta.tensor(np.random.default_rng(2).standard_normal(expected.shape), dtype="float64")
+    transposed = ta.grad((reference(*inputs) * u).sum(), list(inputs))  # J^T u, per input
+    forward = float((got * u).sum().item())
+    reverse = sum(float((v * g).sum().item()) for v, g in zip(directions, transposed))
+    assert abs(forward - reverse) <= 1e-9 * (1.0 + abs(reverse)), (
+        f"<J v, u> = {forward!r} from your jvp, but <v, J^T u> = {reverse!r} from backward"
+    )
+
+
+def test_ex12_tanh(exercise):
+    mine = exercise("ex12_jvp").tanh
+    x = randn(3, 4)
+    assert ta.gradcheck(mine, (x,), check_forward_ad=True, name="tanh")
+    assert_same_jvp(mine, ta.Tensor.tanh, (x,), (randn(3, 4, seed=1).detach(),))
+
+
+@pytest.mark.parametrize("moving", ["both", "a", "b"])
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES, ids=str)
+def test_ex12_matmul(exercise, shapes, moving):
+    mine = exercise("ex12_jvp").matmul
+    a, b = randn(*shapes[0]), randn(*shapes[1], seed=1)
+    if moving == "both":
+        assert ta.gradcheck(mine, (a, b), check_forward_ad=True, name="matmul")
+    tangents = [randn(*shape, seed=2 + i).detach() for i, shape in enumerate(shapes)]
+    tangents = [v if moving in ("both", name) else None for v, name in zip(tangents, "ab")]
+    assert_same_jvp(mine, lambda x, y: x @ y, (a, b), tangents)
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_ex12_log_softmax(exercise, axis):
+    mine = exercise("ex12_jvp").log_softmax
+    x = randn(4, 6)
+    call = lambda t: mine(t, axis=axis)  # noqa: E731
+    assert ta.gradcheck(call, (x,), check_forward_ad=True, name="log_softmax")
+    assert_same_jvp(call, lambda t: F.log_softmax(t, axis), (x,), (randn(4, 6, seed=1).detach(),))
