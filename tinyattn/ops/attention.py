@@ -38,10 +38,13 @@ class HeadsAttention(Function):
     Backward, per head, with P the weights and dO the gradient of the output:
         dV = P^T dO,   dS = P * (dP - sum(dP * P)) * scale with dP = dO v^T,
         dQ = dS k,     dK = dS^T q.
+    Forward mode, per head, with tangents dq, dk, dv:
+        dS = (dq k^T + q dk^T) * scale,   dP = P * (dS - sum(dS * P)),   dout = dP v + P dv.
     The optional last input is a bool mask, True where a query may attend (the reference's
     `where(allowed, scores, -inf)`); a query with no allowed key gets output 0 and gradient 0.
     With ``packed=True`` the first input is one projection [q | k | v] (self-attention's three
-    projections as one matrix product) and its gradient is [dQ | dK | dV], written in place.
+    projections as one matrix product) and its gradient is [dQ | dK | dV], written in place;
+    its tangent holds [dq | dk | dv] the same way.
     Shapes: q (B, Tq, H * D), k (B, Tk, H * D), v (B, Tk, H * Dv) or packed (B, T, 3 * H * D),
     allowed broadcastable to (B, H, Tq, Tk) -> out (B, Tq, H * Dv).
     """
@@ -127,6 +130,36 @@ class HeadsAttention(Function):
             return (packed,)
         return (xp.concat(grads, axis=-1),)  # off the host: [dQ | dK | dV] joined
 
+    def jvp(self, *tangents: Any) -> Any:
+        q, k, v, _ = _unpacked(self.inputs, self.packed)
+        if not self.packed:
+            tangent_q, tangent_k, tangent_v = tangents[:3]
+        elif tangents[0] is None:  # only the mask could have one, and it is bool: none
+            return None
+        else:
+            tangent_q, tangent_k, tangent_v, _ = _unpacked(tangents, True)
+        q_h, k_h, v_h = (self._split(t) for t in (q, k, v))  # (B, H, T, D)
+        # The weights again as Tensor ops of q and k (the saved ones are constants), so that
+        # the tangent differentiates again, in either mode.
+        weights = self._weights(q_h, k_h)  # (B, H, Tq, Tk)
+        tangent_out = None
+        if tangent_q is not None or tangent_k is not None:
+            tangent_scores = None  # (dq k^T + q dk^T): (B, H, Tq, Tk)
+            if tangent_q is not None:
+                tangent_scores = self._split(tangent_q) @ k_h.mT
+            if tangent_k is not None:
+                product = q_h @ self._split(tangent_k).mT
+                tangent_scores = product if tangent_scores is None else tangent_scores + product
+            tangent_scores = tangent_scores * self.scale
+            tangent_weights = weights * (
+                tangent_scores - (tangent_scores * weights).sum(axis=3, keepdims=True)
+            )  # 0 wherever a key is masked, as the weight there
+            tangent_out = tangent_weights @ v_h  # (B, H, Tq, Tk) @ (B, H, Tk, Dv)
+        if tangent_v is not None:
+            carried = weights @ self._split(tangent_v)  # (B, H, Tq, Dv)
+            tangent_out = carried if tangent_out is None else tangent_out + carried
+        return self._merge(tangent_out)  # (B, H, Tq, Dv) -> (B, Tq, H * Dv)
+
     def _split(self, x: Any) -> Any:
         """(B, T, H * D) -> (B, H, T, D), as Tensor ops."""
         batch, length, width = x.shape
@@ -194,7 +227,10 @@ class BlockwiseAttention(Function):
     Backward recomputes the weights tile by tile, P = exp(S - lse), and with D_i = sum_c dO_ic O_ic
         dV_b += P^T dO,   dS = P * (dO v_b^T - D),   dQ += dS k_b * scale,   dK_b += dS^T q * scale.
     Memory is O(T): q, k, v, out, lse and one tile. A query with no allowed key has l = 0: out 0
-    and gradient 0. First-order only (the backward runs on arrays): see OnceDifferentiable.
+    and gradient 0. Forward mode, tile by tile as backward (memory O(T) too), with
+    dS = (dq k^T + q dk^T) * scale and dP = P * (dS - sum_j P dS):
+        dout = dP v + P dv = sum_b P (dS_b v_b + dv_b) - out * sum_b sum_j P dS_b.
+    First-order only (backward and jvp run on arrays): see OnceDifferentiable.
     Shapes: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) with equal batch axes, allowed bool
     broadcastable to (..., Tq, Tk) with at least 2 axes -> out (..., Tq, Dv).
     """
@@ -438,12 +474,55 @@ class BlockwiseAttention(Function):
             grad_q[..., rows, :] = grad_q_rows * self.scale
         return grad_k, grad_v
 
+    def jvp(self, *tangents: Any) -> Any:
+        (lse, allowed), out = self.saved_arrays, self.output
+        arrays = [None if t is None else t.array for t in tangents]
+        tangent_out = self._jvp_arrays(*arrays, out.array, lse, allowed)
+        # A tangent of this tangent, or a gradient through it, raises (first order only).
+        given = [t for t in tangents if t is not None]
+        return OnceDifferentiable.apply(*self.inputs, *given, value=tangent_out)
+
+    def _jvp_arrays(
+        self, tangent_q: Any, tangent_k: Any, tangent_v: Any, out: Any, lse: Any, allowed: Any
+    ) -> Any:
+        """dout on arrays, the weights recomputed in each tile from the saved lse (None: a zero
+        tangent). Per query block: acc = sum P (dS v + dv) and c = sum P dS; dout = acc - c out."""
+        q, k, v = (t.array for t in self.inputs)
+        xp = namespace(q)
+        q_shifted = xp.concat([q * self.scale, -lse], axis=-1)  # [q * scale, -lse]: (.., Tq, D + 1)
+        k_ones = kernels.append_ones(xp, k)  # (..., Tk, D + 1)
+        tangent_out = xp.zeros_like(out)
+        for rows in kernels.blocks(q.shape[-2], self.block_q):
+            acc = xp.zeros_like(out[..., rows, :])  # (..., Bq, Dv)
+            moved = xp.zeros_like(lse[..., rows, :])  # c: (..., Bq, 1)
+            for cols in self._key_blocks(k.shape[-2], rows):
+                # P = exp(S - lse): (..., Bq, D + 1) @ (..., D + 1, Bk) -> (..., Bq, Bk)
+                scores = q_shifted[..., rows, :] @ k_ones[..., cols, :].mT
+                tile = self._tile_mask(xp, allowed, rows, cols, q.device)
+                if tile is not None:
+                    scores = xp.where(tile, scores, -math.inf)
+                weights = xp.exp(scores)
+                tangent_scores = xp.zeros_like(weights)  # dS: (..., Bq, Bk)
+                if tangent_q is not None:
+                    tangent_scores = tangent_scores + tangent_q[..., rows, :] @ k[..., cols, :].mT
+                if tangent_k is not None:
+                    tangent_scores = tangent_scores + q[..., rows, :] @ tangent_k[..., cols, :].mT
+                weighted = weights * (tangent_scores * self.scale)  # P dS: (..., Bq, Bk)
+                moved = moved + xp.sum(weighted, axis=-1, keepdims=True)
+                acc = acc + weighted @ v[..., cols, :]  # (..., Bq, Bk) @ (..., Bk, Dv)
+                if tangent_v is not None:
+                    acc = acc + weights @ tangent_v[..., cols, :]
+            tangent_out[..., rows, :] = acc - moved * out[..., rows, :]
+        return tangent_out
+
 
 class OnceDifferentiable(Function):
-    """y = value (a gradient BlockwiseAttention computed on arrays);  dL/d(inputs): raises.
+    """y = value (a gradient or tangent BlockwiseAttention computed on arrays);  dL/d(inputs)
+    and dy: raise.
 
-    Recorded under create_graph=True with the attention's inputs and cotangent as its inputs, so
-    that differentiating the gradient again raises instead of silently returning 0 (PyTorch's
+    Recorded under create_graph=True with the attention's inputs and cotangent as its inputs
+    (or, for a tangent, its inputs and their tangents), so that differentiating the result
+    again, in either mode, raises instead of silently returning 0 (PyTorch's
     `once_differentiable`). Shapes: value any; the inputs only link the graph.
     """
 
@@ -455,5 +534,12 @@ class OnceDifferentiable(Function):
     def backward(self, grad: Any) -> None:
         raise NotImplementedError(
             "double backward through block-wise attention is not supported: use the plain path "
+            "(set tinyattn.functional.BLOCKWISE_MIN_SCORES = math.inf)"
+        )
+
+    def jvp(self, *tangents: Any) -> None:
+        raise NotImplementedError(
+            "a second derivative through block-wise attention (a tangent of its gradient or "
+            "tangent) is not supported: use the plain path "
             "(set tinyattn.functional.BLOCKWISE_MIN_SCORES = math.inf)"
         )

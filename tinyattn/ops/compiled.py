@@ -14,10 +14,17 @@ from typing import Any
 from .. import backend
 from ..autograd import Function
 
+FORWARD_MODE_REFUSED = (
+    "forward-mode AD (dual tensors, jvp, jacfwd) reached a call of a compiled function, whose "
+    "recording holds its backward only; call the function uncompiled under forward mode"
+)
+
 
 class CompiledCall(Function):
     """One call of a compiled function: y = f(inputs, parameters) as replayed; its backward
-    gives dL/d(inputs, parameters) from dL/dy by the recorded backward."""
+    gives dL/d(inputs, parameters) from dL/dy by the recorded backward. No jvp: the recording
+    holds J^T only (J v would take one replayed backward per output element), so forward mode
+    through a compiled call raises, naming the way out."""
 
     backward_reads = ("inputs",)  # a parameter changed in place before backward is an error
 
@@ -27,6 +34,9 @@ class CompiledCall(Function):
 
     def backward(self, grad: Any) -> tuple:
         return self.run(grad.array)
+
+    def jvp(self, *tangents: Any) -> Any:
+        raise RuntimeError(FORWARD_MODE_REFUSED)
 
 
 class CompiledOutput(Function):
@@ -43,3 +53,6 @@ class CompiledOutput(Function):
         self.holder[self.index] = grad.array
         anchor = self.inputs[0].array
         return backend.namespace(anchor).zeros_like(anchor)
+
+    def jvp(self, tangent: Any) -> Any:
+        raise RuntimeError(FORWARD_MODE_REFUSED)  # the anchor has no tangent to give one

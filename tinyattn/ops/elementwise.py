@@ -30,8 +30,29 @@ def _scalar(c: Any) -> bool:
     return type(c) is float or type(c) is int
 
 
+# A jvp rule's tangent has the output's shape: a term from a broadcast input is broadcast into
+# new memory, and an input's tangent passed on unchanged is copied, because an in-place op on the
+# output later writes into the output's tangent, which must be neither the input's nor a view
+# that reaches one element many times.
+def _fit(tangent: Any, out: Any) -> Any:
+    """A tangent term as `out`'s tangent: itself, or broadcast to out's shape in new memory."""
+    if tangent.shape == out.shape:
+        return tangent
+    return tangent.broadcast_to(out.shape).clone()
+
+
+def _copy(tangent: Any, out: Any) -> Any:
+    """An input's tangent passed on unchanged (dy = dx), in new memory of out's shape."""
+    return tangent.broadcast_to(out.shape).clone()
+
+
+def _zeros(out: Any) -> Any:
+    """A zero tangent of out's shape and dtype, as a constant."""
+    return out.constant(namespace(out.array).zeros_like(out.array))
+
+
 class Add(Function):
-    """y = a + b;  dL/da = g, dL/db = g (each summed back to its own shape)."""
+    """y = a + b;  dL/da = g, dL/db = g (each summed back to its own shape);  dy = da + db."""
 
     __slots__ = ()
     backward_reads = ()
@@ -46,9 +67,14 @@ class Add(Function):
             grad.sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, da: Any, db: Any) -> Any:
+        if da is None or db is None:
+            return _copy(db if da is None else da, self.output)
+        return da + db
+
 
 class Sub(Function):
-    """y = a - b;  dL/da = g, dL/db = -g."""
+    """y = a - b;  dL/da = g, dL/db = -g;  dy = da - db."""
 
     __slots__ = ()
     backward_reads = ()
@@ -63,6 +89,11 @@ class Sub(Function):
             (-grad).sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, da: Any, db: Any) -> Any:
+        if db is None:
+            return _copy(da, self.output)
+        return _fit(-db, self.output) if da is None else da - db
+
     def backward_arrays(self, g: Any) -> tuple:
         a, b = self.inputs
         return (
@@ -72,7 +103,7 @@ class Sub(Function):
 
 
 class Mul(Function):
-    """y = a * b;  dL/da = g * b, dL/db = g * a."""
+    """y = a * b;  dL/da = g * b, dL/db = g * a;  dy = da * b + a * db."""
 
     __slots__ = ()
     grad_reads = ((1,), (0,))  # dL/da reads b, dL/db reads a
@@ -87,6 +118,12 @@ class Mul(Function):
             (grad * a).sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, da: Any, db: Any) -> Any:
+        a, b = self.inputs
+        if da is None or db is None:
+            return a * db if da is None else da * b
+        return da * b + a * db
+
     def backward_arrays(self, g: Any) -> tuple | None:
         a, b = self.inputs
         if not same_float(g, a.array, b.array):
@@ -98,7 +135,7 @@ class Mul(Function):
 
 
 class Div(Function):
-    """y = a / b;  dL/da = g / b, dL/db = -g * a / b**2 = -g * y / b."""
+    """y = a / b;  dL/da = g / b, dL/db = -g * a / b**2 = -g * y / b;  dy = (da - y db) / b."""
 
     __slots__ = ()
     grad_reads = ((1,), (1, "output"))  # a itself is never read
@@ -114,12 +151,19 @@ class Div(Function):
             (-grad_a * self.output).sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, da: Any, db: Any) -> Any:
+        b, y = self.inputs[1], self.output
+        if db is None:
+            return da / b
+        return -db * y / b if da is None else (da - db * y) / b
+
 
 class Pow(Function):
-    """y = a ** b;  dL/da = g * b * a**(b - 1), dL/db = g * y * log(a).
+    """y = a ** b;  dL/da = g * b * a**(b - 1), dL/db = g * y * log(a);
+    dy = da * b * a**(b - 1) + db * y * log(a).
 
-    As in PyTorch, dL/da = 0 where b = 0 (y = 1 there) and dL/db = 0 where a = 0 and b >= 0,
-    where the formulas would give 0 * inf = NaN.
+    As in PyTorch, the slope in a is 0 where b = 0 (y = 1 there) and the slope in b is 0 where
+    a = 0 and b >= 0, where the formulas would give 0 * inf = NaN.
     """
 
     __slots__ = ()
@@ -137,11 +181,25 @@ class Pow(Function):
         a, b = self.inputs
         grad_a = grad_b = None
         if a.requires_grad:
-            grad_a = (grad * _zero_where(b.array == 0, b * a ** (b - 1.0))).sum_to(a.shape)
+            grad_a = (grad * self._slope_a()).sum_to(a.shape)
         if b.requires_grad:
-            at_zero = (a.array == 0) & (b.array >= 0)
-            grad_b = (grad * _zero_where(at_zero, self.output * a.log())).sum_to(b.shape)
+            grad_b = (grad * self._slope_b()).sum_to(b.shape)
         return grad_a, grad_b
+
+    def jvp(self, da: Any, db: Any) -> Any:
+        if da is None or db is None:
+            return db * self._slope_b() if da is None else da * self._slope_a()
+        return da * self._slope_a() + db * self._slope_b()
+
+    def _slope_a(self) -> Any:
+        """dy/da = b * a**(b - 1), and 0 where b = 0."""
+        a, b = self.inputs
+        return _zero_where(b.array == 0, b * a ** (b - 1.0))
+
+    def _slope_b(self) -> Any:
+        """dy/db = y * log(a), and 0 where a = 0 and b >= 0."""
+        a, b = self.inputs
+        return _zero_where((a.array == 0) & (b.array >= 0), self.output * a.log())
 
 
 def _integer_power(xp: Any, a: Any, b: Any) -> Any:
@@ -170,7 +228,7 @@ def _zero_where(condition: Any, value: Any) -> Any:
 
 
 class Neg(Function):
-    """y = -x;  dL/dx = -g."""
+    """y = -x;  dL/dx = -g;  dy = -dx."""
 
     __slots__ = ()
     backward_reads = ()
@@ -181,12 +239,16 @@ class Neg(Function):
     def backward(self, grad: Any) -> Any:
         return -grad
 
+    def jvp(self, dx: Any) -> Any:
+        return -dx
+
     def backward_arrays(self, g: Any) -> tuple:
         return (-g,)
 
 
 class Maximum(Function):
-    """y = max(a, b) elementwise;  the gradient goes to the larger input, split evenly on ties."""
+    """y = max(a, b) elementwise;  the gradient goes to the larger input, split evenly on ties;
+    dy = w * da + (1 - w) * db, with w = 1 where a wins, 0 where b wins, 1/2 on a tie."""
 
     __slots__ = ()
     backward_reads = ("inputs",)
@@ -198,19 +260,30 @@ class Maximum(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        xp = namespace(a.array)
-        wins = a.array > b.array if self.pick == "maximum" else a.array < b.array
-        # Weight 1 where a wins, 0 where b wins, 1/2 on a tie: subgradient that keeps symmetry.
-        a_wins = xp.astype(wins, grad.dtype) + 0.5 * xp.astype(a.array == b.array, grad.dtype)
-        weight_a = grad.constant(a_wins)
+        weight_a = self._weight_a(grad)
         return (
             (grad * weight_a).sum_to(a.shape) if a.requires_grad else None,
             (grad - grad * weight_a).sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, da: Any, db: Any) -> Any:
+        weight_a = self._weight_a(da if db is None else db)
+        if da is None or db is None:  # PyTorch's: db + w * (da - db), a missing one as 0
+            return da * weight_a if db is None else db - db * weight_a
+        return db + weight_a * (da - db)
+
+    def _weight_a(self, like: Any) -> Any:
+        """w, a constant of like's dtype: 1 where a wins, 0 where b wins, 1/2 on a tie (the
+        subgradient that keeps symmetry, as PyTorch's)."""
+        a, b = (t.array for t in self.inputs)
+        xp = namespace(a)
+        wins = a > b if self.pick == "maximum" else a < b
+        return like.constant(xp.astype(wins, like.dtype) + 0.5 * xp.astype(a == b, like.dtype))
+
 
 class Minimum(Maximum):
-    """y = min(a, b) elementwise;  the gradient goes to the smaller input, split evenly on ties.
+    """y = min(a, b) elementwise;  the gradient goes to the smaller input, split evenly on ties;
+    dy = w * da + (1 - w) * db, with w = 1 where a wins (is smaller), 1/2 on a tie.
 
     Its own op, not -maximum(-a, -b): negating an integer's minimum (INT_MIN) overflows.
     """
@@ -223,7 +296,7 @@ class Minimum(Maximum):
 
 
 class Exp(Function):
-    """y = exp(x);  dL/dx = g * y."""
+    """y = exp(x);  dL/dx = g * y;  dy = dx * y."""
 
     __slots__ = ()
     backward_reads = ("output",)
@@ -234,13 +307,16 @@ class Exp(Function):
     def backward(self, grad: Any) -> Any:
         return grad * self.output
 
+    def jvp(self, dx: Any) -> Any:
+        return dx * self.output
+
     def backward_arrays(self, g: Any) -> tuple | None:
         y = self.output.array
         return (g * y,) if same_float(g, y) else None
 
 
 class Log(Function):
-    """y = log(x);  dL/dx = g / x."""
+    """y = log(x);  dL/dx = g / x;  dy = dx / x."""
 
     __slots__ = ()
     backward_reads = ("inputs",)
@@ -251,12 +327,15 @@ class Log(Function):
     def backward(self, grad: Any) -> Any:
         return grad / self.inputs[0]
 
+    def jvp(self, dx: Any) -> Any:
+        return dx / self.inputs[0]
+
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 
 class Log2(Function):
-    """y = log2(x);  dL/dx = g / (x ln 2).
+    """y = log2(x);  dL/dx = g / (x ln 2);  dy = dx / (x ln 2).
 
     Shapes: x (...) -> y (...).
     """
@@ -270,9 +349,12 @@ class Log2(Function):
     def backward(self, grad: Any) -> Any:
         return grad / (self.inputs[0] * _LN2)
 
+    def jvp(self, dx: Any) -> Any:
+        return dx / (self.inputs[0] * _LN2)
+
 
 class Log10(Function):
-    """y = log10(x);  dL/dx = g / (x ln 10).
+    """y = log10(x);  dL/dx = g / (x ln 10);  dy = dx / (x ln 10).
 
     Shapes: x (...) -> y (...).
     """
@@ -286,9 +368,12 @@ class Log10(Function):
     def backward(self, grad: Any) -> Any:
         return grad / (self.inputs[0] * _LN10)
 
+    def jvp(self, dx: Any) -> Any:
+        return dx / (self.inputs[0] * _LN10)
+
 
 class Exp2(Function):
-    """y = 2^x;  dL/dx = g * y ln 2.
+    """y = 2^x;  dL/dx = g * y ln 2;  dy = dx * y ln 2.
 
     Shapes: x (...) -> y (...). The array API has no exp2: pow(2, x), which is exact at integer
     x where exp(x ln 2) is not.
@@ -304,10 +389,13 @@ class Exp2(Function):
     def backward(self, grad: Any) -> Any:
         return grad * (self.output * _LN2)
 
+    def jvp(self, dx: Any) -> Any:
+        return dx * (self.output * _LN2)
+
 
 class Log1p(Function):
     """y = log(1 + x), accurate where x is tiny (log(1 + x) would round 1 + x first);
-    dL/dx = g / (1 + x).
+    dL/dx = g / (1 + x);  dy = dx / (1 + x).
 
     Shapes: x (...) -> y (...).
     """
@@ -321,9 +409,13 @@ class Log1p(Function):
     def backward(self, grad: Any) -> Any:
         return grad / (self.inputs[0] + 1.0)
 
+    def jvp(self, dx: Any) -> Any:
+        return dx / (self.inputs[0] + 1.0)
+
 
 class Expm1(Function):
-    """y = exp(x) - 1, accurate where x is tiny;  dL/dx = g * exp(x) = g * (y + 1).
+    """y = exp(x) - 1, accurate where x is tiny;  dL/dx = g * exp(x) = g * (y + 1);
+    dy = dx * (y + 1).
 
     Shapes: x (...) -> y (...).
     """
@@ -337,9 +429,12 @@ class Expm1(Function):
     def backward(self, grad: Any) -> Any:
         return grad * (self.output + 1.0)
 
+    def jvp(self, dx: Any) -> Any:
+        return dx * (self.output + 1.0)
+
 
 class Sqrt(Function):
-    """y = sqrt(x);  dL/dx = g / (2 y)."""
+    """y = sqrt(x);  dL/dx = g / (2 y);  dy = dx / (2 y)."""
 
     __slots__ = ()
     backward_reads = ("output",)
@@ -350,9 +445,12 @@ class Sqrt(Function):
     def backward(self, grad: Any) -> Any:
         return grad / (self.output * 2.0)
 
+    def jvp(self, dx: Any) -> Any:
+        return dx / (self.output * 2.0)
+
 
 class Tanh(Function):
-    """y = tanh(x);  dL/dx = g * (1 - y**2)."""
+    """y = tanh(x);  dL/dx = g * (1 - y**2);  dy = dx * (1 - y**2)."""
 
     __slots__ = ()
     backward_reads = ("output",)
@@ -364,9 +462,13 @@ class Tanh(Function):
         y = self.output
         return grad * (1.0 - y * y)
 
+    def jvp(self, dx: Any) -> Any:
+        y = self.output
+        return dx * (1.0 - y * y)
+
 
 class Sigmoid(Function):
-    """y = 1 / (1 + exp(-x));  dL/dx = g * y * (1 - y).
+    """y = 1 / (1 + exp(-x));  dL/dx = g * y * (1 - y);  dy = dx * y * (1 - y).
 
     Computed from e = exp(-|x|) <= 1, as 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0: it
     never overflows and keeps full relative precision in the tails (the tanh form
@@ -385,9 +487,14 @@ class Sigmoid(Function):
         y = self.output
         return grad * y * (1.0 - y)
 
+    def jvp(self, dx: Any) -> Any:
+        y = self.output
+        return dx * y * (1.0 - y)
+
 
 class Relu(Function):
-    """y = max(x, 0);  dL/dx = g * [y > 0] (the subgradient at 0 is 0, as in PyTorch).
+    """y = max(x, 0);  dL/dx = g * [y > 0] (the subgradient at 0 is 0, as in PyTorch);
+    dy = dx * [y > 0].
 
     The rule reads the output, as PyTorch's does (y > 0 exactly where x > 0): so ``x.relu_()``
     needs no copy of x, and a later in-place change of y is caught as in PyTorch."""
@@ -404,13 +511,17 @@ class Relu(Function):
         # make the replay call this rule instead.
         return grad * (self.output > 0)
 
+    def jvp(self, dx: Any) -> Any:
+        return dx * (self.output > 0)
+
     def backward_arrays(self, g: Any) -> tuple | None:
         y = self.output.array
         return (g * (y > 0),) if has_out(y) else None  # NumPy, CuPy: a bool mask multiplies
 
 
 class Abs(Function):
-    """y = |x|;  dL/dx = g * sign(x) (0 at x = 0 and, as in PyTorch, at NaN)."""
+    """y = |x|;  dL/dx = g * sign(x) (0 at x = 0 and, as in PyTorch, at NaN);
+    dy = dx * sign(x)."""
 
     __slots__ = ()
     backward_reads = ("inputs",)
@@ -421,9 +532,13 @@ class Abs(Function):
     def backward(self, grad: Any) -> Any:
         return grad * grad.constant(sign_array(self.inputs[0].array))
 
+    def jvp(self, dx: Any) -> Any:
+        return dx * dx.constant(sign_array(self.inputs[0].array))
+
 
 class Clip(Function):
-    """y = min(max(x, low), high);  dL/dx = g where low <= x <= high, else 0."""
+    """y = min(max(x, low), high);  dL/dx = g where low <= x <= high, else 0 (the bounds count as
+    inside, as PyTorch's);  dy = dx there, else 0."""
 
     __slots__ = ("low", "high")
     backward_reads = ("inputs",)
@@ -433,6 +548,13 @@ class Clip(Function):
         return namespace(x).clip(x, low, high)
 
     def backward(self, grad: Any) -> Any:
+        return grad * self._inside(grad)
+
+    def jvp(self, dx: Any) -> Any:
+        return dx * self._inside(dx)
+
+    def _inside(self, like: Any) -> Any:
+        """[low <= x <= high] as a constant of like's dtype."""
         x = self.inputs[0].array
         xp = namespace(x)
         inside = xp.ones(x.shape, dtype=xp.bool, device=x.device)
@@ -440,11 +562,12 @@ class Clip(Function):
             inside = inside & (x >= self.low)
         if self.high is not None:
             inside = inside & (x <= self.high)
-        return grad * grad.constant(xp.astype(inside, grad.dtype))
+        return like.constant(xp.astype(inside, like.dtype))
 
 
 class Where(Function):
-    """y = a where cond else b;  dL/da = g * cond, dL/db = g * (1 - cond); cond gets none."""
+    """y = a where cond else b;  dL/da = g * cond, dL/db = g * (1 - cond); cond gets none;
+    dy = da where cond else db."""
 
     __slots__ = ()
     grad_reads = ((), (0,), (0,))  # only the condition: a and b themselves are never read
@@ -463,6 +586,14 @@ class Where(Function):
             (grad - chosen).sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, _: Any, da: Any, db: Any) -> Any:
+        cond, y = self.inputs[0], self.output
+        if da is None or db is None:  # the side without a tangent contributes 0
+            xp = namespace(y.array)
+            zero = y.constant(xp.zeros((), dtype=y.array.dtype, device=y.array.device))
+            da, db = (zero, db) if da is None else (da, zero)
+        return _fit(Where.apply(cond, da, db), y)
+
     def backward_arrays(self, g: Any) -> tuple | None:
         cond, a, b = self.inputs
         if not has_out(g) or cond.array.dtype != bool:
@@ -476,7 +607,7 @@ class Where(Function):
 
 
 class Cast(Function):
-    """y = x converted to another float dtype;  dL/dx = g converted back."""
+    """y = x converted to another float dtype;  dL/dx = g converted back;  dy = dx converted."""
 
     __slots__ = ()
     backward_reads = ()
@@ -487,6 +618,10 @@ class Cast(Function):
     def backward(self, grad: Any) -> Any:
         return grad.to(self.inputs[0].dtype)
 
+    def jvp(self, dx: Any) -> Any:
+        converted = dx.to(self.output.dtype)
+        return _copy(dx, self.output) if converted is dx else converted
+
 
 # ------------------------------------------------------------------------------- with a scalar
 # A Python number as the other operand: it is passed straight to the array library (which keeps
@@ -494,7 +629,7 @@ class Cast(Function):
 
 
 class AddScalar(Function):
-    """y = x + c (also x - c as x + (-c), exact in IEEE arithmetic);  dL/dx = g."""
+    """y = x + c (also x - c as x + (-c), exact in IEEE arithmetic);  dL/dx = g;  dy = dx."""
 
     __slots__ = ()
     backward_reads = ()
@@ -505,9 +640,12 @@ class AddScalar(Function):
     def backward(self, grad: Any) -> Any:
         return (grad,)
 
+    def jvp(self, dx: Any) -> Any:
+        return _copy(dx, self.output)
+
 
 class MulScalar(Function):
-    """y = x * c;  dL/dx = g * c."""
+    """y = x * c;  dL/dx = g * c;  dy = dx * c."""
 
     __slots__ = ("c", "operand")
     backward_reads = ()
@@ -520,12 +658,15 @@ class MulScalar(Function):
     def backward(self, grad: Any) -> Any:
         return grad * self.c
 
+    def jvp(self, dx: Any) -> Any:
+        return dx * self.c
+
     def backward_arrays(self, g: Any) -> tuple | None:
         return (g * _operand_for(self, g),) if _scalar(self.c) else None
 
 
 class DivScalar(Function):
-    """y = x / c;  dL/dx = g / c."""
+    """y = x / c;  dL/dx = g / c;  dy = dx / c."""
 
     __slots__ = ("c", "operand")
     backward_reads = ()
@@ -537,6 +678,9 @@ class DivScalar(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad / self.c
+
+    def jvp(self, dx: Any) -> Any:
+        return dx / self.c
 
     def backward_arrays(self, g: Any) -> tuple | None:
         return (g / _operand_for(self, g),) if _scalar(self.c) else None
@@ -550,7 +694,7 @@ def _operand_for(fn: MulScalar | DivScalar, g: Any) -> Any:
 
 
 class RSubScalar(Function):
-    """y = c - x;  dL/dx = -g."""
+    """y = c - x;  dL/dx = -g;  dy = -dx."""
 
     __slots__ = ()
     backward_reads = ()
@@ -561,12 +705,15 @@ class RSubScalar(Function):
     def backward(self, grad: Any) -> Any:
         return -grad
 
+    def jvp(self, dx: Any) -> Any:
+        return -dx
+
     def backward_arrays(self, g: Any) -> tuple:
         return (-g,)
 
 
 class RDivScalar(Function):
-    """y = c / x;  dL/dx = -g * c / x**2 = -g * y / x."""
+    """y = c / x;  dL/dx = -g * c / x**2 = -g * y / x;  dy = -dx * y / x."""
 
     __slots__ = ()
 
@@ -576,9 +723,13 @@ class RDivScalar(Function):
     def backward(self, grad: Any) -> Any:
         return -grad * self.output / self.inputs[0]
 
+    def jvp(self, dx: Any) -> Any:
+        return -dx * self.output / self.inputs[0]
+
 
 class PowScalar(Function):
-    """y = x ** c;  dL/dx = g * c * x**(c - 1), and 0 when c = 0 (not 0 * inf at x = 0)."""
+    """y = x ** c;  dL/dx = g * c * x**(c - 1), and 0 when c = 0 (not 0 * inf at x = 0);
+    dy = dx * c * x**(c - 1), the same slope."""
 
     __slots__ = ("c",)
     backward_reads = ("inputs",)
@@ -588,16 +739,24 @@ class PowScalar(Function):
         return power(x, c)
 
     def backward(self, grad: Any) -> Any:
+        return grad * self._slope()
+
+    def jvp(self, dx: Any) -> Any:
+        return dx * self._slope()
+
+    def _slope(self) -> Any:
+        """dy/dx: a Tensor, or the number 0."""
         x = self.inputs[0]
         if self.c == 0:
-            return grad * 0.0  # y = 1 everywhere, even at x = 0 (PyTorch's rule)
+            return 0.0  # y = 1 everywhere, even at x = 0 (PyTorch's rule)
         if self.c == 2:
-            return grad * (x * 2.0)  # the common square, without a pow
-        return grad * (x ** (self.c - 1) * self.c)
+            return x * 2.0  # the common square, without a pow
+        return x ** (self.c - 1) * self.c
 
 
 class RPowScalar(Function):
-    """y = c ** x;  dL/dx = g * y * log(c), and 0 when c = 0 and x >= 0 (PyTorch's rule)."""
+    """y = c ** x;  dL/dx = g * y * log(c), and 0 when c = 0 and x >= 0 (PyTorch's rule);
+    dy = dx * y * log(c), the same slope."""
 
     __slots__ = ("log_c",)
     backward_reads = ("output",)
@@ -607,10 +766,17 @@ class RPowScalar(Function):
         return c**x
 
     def backward(self, grad: Any) -> Any:
+        return grad * self._slope()
+
+    def jvp(self, dx: Any) -> Any:
+        return dx * self._slope()
+
+    def _slope(self) -> Any:
+        """dy/dx = y * log(c)."""
         slope = self.output * self.log_c
         if self.log_c == -math.inf:  # c = 0: y is 0 or 1 for x >= 0, flat; inf * -inf for x < 0
             slope = _zero_where(self.inputs[0].array >= 0, slope)
-        return grad * slope
+        return slope
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.

@@ -16,7 +16,8 @@ from ..backend import namespace
 
 class GradientsMeet(Function):
     """Identity on several tensors (copies): y_k = x_k; dL/dx_k = g_k, or what `callback`
-    makes of all the g_k at once (the one place a module's backward hooks see them)."""
+    makes of all the g_k at once (the one place a module's backward hooks see them);
+    dy_k = dx_k (copies too: an in-place write to y_k's tangent must not reach x_k's)."""
 
     backward_reads = ()
 
@@ -28,3 +29,7 @@ class GradientsMeet(Function):
     def backward(self, *grads: Any) -> Any:
         grads = self.callback(grads)
         return tuple(grads) if len(grads) > 1 else grads[0]
+
+    def jvp(self, *tangents: Any) -> Any:
+        copies = tuple(None if t is None else t.clone() for t in tangents)
+        return copies if len(copies) > 1 else copies[0]

@@ -16,7 +16,7 @@ from ..backend import namespace
 
 
 class _Step(Function):
-    """A piecewise-constant function: y = step(x);  dL/dx = 0 (PyTorch's convention)."""
+    """A piecewise-constant function: y = step(x);  dL/dx = 0, dy = 0 (PyTorch's convention)."""
 
     __slots__ = ()
     backward_reads = ()  # the rule needs only the gradient
@@ -28,9 +28,13 @@ class _Step(Function):
     def backward(self, grad: Any) -> Any:
         return grad * 0.0
 
+    def jvp(self, dx: Any) -> Any:
+        y = self.output
+        return y.constant(namespace(y.array).zeros_like(y.array))
+
 
 class Floor(_Step):
-    """y = floor(x), the largest integer <= x;  dL/dx = 0.
+    """y = floor(x), the largest integer <= x;  dL/dx = 0, dy = 0.
 
     Shapes: x (...) -> y (...).
     """
@@ -40,7 +44,7 @@ class Floor(_Step):
 
 
 class Ceil(_Step):
-    """y = ceil(x), the smallest integer >= x;  dL/dx = 0.
+    """y = ceil(x), the smallest integer >= x;  dL/dx = 0, dy = 0.
 
     Shapes: x (...) -> y (...).
     """
@@ -50,7 +54,8 @@ class Ceil(_Step):
 
 
 class Round(_Step):
-    """y = x rounded to the nearest integer, halves to even (as NumPy and PyTorch);  dL/dx = 0.
+    """y = x rounded to the nearest integer, halves to even (as NumPy and PyTorch);
+    dL/dx = 0, dy = 0.
 
     Shapes: x (...) -> y (...).
     """
@@ -60,7 +65,7 @@ class Round(_Step):
 
 
 class Trunc(_Step):
-    """y = x rounded toward zero (its integer part);  dL/dx = 0.
+    """y = x rounded toward zero (its integer part);  dL/dx = 0, dy = 0.
 
     Shapes: x (...) -> y (...).
     """
@@ -70,7 +75,7 @@ class Trunc(_Step):
 
 
 class Sign(_Step):
-    """y = -1, 0 or 1 by the sign of x (NaN gives 0, as in PyTorch);  dL/dx = 0.
+    """y = -1, 0 or 1 by the sign of x (NaN gives 0, as in PyTorch);  dL/dx = 0, dy = 0.
 
     Shapes: x (...) -> y (...).
     """
@@ -110,7 +115,7 @@ class FloorDivide(Function):
 
 class Remainder(Function):
     """y = a - b * floor(a / b) (Python's ``%``, the sign of b);
-    dL/da = g, dL/db = -g * floor(a / b).
+    dL/da = g, dL/db = -g * floor(a / b);  dy = da - db * floor(a / b).
 
     Shapes: a and b broadcast together -> y.
     """
@@ -127,6 +132,13 @@ class Remainder(Function):
             grad.sum_to(a.shape) if a.requires_grad else None,
             (-grad * quotient).sum_to(b.shape) if b.requires_grad else None,
         )
+
+    def jvp(self, da: Any, db: Any) -> Any:
+        if db is None:  # da in new memory: an in-place op on y writes into y's tangent
+            return da.broadcast_to(self.output.shape).clone()
+        a, b = (t.array for t in self.inputs)
+        slope = db * db.constant(namespace(a).floor_divide(a, b))
+        return -slope if da is None else da - slope
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
