@@ -26,7 +26,8 @@ def _truncated_quotient(xp: Any, a: Any, b: Any) -> Any:
 
 
 class RoundedDivide(Function):
-    """y = trunc(a / b) or floor(a / b) (``rounding_mode``);  dL/da = dL/db = 0 (PyTorch's rule).
+    """y = trunc(a / b) or floor(a / b) (``rounding_mode``);  dL/da = dL/db = 0, dy = 0
+    (PyTorch's rule).
 
     Shapes: a and b broadcast together -> y.
     """
@@ -47,9 +48,14 @@ class RoundedDivide(Function):
             (grad * 0.0).sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, da: Any, db: Any) -> Any:
+        y = self.output
+        return y.constant(namespace(y.array).zeros_like(y.array))
+
 
 class Fmod(Function):
-    """y = a - b * trunc(a / b) (the sign of a);  dL/da = g, dL/db = -g * trunc(a / b).
+    """y = a - b * trunc(a / b) (the sign of a);  dL/da = g, dL/db = -g * trunc(a / b);
+    dy = da - db * trunc(a / b).
 
     Shapes: a and b broadcast together -> y.
     """
@@ -72,10 +78,17 @@ class Fmod(Function):
             (-grad * quotient).sum_to(b.shape) if b.requires_grad else None,
         )
 
+    def jvp(self, da: Any, db: Any) -> Any:
+        if db is None:  # da in new memory: an in-place op on y writes into y's tangent
+            return da.broadcast_to(self.output.shape).clone()
+        a, b = (t.array for t in self.inputs)
+        slope = db * db.constant(_truncated_quotient(namespace(a), a, b))
+        return -slope if da is None else da - slope
+
 
 class Copysign(Function):
     """y = |a| with the sign of b (-0.0 counts as negative);
-    dL/da = g * sign(a) * sign(b) (0 where a = 0), dL/db = 0.
+    dL/da = g * sign(a) * sign(b) (0 where a = 0), dL/db = 0;  dy = da * sign(a) * sign(b).
 
     Shapes: a and b broadcast together -> y.
     """
@@ -87,13 +100,24 @@ class Copysign(Function):
 
     def backward(self, grad: Any) -> tuple:
         a, b = self.inputs
-        xp = namespace(a.array)
-        one = xp.ones((), dtype=a.array.dtype, device=a.array.device)
-        flip = grad.constant(xp.sign(a.array) * xp.copysign(one, b.array))
+        flip = self._flip(grad)
         return (
             (grad * flip).sum_to(a.shape) if a.requires_grad else None,
             (grad * 0.0).sum_to(b.shape) if b.requires_grad else None,
         )
+
+    def jvp(self, da: Any, db: Any) -> Any:
+        y = self.output
+        if da is None:  # flat in b
+            return y.constant(namespace(y.array).zeros_like(y.array))
+        return da * self._flip(da)
+
+    def _flip(self, like: Any) -> Any:
+        """dy/da = sign(a) * sign(b), a constant of y's shape."""
+        a, b = (t.array for t in self.inputs)
+        xp = namespace(a)
+        one = xp.ones((), dtype=a.dtype, device=a.device)
+        return like.constant(xp.sign(a) * xp.copysign(one, b))
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.

@@ -16,7 +16,8 @@ from .shape import Concat
 
 
 class Cumsum(Function):
-    """y_i = sum_{j <= i} x_j along `axis`;  dL/dx_i = sum_{j >= i} g_j (a reversed running sum).
+    """y_i = sum_{j <= i} x_j along `axis`;  dL/dx_i = sum_{j >= i} g_j (a reversed running sum);
+    dy = cumsum(dx), the same running sum (a linear op is its own tangent map).
 
     float16 runs in float32, each sum rounded once, as PyTorch's CPU kernel.
     Shapes: x (...) -> y (...), the same shape.
@@ -34,6 +35,9 @@ class Cumsum(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad.flip(self.axis).cumsum(self.axis).flip(self.axis)
+
+    def jvp(self, dx: Any) -> Any:
+        return dx.cumsum(self.axis)
 
 
 def running_product(x: Any, axis: int, exclusive: bool = False) -> Any:
