@@ -75,6 +75,12 @@ def _unreduce(grad: Any, input_shape: tuple, axes: tuple) -> Any:
     return grad.reshape(kept_shape(input_shape, axes)).broadcast_to(input_shape)
 
 
+def _reduce_like(fn: Function, tangent: Any) -> Any:
+    """The tangent summed over fn's axes, with the axes kept where fn's output keeps them."""
+    keepdims = fn.output.ndim == fn.inputs[0].ndim  # (with no axes the two agree anyway)
+    return Sum.apply(tangent, axis=fn.axes, keepdims=keepdims)
+
+
 def summed(x: Any, axes: tuple, keepdims: bool = False) -> Any:
     """`Sum`'s forward on an array, over normalised `axes`.
     Shapes: x (...) -> x's shape without `axes` (with 1 there for keepdims)."""
@@ -85,7 +91,8 @@ def summed(x: Any, axes: tuple, keepdims: bool = False) -> Any:
 
 
 class Sum(Function):
-    """y = sum of x over axes;  dL/dx = g broadcast back over the summed axes."""
+    """y = sum of x over axes;  dL/dx = g broadcast back over the summed axes;
+    dy = dx summed over the same axes."""
 
     __slots__ = ("axes",)
     backward_reads = ()
@@ -97,6 +104,9 @@ class Sum(Function):
     def backward(self, grad: Any) -> Any:
         return _unreduce(grad, self.inputs[0].shape, self.axes)
 
+    def jvp(self, tangent: Any) -> Any:
+        return _reduce_like(self, tangent)
+
     def backward_arrays(self, g: Any) -> tuple | None:
         shape = self.inputs[0].shape  # the same view, without the reshape's and broadcast's
         spread = kernels.spread_array(g, kept_shape(shape, self.axes), shape)
@@ -104,7 +114,8 @@ class Sum(Function):
 
 
 class Prod(Function):
-    """y = product of x over axes;  dL/dx_i = g * prod_{j != i} x_j (the product of the others).
+    """y = product of x over axes;  dL/dx_i = g * prod_{j != i} x_j (the product of the others);
+    dy = sum over the axes of dx_i * prod_{j != i} x_j.
 
     The product of the others is the running product from the front times the one from the back
     (`running_product`), not y / x_i: exact where x has zeros, and made of Tensor products, so
@@ -124,19 +135,31 @@ class Prod(Function):
         x, axes = self.inputs[0], self.axes
         if not axes:
             return grad.reshape(x.shape)
-        kept = [a for a in range(x.ndim) if a not in axes]
-        order = (*kept, *axes)
-        rows = x.permute(*order).reshape((*[x.shape[a] for a in kept], -1))
-        last = rows.ndim - 1
-        before = running_product(rows, last, exclusive=True)
-        after = running_product(rows.flip(last), last, exclusive=True).flip(last)
-        others = (before * after).reshape(tuple(x.shape[a] for a in order))
-        inverse = sorted(range(x.ndim), key=order.__getitem__)
-        return _unreduce(grad, x.shape, axes) * others.permute(*inverse)
+        return _unreduce(grad, x.shape, axes) * _product_of_others(x, axes)
+
+    def jvp(self, tangent: Any) -> Any:
+        if not self.axes:  # y is a copy of x
+            return tangent.clone()
+        return _reduce_like(self, tangent * _product_of_others(self.inputs[0], self.axes))
+
+
+def _product_of_others(x: Any, axes: tuple) -> Any:
+    """Each element's product of the others in its slice over `axes`, in x's shape.
+    Shapes: x (...) -> (...), the same."""
+    kept = [a for a in range(x.ndim) if a not in axes]
+    order = (*kept, *axes)
+    rows = x.permute(*order).reshape((*[x.shape[a] for a in kept], -1))
+    last = rows.ndim - 1
+    before = running_product(rows, last, exclusive=True)
+    after = running_product(rows.flip(last), last, exclusive=True).flip(last)
+    others = (before * after).reshape(tuple(x.shape[a] for a in order))
+    inverse = sorted(range(x.ndim), key=order.__getitem__)
+    return others.permute(*inverse)
 
 
 class Mean(Function):
-    """y = mean of x over axes (N elements each);  dL/dx = g / N broadcast back.
+    """y = mean of x over axes (N elements each);  dL/dx = g / N broadcast back;
+    dy = the mean of dx over the same axes.
 
     Over an empty axis (N = 0) the mean is NaN and the gradient is empty, as in PyTorch. A
     float16 mean is summed and divided in float32, then rounded once, as PyTorch's.
@@ -168,10 +191,16 @@ class Mean(Function):
         # With count 0 the input has no elements: the (empty) gradient needs no factor.
         return _unreduce(grad, shape, self.axes) * (1.0 / count if count else 0.0)
 
+    def jvp(self, tangent: Any) -> Any:
+        # Mean itself, not a sum times 1 / N: an empty mean's tangent is NaN, as its value.
+        keepdims = self.output.ndim == self.inputs[0].ndim
+        return Mean.apply(tangent, axis=self.axes, keepdims=keepdims)
+
 
 class Norm(Function):
     """y = sqrt(sum of x^2) over axes, the 2-norm;  dL/dx = g * x / y broadcast back, and 0
-    where y = 0 (the subgradient PyTorch takes there, where the formula would give 0 / 0).
+    where y = 0 (the subgradient PyTorch takes there, where the formula would give 0 / 0);
+    dy = sum of x * dx over axes / y, and 0 where y = 0 (as PyTorch's forward AD).
     float16 is squared and summed in float32 (x^2 passes float16's 65504 from |x| = 256 on).
 
     Shapes: x (any) -> x with `axes` removed (kept as 1 with keepdims).
@@ -196,9 +225,15 @@ class Norm(Function):
         # Where the norm is 0 its slice of x is all zeros: dividing by 1 there gives the 0.
         return _unreduce(grad, x.shape, self.axes) * x / norm.masked_fill(norm == 0, 1.0)
 
+    def jvp(self, tangent: Any) -> Any:
+        y = self.output
+        # Where y = 0 its slice of x is all zeros, so the sum is 0: dividing by 1 keeps it.
+        return _reduce_like(self, self.inputs[0] * tangent) / y.masked_fill(y == 0, 1.0)
+
 
 class Max(Function):
-    """y = max of x over axes;  dL/dx = g at the maxima, split evenly between tied maxima.
+    """y = max of x over axes;  dL/dx = g at the maxima, split evenly between tied maxima;
+    dy = dx at the maximum, the mean of dx over tied maxima (PyTorch's forward AD for amax).
 
     The convention of PyTorch's ``amax`` and full ``max()``: k tied maxima get g / k each, a
     symmetric subgradient. (PyTorch's ``max(dim)`` gives all of g to the one index it returns.)
@@ -221,23 +256,33 @@ class Max(Function):
         return xp.asarray(getattr(xp, self.reduce_name)(x, axis=self.axes, keepdims=keepdims))
 
     def backward(self, grad: Any) -> Any:
+        share = grad.constant(self._share(grad.dtype))
+        return _unreduce(grad, self.inputs[0].shape, self.axes) * share
+
+    def jvp(self, tangent: Any) -> Any:
+        return _reduce_like(self, tangent * tangent.constant(self._share(tangent.dtype)))
+
+    def _share(self, dtype: Any) -> Any:
+        """1 / k at each of the k tied extremes of a slice, 0 elsewhere: an array in x's shape
+        (a constant of both rules: it moves only where ties form or break)."""
         x = self.inputs[0].array
         xp = namespace(x)
         extreme = xp.reshape(self.output.array, kept_shape(x.shape, self.axes))
-        hits = xp.astype(x == extreme, grad.dtype)
-        share = hits / xp.sum(hits, axis=self.axes, keepdims=True)
-        return _unreduce(grad, x.shape, self.axes) * grad.constant(share)
+        hits = xp.astype(x == extreme, dtype)
+        return hits / xp.sum(hits, axis=self.axes, keepdims=True)
 
 
 class Min(Max):
-    """y = min of x over axes;  dL/dx = g at the minima, split evenly between tied minima."""
+    """y = min of x over axes;  dL/dx = g at the minima, split evenly between tied minima;
+    dy = dx at the minimum, the mean of dx over tied minima."""
 
     __slots__ = ()
     reduce_name = "min"
 
 
 class BroadcastTo(Function):
-    """y = x broadcast to `shape` (NumPy rules);  dL/dx = g summed back to x's shape."""
+    """y = x broadcast to `shape` (NumPy rules);  dL/dx = g summed back to x's shape;
+    dy = dx broadcast to `shape`."""
 
     __slots__ = ()
     backward_reads = ()
@@ -248,6 +293,9 @@ class BroadcastTo(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad.sum_to(self.inputs[0].shape)
+
+    def jvp(self, tangent: Any) -> Any:
+        return BroadcastTo.apply(tangent, shape=self.output.shape)
 
 
 def sum_to_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
@@ -279,7 +327,8 @@ def _summed_to(x: Any, shape: tuple) -> Any:
 
 
 class SumTo(Function):
-    """y = x summed down to `shape` (the inverse of broadcasting);  dL/dx = g broadcast back."""
+    """y = x summed down to `shape` (the inverse of broadcasting);  dL/dx = g broadcast back;
+    dy = dx summed down to `shape`."""
 
     __slots__ = ()
     backward_reads = ()
@@ -289,6 +338,9 @@ class SumTo(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad.broadcast_to(self.inputs[0].shape)
+
+    def jvp(self, tangent: Any) -> Any:
+        return SumTo.apply(tangent, shape=self.output.shape)
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
