@@ -38,6 +38,8 @@ EXPRESSIONS = {
     "div_scalar": "{0} / {c}",
     "rsub_scalar": "{c} - {0}",
 }
+# Written in a fixed order: the source's text is its cache key.
+FASTMATH = '{"arcp", "contract", "nsz", "reassoc"}'
 _loaded: dict[str, Callable] = {}
 
 
@@ -56,8 +58,11 @@ def source(group: Any) -> str:
     lines += [f"#   {item}" for item in group.items]
     lines += ["import numpy as np", "from numba import njit", ""]
     lines[-1:-1] = ["from tinyattn.compiler.numba_math import exp32"]
-    # error_model="numpy": x / 0 is inf or NaN, as in NumPy, not a ZeroDivisionError.
-    lines += ['@njit(cache=True, error_model="numpy")', f"def kernel({params}):"]
+    # error_model="numpy": x / 0 is inf or NaN, as in NumPy, not a ZeroDivisionError. The
+    # fastmath flags let sums and maxima along a row run on 8 lanes at once (reassociation);
+    # NaN and inf keep their meaning (no "nnan", "ninf").
+    lines += [f'@njit(cache=True, error_model="numpy", fastmath={FASTMATH})']
+    lines += [f"def kernel({params}):"]
     lines.append(f"    {counts}{',' if len(group.loops) == 1 else ''} = {full.name}.shape")
     if group.kind == "pointwise":
         lines += _pointwise_body(group)
@@ -66,8 +71,9 @@ def source(group: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _index(loops: int) -> str:
-    return ", ".join(f"i{k}" for k in range(loops))
+def _element(buffer: Any, names: list[str]) -> str:
+    """The buffer's element at the loops' indices `names`: only the loops it walks."""
+    return f"{buffer.name}[{', '.join(names[k] for k in buffer.walks) or '()'}]"
 
 
 def _typed(dtype: str, value: Any) -> str:
@@ -88,15 +94,15 @@ def _nest(loops: range, depth: int) -> tuple[list[str], str]:
     return lines, "    " * (depth + len(loops))
 
 
-def _statements(group: Any, items: list, index: str, pad: str) -> list[str]:
+def _statements(group: Any, items: list, names: list[str], pad: str) -> list[str]:
     """Load each input the items read, compute every item, store every output."""
     read = {name for item in items for name in item.inputs}
-    lines = [f"{pad}{b.value} = {b.name}[{index}]" for b in group.inputs if b.value in read]
+    lines = [f"{pad}{b.value} = {_element(b, names)}" for b in group.inputs if b.value in read]
     for item in items:
         lines += [pad + line for line in _item_lines(group, item)]
     made = {name for item in items for name in item.outputs}
     stored = [b for b in group.outputs if b.value in made and b.stored]
-    lines += [f"{pad}{b.name}[{index}] = {b.value}" for b in stored]
+    lines += [f"{pad}{_element(b, names)} = {b.value}" for b in stored]
     return lines
 
 
@@ -139,7 +145,8 @@ def _gelu_lines(item: Any, dtype: str) -> list[str]:
 
 def _pointwise_body(group: Any) -> list[str]:
     loops, pad = _nest(range(len(group.loops)), 1)
-    return loops + _statements(group, group.items, _index(len(group.loops)), pad)
+    names = [f"i{k}" for k in range(len(group.loops))]
+    return loops + _statements(group, group.items, names, pad)
 
 
 def _rows_body(group: Any) -> list[str]:
@@ -148,62 +155,63 @@ def _rows_body(group: Any) -> list[str]:
     rows = len(group.loops) - 1
     lines, pad = _nest(range(rows), 1)
     *prologue, last = group.items
-    row = f"{_index(rows)}, " if rows else ""
+    names = [f"i{k}" for k in range(rows)] + ["j"]
     if prologue:
         lines.append(f"{pad}for j in range(n{rows}):")
-        lines += _statements(group, prologue, f"{row}j", pad + "    ")
-    at = {"row": row, "lead": _index(rows) or "()", "n": f"n{rows}", "T": f"np.{group.dtype}"}
-    body = ROW_BODIES[last.op](group, last, at)
+        lines += _statements(group, prologue, names, pad + "    ")
+    buffers = {b.value: b for b in (*group.inputs, *group.outputs)}
+
+    def at(value: str) -> str:  # a value's element in memory at (row, j)
+        return _element(buffers[value], names)
+
+    body = ROW_BODIES[last.op](group, last, at, f"n{rows}", f"np.{group.dtype}")
     return lines + [pad + line for line in body]
 
 
-def _softmax(group: Any, item: Any, at: dict) -> list[str]:
-    """max (NaN wins), exp of the shifted values and their sum, then the division (or, for
-    log-softmax, the shifted values less the log of the sum)."""
-    x, y = group.array_of(item.inputs[0]), group.array_of(item.outputs[0])
-    row, n, t = at["row"], at["n"], at["T"]
+def _softmax(group: Any, item: Any, at: Callable, n: str, t: str) -> list[str]:
+    """The row's max, exp of the shifted values and their sum, then the division (or, for
+    log-softmax, the shifted values less the log of the sum). A NaN in the row makes its sum
+    and so every result NaN, as in eager."""
+    x, y = at(item.inputs[0]), at(item.outputs[0])
     lines = [
         f"m = {t}(-np.inf)",
         f"for j in range({n}):",
-        f"    value = {x}[{row}j]",
-        "    if value > m or value != value:",
-        "        m = value",
+        f"    m = max(m, {x})",
         "if m == -np.inf:  # a fully masked row: exp(-inf) = 0",
         f"    m = {t}(0.0)",
-        "total = 0.0  # float64: the sum's rounding stays far below the dtype's",
+        f"total = {t}(0.0)",
         f"for j in range({n}):",
-        f"    e = {_exp(group.dtype)}({x}[{row}j] - m)",
     ]
     if item.op == "softmax":
-        lines += [f"    {y}[{row}j] = e", "    total += e", "if total == 0.0:", "    total = 1.0"]
-        lines += [f"total_t = {t}(total)", f"for j in range({n}):"]
-        return lines + [f"    {y}[{row}j] = {y}[{row}j] / total_t"]
-    lines += ["    total += e", "if total == 0.0:", "    total = 1.0"]
-    lines += [f"log_total = np.log({t}(total))", f"for j in range({n}):"]
-    return lines + [f"    {y}[{row}j] = ({x}[{row}j] - m) - log_total"]
+        lines += [f"    e = {_exp(group.dtype)}({x} - m)", f"    {y} = e", "    total += e"]
+        lines += ["if total == 0.0:", f"    total = {t}(1.0)", f"for j in range({n}):"]
+        return lines + [f"    {y} = {y} / total"]
+    lines += [f"    total += {_exp(group.dtype)}({x} - m)"]
+    lines += ["if total == 0.0:", f"    total = {t}(1.0)", "log_total = np.log(total)"]
+    return lines + [f"for j in range({n}):", f"    {y} = ({x} - m) - log_total"]
 
 
-def _layer_norm(group: Any, item: Any, at: dict) -> list[str]:
+def _layer_norm(group: Any, item: Any, at: Callable, n: str, t: str) -> list[str]:
     """The row's mean and variance, rstd = 1 / sqrt(var + eps), then x_hat and the affine."""
-    x, weight, *bias = (group.array_of(v) for v in item.inputs)
-    y, x_hat, rstd = (group.array_of(v) for v in item.outputs)
-    row, n, t = at["row"], at["n"], at["T"]
-    affine = f"h * {weight}[{row}j]" + (f" + {bias[0]}[{row}j]" if bias else "")
+    x, weight, *bias = (at(v) for v in item.inputs)
+    y, x_hat, rstd = (at(v) for v in item.outputs)
+    affine = f"h * {weight}" + (f" + {bias[0]}" if bias else "")
+    eps = _typed(group.dtype, item.param("eps"))
     return [
-        "total = 0.0  # float64 sums",
+        f"total = {t}(0.0)",
         f"for j in range({n}):",
-        f"    total += {x}[{row}j]",
-        f"mean = {t}(total / {n})",
-        "squares = 0.0",
+        f"    total += {x}",
+        f"mean = total / {t}({n})",
+        f"squares = {t}(0.0)",
         f"for j in range({n}):",
-        f"    d = {x}[{row}j] - mean",
+        f"    d = {x} - mean",
         "    squares += d * d",
-        f"r = {t}(1.0) / np.sqrt({t}(squares / {n}) + {_typed(group.dtype, item.param('eps'))})",
-        f"{rstd}[{at['lead']}] = r",
+        f"r = {t}(1.0) / np.sqrt(squares / {t}({n}) + {eps})",
+        f"{rstd} = r",
         f"for j in range({n}):",
-        f"    h = ({x}[{row}j] - mean) * r",
-        f"    {x_hat}[{row}j] = h",
-        f"    {y}[{row}j] = {affine}",
+        f"    h = ({x} - mean) * r",
+        f"    {x_hat} = h",
+        f"    {y} = {affine}",
     ]
 
 

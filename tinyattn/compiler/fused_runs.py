@@ -17,20 +17,19 @@ class FusionMismatchError(RuntimeError):
     """A fused group's output differs from the unfused items' by more than the tolerance."""
 
 
-def kernel_view(u: Any, array: Any, group: Any, per_row: bool, writeable: bool) -> Any:
-    """`array` as the kernel walks it: one axis per loop of the group (a broadcast axis with
-    stride 0), the row loop left out for a per-row value. `u` is NumPy."""
+def kernel_view(u: Any, array: Any, group: Any, walks: tuple, writeable: bool) -> Any:
+    """`array` as the kernel walks it: one axis per loop in `walks` (the loops along which it
+    changes; the others would have stride 0). `u` is NumPy."""
     strides = u.broadcast_to(array, group.shape).strides
     loop_strides = [strides[axes[-1]] if axes else 0 for axes in group.axes]
-    loops = list(group.loops)
-    if per_row:
-        loops, loop_strides = loops[:-1], loop_strides[:-1]
-    return u.lib.stride_tricks.as_strided(array, loops, loop_strides, writeable=writeable)
+    loops = [group.loops[k] for k in walks]
+    steps = [loop_strides[k] for k in walks]
+    return u.lib.stride_tricks.as_strided(array, loops, steps, writeable=writeable)
 
 
 def arguments(group: Any, tape: Any, tables: dict) -> tuple[list, list]:
     """(the kernel's arguments on the tape's buffers, the arguments to make again on each call:
-    (argument, slot, the strides the loops were merged for, dtype) for a result that an
+    (argument, buffer, the strides the loops were merged for, dtype) for a result that an
     unfused op holds anew)."""
     env, static = tape.env, tape.static
     u = backend.ufuncs_of(env[group.outputs[0].slot])
@@ -42,10 +41,10 @@ def arguments(group: Any, tape: Any, tables: dict) -> tuple[list, list]:
             continue
         array = env[buffer.slot]
         writeable = any(buffer is b for b in group.outputs)
-        args.append(kernel_view(u, array, group, buffer.per_row, writeable))
+        args.append(kernel_view(u, array, group, buffer.walks, writeable))
         if not writeable and not static[buffer.slot]:
             expected = u.broadcast_to(array, group.shape).strides
-            dynamic.append((len(args) - 1, buffer.slot, expected, array.dtype))
+            dynamic.append((len(args) - 1, buffer, expected, array.dtype))
     return args, dynamic
 
 
@@ -58,8 +57,8 @@ def fused_run(
     u = backend.ufuncs_of(tape.env[group.outputs[0].slot])
 
     def call(env: list) -> None:
-        for index, slot, expected, dtype in dynamic:
-            args[index] = _view_now(u, env[slot], group, expected, dtype)
+        for index, buffer, expected, dtype in dynamic:
+            args[index] = _view_now(u, env[buffer.slot], group, buffer, expected, dtype)
         kernel(*args)
 
     def run(env: list) -> None:
@@ -71,12 +70,12 @@ def fused_run(
     return run
 
 
-def _view_now(u: Any, array: Any, group: Any, expected: tuple, dtype: Any) -> Any:
+def _view_now(u: Any, array: Any, group: Any, buffer: Any, expected: tuple, dtype: Any) -> Any:
     """A view of a result held anew: as planned, or of a contiguous copy where its layout is
     not the one the loops were merged for."""
     if array.dtype != dtype or u.broadcast_to(array, group.shape).strides != expected:
         array = u.ascontiguousarray(u.broadcast_to(array, group.shape), dtype=dtype)
-    return kernel_view(u, array, group, False, False)
+    return kernel_view(u, array, group, buffer.walks, False)
 
 
 def check_against(group: Any, env: list, members: list[Callable], fused: Callable) -> None:

@@ -93,6 +93,7 @@ class Buffer:
     dtype: str
     per_row: bool = False
     stored: bool = True  # False: read by nothing after the group, kept in a register only
+    walks: tuple[int, ...] = ()  # the loops along which it changes (not broadcast along)
 
 
 @dataclass
@@ -350,6 +351,7 @@ def _finished(tape: Any, builder: _Builder, compile_kernel: Callable, groups: li
         return unfused
     group.loops, group.axes = loops_of(group, tape.env)
     _mark_stored(tape, group, members[-1][0])
+    _mark_walks(tape, group)
     was_static = [tape.static[b.slot] for b in group.outputs]
     for buffer in group.outputs:
         tape.static[buffer.slot] = True  # the kernel writes into the buffer itself
@@ -365,6 +367,20 @@ def _finished(tape: Any, builder: _Builder, compile_kernel: Callable, groups: li
     writes = {b.slot for b in group.outputs}
     label = f"fused {group.kind} ({', '.join(group.labels)})"
     return [([p for p, *_ in members], run, ("fused", group, reads, writes), False, label)]
+
+
+def _mark_walks(tape: Any, group: Group) -> None:
+    """Each buffer's loops: those along which its stride is not 0. A kernel indexes a bias by
+    the row's position only, so its view is contiguous and the loop vectorizes."""
+    u = backend.ufuncs_of(tape.env[group.outputs[0].slot])
+    last = len(group.loops) - 1
+    for buffer in (*group.inputs, *group.outputs):
+        strides = strides_over(u, tape.env[buffer.slot], group.shape)
+        loop_strides = [strides[axes[-1]] if axes else 0 for axes in group.axes]
+        walks = [k for k, stride in enumerate(loop_strides) if stride != 0]
+        if buffer.per_row:  # one value per row, however the row loop's stride reads
+            walks = [k for k in walks if k != last]
+        buffer.walks = tuple(walks)
 
 
 def _mark_stored(tape: Any, group: Group, end: int) -> None:

@@ -27,6 +27,19 @@ def _float32_from_bits(typingctx: Any, bits: Any) -> Any:
     return types.float32(types.int32), codegen
 
 
+@intrinsic
+def _floor32(typingctx: Any, x: Any) -> Any:
+    """floor(x) for float32 x as the LLVM instruction (``math.floor`` is a call per value and
+    returns an int, which stops vectorizing)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        float32 = llvmlite.ir.FloatType()
+        floor = builder.module.declare_intrinsic("llvm.floor", [float32])
+        return builder.call(floor, args)
+
+    return types.float32(types.float32), codegen
+
+
 @njit(inline="always", error_model="numpy")
 def exp32(x: Any) -> Any:
     """exp(x) for float32 x within 2 units in the last place: exp(x) = 2**n * exp(r), with n
@@ -36,10 +49,7 @@ def exp32(x: Any) -> Any:
     exp(88.38), above that inf. No branch: each case is a select, which vectorizes."""
     low, high = types.float32(-87.33654), types.float32(88.72283)
     clipped = min(max(x, low), types.float32(88.37626))  # 2**n stays finite: n <= 127
-    # round(x / ln 2) by adding and taking away 1.5 * 2**23: the sum has no bits below 1
-    # (math.floor would be a call per value, which stops vectorizing)
-    n = clipped * types.float32(1.44269504) + types.float32(12582912.0)
-    n = n - types.float32(12582912.0)
+    n = _floor32(clipped * types.float32(1.44269504) + types.float32(0.5))
     r = clipped - n * types.float32(0.693359375)
     r = r - n * types.float32(-2.12194440e-4)
     p = types.float32(1.9875691500e-4)
