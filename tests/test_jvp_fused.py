@@ -460,3 +460,64 @@ def test_gradient_through_the_tangent(name, make, shapes, torch_agrees):
         assert (leaf.grad is None) == (expected.grad is None)
         if leaf.grad is not None:
             np.testing.assert_allclose(leaf.grad.numpy(), expected.grad.numpy(), **TOLERANCE)
+
+
+# A tangent of a tangent (func.jvp inside func.jvp): the rules' own Tensor ops carry the outer
+# level's tangents, so each rule differentiates again. Checked against central differences of
+# the inner jvp along the same direction.
+NESTED = [
+    ("layer_norm", lambda x: F.layer_norm(x, (4,), x[0] * 1.0, x[1] * 1.0), (3, 4)),
+    ("softmax", lambda x: F.softmax(x, dim=0), (3, 4)),
+    ("cross_entropy", lambda x: F.cross_entropy(x, CLASSES[F], label_smoothing=0.1), (3, 4)),
+    ("linear", lambda x: F.linear(x, x[:2] * 1.0, x[2, :2] * 1.0), (3, 4)),
+    (
+        "binary_cross_entropy",
+        lambda x: F.binary_cross_entropy(x.sigmoid(), x.cos().square()),
+        (3, 4),
+    ),
+    (
+        "heads attention",
+        lambda x: ops.HeadsAttention.apply(
+            x, x * 2.0, x.sin(), ta.tensor(causal(4, 4)), heads=2, scale=0.6
+        ),
+        (2, 4, 4),
+    ),
+    (
+        "heads attention packed",
+        lambda x: ops.HeadsAttention.apply(
+            ta.cat([x, x * 2.0, x.sin()], dim=-1), heads=2, scale=0.6, packed=True
+        ),
+        (2, 4, 4),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,fn,shape", NESTED, ids=[n[0] for n in NESTED])
+def test_tangent_of_a_tangent(name, fn, shape):
+    x, v = random(*shape), random(*shape, seed=1)
+    direction = ta.tensor(v, dtype="float64")
+
+    def first(point):
+        return ta.func.jvp(fn, (point,), (direction,))[1]
+
+    second = ta.func.jvp(first, (ta.tensor(x, dtype="float64"),), (direction,))[1]
+    eps = 1e-5
+    up, down = (first(ta.tensor(x + s * v, dtype="float64")).numpy() for s in (eps, -eps))
+    np.testing.assert_allclose(second.numpy(), (up - down) / (2 * eps), rtol=1e-6, atol=1e-7)
+
+
+HESSIANS = [
+    ("cross_entropy", lambda f, x: f.cross_entropy(x, CLASSES[f], label_smoothing=0.1)),
+    ("layer_norm", lambda f, x: (f.layer_norm(x, (4,)) * x.detach().cos()).sum()),
+    ("log_softmax", lambda f, x: (f.log_softmax(x, dim=-1) * x.detach().sin()).sum()),
+    ("linear", lambda f, x: f.linear(x, x[:2] * 1.0).square().sum()),
+]
+
+
+@pytest.mark.parametrize("name,fn", HESSIANS, ids=[h[0] for h in HESSIANS])
+def test_hessian_forward_over_reverse(name, fn):
+    """func.hessian is jacfwd(jacrev(f)): the jvp rules run on the backward rules' graph."""
+    x = random(3, 4)
+    got = ta.func.hessian(lambda a: fn(F, a))(ta.tensor(x, dtype="float64"))
+    expected = torch.func.hessian(lambda a: fn(TF, a))(torch.from_numpy(x))
+    np.testing.assert_allclose(got.detach().numpy(), expected.numpy(), **TOLERANCE)
