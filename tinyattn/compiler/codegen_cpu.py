@@ -124,21 +124,18 @@ def _item_lines(group: Any, item: Any) -> list[str]:
 
 
 def _gelu_lines(item: Any, dtype: str) -> list[str]:
-    """x * Phi(x), Phi by the forward's table: clip to the table, find the step, and evaluate
-    the step's cubic (the same operations as `special._normal_cdf_float32`, one value at a
-    time)."""
+    """y = x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 by Abramowitz and Stegun's 7.1.26:
+    erfc(z) = t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2), t = 1 / (1 + p z), for z >= 0
+    (within 2.5e-7 of Phi, against the 20 NumPy calls and 4 table lookups of eager's forward)."""
     (x,), (y, cdf) = item.inputs, item.outputs
-    low, high, scale = item.param("low"), item.param("high"), item.param("scale")
+    c = lambda value: _typed(dtype, value)  # noqa: E731
     return [
-        f"t = min(max({x}, {_typed(dtype, low)}), {_typed(dtype, high)})",
-        f"t = {_typed(dtype, low)} if t != t else t  # NaN: any valid step",
-        f"t = t * {_typed(dtype, scale)}",
-        "node = np.floor(t)",
-        "t = t - node  # the offset in the step, in [0, 1]",
-        f"k = np.int32(node - {_typed(dtype, low * scale)})",
-        f"{cdf} = cube[k] * t + square[k]",
-        f"{cdf} = {cdf} * t + linear[k]",
-        f"{cdf} = {cdf} * t + constant[k]",
+        f"z = abs({x}) * {c(0.7071067811865476)}",
+        f"t = {c(1.0)} / ({c(1.0)} + {c(0.3275911)} * z)",
+        f"p = {c(1.061405429)} * t + {c(-1.453152027)}",
+        f"p = (p * t + {c(1.421413741)}) * t + {c(-0.284496736)}",
+        f"tail = (p * t + {c(0.254829592)}) * t * {c(0.5)} * {_exp(dtype)}(-z * z)",
+        f"{cdf} = tail if {x} < {c(0.0)} else {c(1.0)} - tail",
         f"{y} = {x} * {cdf}",
     ]
 

@@ -71,28 +71,16 @@ def _statements(group: Any, items: list) -> list[str]:
 
 
 def _gelu(item: Any, ctype: str, dtype: str) -> list[str]:
-    """x * Phi(x) by the forward's table (the CPU kernel's steps, in CUDA)."""
+    """x * Phi(x), Phi by CUDA's own normcdf."""
     (x,), (y, cdf) = item.inputs, item.outputs
-    low, high, scale = (item.param(k) for k in ("low", "high", "scale"))
-    c = lambda value: _constant(dtype, value)  # noqa: E731
-    return [
-        f"{ctype} t = {x} != {x} ? {c(low)} : fmin(fmax({x}, {c(low)}), {c(high)});",
-        f"t = t * {c(scale)};",
-        f"{ctype} node = floor(t);",
-        "t = t - node;",
-        f"int k = (int)(node - {c(low * scale)});",
-        f"{ctype} {cdf} = cube[k] * t + square[k];",
-        f"{cdf} = {cdf} * t + linear[k];",
-        f"{cdf} = {cdf} * t + constant[k];",
-        f"{ctype} {y} = {x} * {cdf};",
-    ]
+    normcdf = "normcdff" if ctype == "float" else "normcdf"
+    return [f"{ctype} {cdf} = {normcdf}({x});", f"{ctype} {y} = {x} * {cdf};"]
 
 
 def elementwise_kernel(group: Any) -> tuple[str, str, str, str]:
     """(in_params, out_params, operation, name) of a pointwise group's ElementwiseKernel: the
-    inputs (and GELU's tables, as raw arrays) in, the stored outputs out, every item a line."""
+    inputs in, the stored outputs out, every item a line."""
     ins = [f"{b.dtype} {b.name}" for b in group.inputs]
-    ins += [f"raw {b.dtype} {b.name}" for b in group.tables]
     stored = [b for b in group.outputs if b.stored]
     outs = [f"{b.dtype} {b.name}" for b in stored]
     loads = [f"{_TYPES[b.dtype]} {b.value} = {b.name};" for b in group.inputs]

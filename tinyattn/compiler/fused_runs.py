@@ -27,7 +27,7 @@ def kernel_view(u: Any, array: Any, group: Any, walks: tuple, writeable: bool) -
     return u.lib.stride_tricks.as_strided(array, loops, steps, writeable=writeable)
 
 
-def arguments(group: Any, tape: Any, tables: dict) -> tuple[list, list]:
+def arguments(group: Any, tape: Any) -> tuple[list, list]:
     """(the kernel's arguments on the tape's buffers, the arguments to make again on each call:
     (argument, buffer, the strides the loops were merged for, dtype) for a result that an
     unfused op holds anew)."""
@@ -36,9 +36,6 @@ def arguments(group: Any, tape: Any, tables: dict) -> tuple[list, list]:
     args: list[Any] = []
     dynamic = []
     for buffer in group.buffers():
-        if buffer.slot is None:
-            args.append(tables[buffer.name])
-            continue
         array = env[buffer.slot]
         writeable = any(buffer is b for b in group.outputs)
         args.append(kernel_view(u, array, group, buffer.walks, writeable))

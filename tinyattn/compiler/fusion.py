@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import backend, ops
-from ..ops import special
 from .fused_runs import arguments, fused_run
 
 # Op class -> the item's op name. By class, not by name: a user's Function "Exp" is not ours.
@@ -83,12 +82,12 @@ class Item:
 @dataclass
 class Buffer:
     """An array a group reads or writes: its parameter name in the kernel, the value it holds,
-    its slot on the tape (None for a constant table), its shape and dtype, and `per_row` for a
-    value with one element per row (LayerNorm's rstd)."""
+    its slot on the tape, its shape and dtype, and `per_row` for a value with one element per
+    row (LayerNorm's rstd)."""
 
     name: str
     value: str
-    slot: int | None
+    slot: int
     shape: tuple[int, ...]
     dtype: str
     per_row: bool = False
@@ -102,10 +101,9 @@ class Group:
 
     `kind` is "pointwise" (every item elementwise over `shape`) or "rows" (elementwise items
     computed row by row, then one row-wise item over the last axis). `inputs` are read,
-    `outputs` written (each an item's value), `tables` are constants an item looks up (GELU's
-    polynomial pieces). `loops` is the iteration shape after merging the axes every buffer
-    walks alike (a (32, 32, 64) chain of whole arrays is one loop of 65536); a rows group keeps
-    the row as its last loop.
+    `outputs` written (each an item's value). `loops` is the iteration shape after merging the
+    axes every buffer walks alike (a (32, 32, 64) chain of whole arrays is one loop of 65536);
+    a rows group keeps the row as its last loop.
     """
 
     kind: str
@@ -114,14 +112,13 @@ class Group:
     items: list[Item] = field(default_factory=list)
     inputs: list[Buffer] = field(default_factory=list)
     outputs: list[Buffer] = field(default_factory=list)
-    tables: list[Buffer] = field(default_factory=list)
     loops: tuple[int, ...] = ()
     axes: tuple[tuple[int, ...], ...] = ()  # the axes of `shape` each loop walks
     labels: list[str] = field(default_factory=list)  # the recorded ops, in order
 
     def buffers(self) -> list[Buffer]:
-        """The kernel's parameters, in order: inputs, stored outputs, tables."""
-        return [*self.inputs, *(b for b in self.outputs if b.stored), *self.tables]
+        """The kernel's parameters, in order: inputs, then the stored outputs."""
+        return [*self.inputs, *(b for b in self.outputs if b.stored)]
 
     def dtype_of(self, value: str) -> str:
         """The dtype of a value: its buffer's, or the group's float dtype for an item's."""
@@ -221,7 +218,6 @@ class _Builder:
         self.written: dict[int, int] = {}  # storage root -> the slot written there
         self.read: dict[int, list[int]] = {}  # storage root -> the slots read there
         self.members: list[tuple] = []  # (position, run, entry, label): the items replaced
-        self.table_arrays: dict[str, Any] = {}
 
     def fits(self, entry: tuple) -> bool:
         """Whether the entry's op can join: its result has the group's shape and dtype, the
@@ -262,8 +258,6 @@ class _Builder:
             name = f"out{len(group.outputs)}"
             group.outputs.append(Buffer(name, value, slot, env[slot].shape, group.dtype, per_row))
             values.append(value)
-        if op == "gelu":
-            params = self._gelu_tables(env[out])
         if op in ROWWISE.values():
             group.kind = "rows"
         group.items.append(Item(op, tuple(names), tuple(values), params))
@@ -282,20 +276,6 @@ class _Builder:
             self.value_of[slot] = value
             self.read.setdefault(backend.storage_root(array), []).append(slot)
         return self.value_of[slot]
-
-    def _gelu_tables(self, out: Any) -> tuple:
-        """GELU's params: the clip's bounds and the scale to steps; the table's terms become
-        the group's tables (`special.cdf_grid`, what the forward computes with)."""
-        (constant, linear, square, cube), low, high, scale = special.cdf_grid(out)
-        for name, table in (("cube", cube), ("square", square), ("linear", linear)):
-            self._table(name, table)
-        self._table("constant", constant)
-        return (("low", low), ("high", high), ("scale", scale))
-
-    def _table(self, name: str, array: Any) -> None:
-        if name not in self.table_arrays:
-            self.table_arrays[name] = array
-            self.group.tables.append(Buffer(name, name, None, array.shape, str(array.dtype)))
 
 
 def _same_layout(a: Any, b: Any) -> bool:
@@ -355,7 +335,7 @@ def _finished(tape: Any, builder: _Builder, compile_kernel: Callable, groups: li
     was_static = [tape.static[b.slot] for b in group.outputs]
     for buffer in group.outputs:
         tape.static[buffer.slot] = True  # the kernel writes into the buffer itself
-    args, dynamic = arguments(group, tape, builder.table_arrays)
+    args, dynamic = arguments(group, tape)
     kernel = compile_kernel(group, args)
     if kernel is None:
         for buffer, static in zip(group.outputs, was_static, strict=True):
