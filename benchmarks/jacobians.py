@@ -1,0 +1,78 @@
+"""The Jacobian of f: R^n -> R^m two ways: ``jacfwd`` (forward mode, one jvp per input element:
+n passes) against ``jacrev`` (reverse mode, one forward and one vjp per output element: m
+passes), for a small MLP ``f(x) = W2 @ tanh(W1 @ x)`` at several (n, m).
+
+Run: ``python benchmarks/jacobians.py`` (``--hidden 64 --repeats 5``). Prints the machine and, per
+shape, the median time of a call of each with the range over the repeats (a Markdown table), and
+checks that the two Jacobians agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+from common import blas_info, cpu_model  # benchmarks/common.py, beside this script
+
+import tinyattn as ta
+from tinyattn.func import jacfwd, jacrev
+
+SHAPES = ((512, 1), (512, 8), (64, 64), (8, 512))  # (n inputs, m outputs)
+
+
+def _machine() -> str:
+    blas = ", ".join(
+        f"{b['internal_api']} {b['version']} ({b['num_threads']} threads)" for b in blas_info()
+    )
+    load = os.getloadavg()[0]  # other work on the machine slows both columns
+    blas = blas or "unknown (threadpoolctl not installed)"
+    return f"{cpu_model()}; BLAS: {blas}; load average {load:.1f} before the run"
+
+
+def _timed(call, repeats: int) -> tuple[float, float, float]:
+    call()  # warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), min(times), max(times)
+
+
+def _mlp(n: int, m: int, hidden: int, rng: np.random.Generator):
+    w1 = ta.tensor(rng.standard_normal((hidden, n)) / np.sqrt(n))
+    w2 = ta.tensor(rng.standard_normal((m, hidden)) / np.sqrt(hidden))
+    return lambda x: w2 @ (w1 @ x).tanh()  # (n,) -> (m,)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"machine: {_machine()}")
+    print(f"f(x) = W2 @ tanh(W1 @ x), hidden {args.hidden}, float64; median (min-max) of calls")
+    print("| n inputs | m outputs | jacfwd (n jvps) | jacrev (m vjps) | faster |")
+    print("|---:|---:|---:|---:|---|")
+    for n, m in SHAPES:
+        f = _mlp(n, m, args.hidden, rng)
+        x = ta.tensor(rng.standard_normal(n))
+        forward, reverse = jacfwd(f)(x), jacrev(f)(x)
+        assert forward.shape == reverse.shape == (m, n)
+        np.testing.assert_allclose(forward.numpy(), reverse.numpy(), rtol=1e-10, atol=1e-12)
+        cells, medians = [], []
+        for transform in (jacfwd, jacrev):
+            median, low, high = _timed(lambda t=transform, f=f, x=x: t(f)(x), args.repeats)
+            medians.append(median)
+            cells.append(f"{median * 1e3:.2f} ms ({low * 1e3:.2f}-{high * 1e3:.2f})")
+        winner = "jacfwd" if medians[0] < medians[1] else "jacrev"
+        ratio = max(medians) / min(medians)
+        print(f"| {n} | {m} | {cells[0]} | {cells[1]} | {winner}, {ratio:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
