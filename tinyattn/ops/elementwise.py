@@ -1,9 +1,10 @@
 """Elementwise primitives: arithmetic with NumPy broadcasting, unary functions, where, clip, cast.
 
-Forward runs on raw arrays through the array API; backward is written with Tensor operations so it
-can itself be differentiated (the commonest rules also have their array form, below). A broadcast
-input's gradient is summed back to its shape by ``Tensor.sum_to`` (the SumTo op, or its forward
-`sum_to_array` on arrays): the only place where broadcasting is undone.
+Forward runs on raw arrays through the array API; backward and jvp are written with Tensor
+operations so they can themselves be differentiated (the commonest backward rules also have their
+array form, below). A broadcast input's gradient is summed back to its shape by ``Tensor.sum_to``
+(the SumTo op, or its forward `sum_to_array` on arrays): the only place where broadcasting is
+undone; its tangent is broadcast to the output's shape (`_fit`).
 """
 
 from __future__ import annotations

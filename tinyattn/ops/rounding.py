@@ -2,9 +2,9 @@
 
 floor, ceil, round, trunc and sign are step functions: their derivative is 0 wherever it exists, and
 PyTorch defines it as 0 everywhere, so their gradient is zeros (the graph is kept, so a loss
-through them backpropagates zeros rather than failing). Floor division has no derivative in
-PyTorch at all: its backward raises. The remainder a - b * floor(a / b) is differentiable
-almost everywhere.
+through them backpropagates zeros rather than failing), and so is their tangent. Floor division
+has no derivative in PyTorch at all: its backward raises. The remainder a - b * floor(a / b) is
+differentiable almost everywhere.
 """
 
 from __future__ import annotations
