@@ -20,7 +20,7 @@ def _pair(*shapes, seed=0):
 
 
 def _same(got, want):
-    if isinstance(want, tuple):
+    if isinstance(want, tuple | list):  # (torch's forward-mode hessian nests lists)
         assert isinstance(got, tuple) and len(got) == len(want)
         for g, w in zip(got, want):
             _same(g, w)

@@ -6,7 +6,8 @@ double-vjp trick: the vjp of ``u -> J^T u`` along v, so no forward rule is neede
 element on dual tensors), `hessian` (the Jacobian of the gradient, optionally forward over
 reverse), `vhp` and `hvp`. Results are detached unless ``create_graph=True``; ``strict=True``
 refuses an output that does not depend on an input, as PyTorch does.
-Part of `autograd`: the tensor layer is imported inside the functions only (it is above).
+Part of `autograd`: it imports nothing above it and makes new tensors with the Tensor methods
+of the tensors it is given (the engine tells a Tensor by its ``_ctx``, as here).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from .engine import grad as engine_grad
 from .grad_mode import enable_grad
 
 
-def _as_tuple(name: str, what: str, values: Any) -> tuple[bool, tuple]:
-    from ..tensor import Tensor
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "_ctx")
 
-    single = isinstance(values, Tensor)
+
+def _as_tuple(name: str, what: str, values: Any) -> tuple[bool, tuple]:
+    single = _is_tensor(values)
     values = (values,) if single else values
-    if not isinstance(values, tuple | list) or not all(isinstance(v, Tensor) for v in values):
+    if not isinstance(values, tuple | list) or not all(_is_tensor(v) for v in values):
         raise TypeError(
             f"The {what} given to {name} must be either a Tensor or a tuple of Tensors but the "
             f"value at index 0 has type {type(values).__name__}."
@@ -63,8 +66,6 @@ def _grads(outputs: tuple, inputs: tuple, seeds: tuple, create_graph: bool) -> l
 
 
 def _filled(name: str, grads: list, inputs: tuple, strict: bool, what: str) -> tuple:
-    from .. import creation
-
     results = []
     for i, (g, x) in enumerate(zip(grads, inputs)):
         if g is None:
@@ -73,7 +74,7 @@ def _filled(name: str, grads: list, inputs: tuple, strict: bool, what: str) -> t
                     f"The {what} of the user-provided function is independent of input {i}. "
                     "This is not allowed in strict mode."
                 )
-            g = creation.zeros(tuple(x.shape), dtype=x.dtype, device=x.device)
+            g = x.detach() * 0
         results.append(g)
     return tuple(results)
 
@@ -160,8 +161,6 @@ def jvp(
 
 def _jacobian_rows(func: Callable, inputs: tuple, create_graph: bool, strict: bool) -> tuple:
     """Reverse mode: one vjp per output element. Returns (several_out, outputs, J[k][i])."""
-    from ..methods.common import stack
-
     several_out, outputs = _outputs("jacobian", func, inputs)
     table = []
     for k, out in enumerate(outputs):
@@ -179,20 +178,18 @@ def _jacobian_rows(func: Callable, inputs: tuple, create_graph: bool, strict: bo
                     )
                 rows[i].append(inputs[i].detach() * 0 if g is None else g)
         table.append(
-            tuple(
-                _stacked(stack, r, tuple(out.shape), tuple(x.shape), x)
-                for r, x in zip(rows, inputs)
-            )
+            tuple(_stacked(r, tuple(out.shape), tuple(x.shape), x) for r, x in zip(rows, inputs))
         )
     return several_out, outputs, table
 
 
-def _stacked(stack: Callable, rows: list, leading: tuple, trailing: tuple, like: Any) -> Any:
-    if not rows:
-        from .. import creation
-
-        return creation.zeros(leading + trailing, dtype=like.dtype, device=like.device)
-    return stack(rows, 0).reshape(leading + trailing)
+def _stacked(rows: list, leading: tuple, trailing: tuple, like: Any) -> Any:
+    """The rows (each of shape `trailing`) as one tensor of shape leading + trailing: written
+    into zeros one by one (in place, so a graph of the rows is kept with create_graph)."""
+    result = like.detach().new_zeros((len(rows), *trailing))
+    for j, row in enumerate(rows):
+        result[j] = row
+    return result.reshape(leading + trailing)
 
 
 def _jacobian_columns(func: Callable, inputs: tuple) -> tuple:
@@ -221,14 +218,12 @@ def _jacobian_columns(func: Callable, inputs: tuple) -> tuple:
         columns.append(per_element)
     if not outputs:
         several_out, outputs = _outputs("jacobian", func, inputs)
-    from ..methods.common import stack
-
     table = []
     for k, out in enumerate(outputs):
         row = []
         for i, x in enumerate(inputs):
             cols = [c[k] for c in columns[i]]
-            stacked = _stacked(stack, cols, tuple(x.shape), tuple(out.shape), out)
+            stacked = _stacked(cols, tuple(x.shape), tuple(out.shape), out)
             order = tuple(range(x.ndim, stacked.ndim)) + tuple(range(x.ndim))
             row.append(stacked.permute(*order))
         table.append(tuple(row))
@@ -305,6 +300,7 @@ def hessian(
         )
 
     def gradient(*values: Any) -> Any:
+        values = tuple(_differentiable(v) for v in values)
         several_out, outputs = _outputs("hessian", func, values)
         if several_out or outputs[0].numel() != 1:
             raise RuntimeError(
@@ -322,6 +318,19 @@ def hessian(
         vectorize=vectorize,
         strategy=outer_jacobian_strategy,
     )
+
+
+def _differentiable(value: Any) -> Any:
+    """`value` as a tensor the engine can differentiate with respect to: itself if it requires
+    grad, else a new leaf, given `value`'s tangent again if it carries one (forward over
+    reverse: the outer forward-mode Jacobian's tangents must reach the inner gradient)."""
+    if value.requires_grad:
+        return value
+    from . import forward_ad
+
+    fresh = value.detach().requires_grad_()
+    tangent = forward_ad.tangent_of(value) if forward_ad.is_active() else None
+    return fresh if tangent is None else forward_ad.make_dual(fresh, tangent)
 
 
 def vhp(
