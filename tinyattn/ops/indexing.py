@@ -95,7 +95,8 @@ def _move_axis(xp: Any, array: Any, source: int, count: int, destination: int) -
 
 
 class GetItem(Function):
-    """y = x[key];  dL/dx = zeros with g scattered (added) into the indexed places."""
+    """y = x[key];  dL/dx = zeros with g scattered (added) into the indexed places;
+    dy = dx[key]."""
 
     __slots__ = ("key",)
     backward_reads = ()
@@ -123,9 +124,13 @@ class GetItem(Function):
     def backward(self, grad: Any) -> Any:
         return IndexAdd.apply(grad, shape=self.inputs[0].shape, key=self.key)
 
+    def jvp(self, tangent: Any) -> Any:
+        return GetItem.apply(tangent, key=self.key.full)
+
 
 class IndexAdd(Function):
-    """y = zeros(shape) with g added at x[key] (repeats summed);  dL/dg = (dL/dy)[key]."""
+    """y = zeros(shape) with g added at x[key] (repeats summed);  dL/dg = (dL/dy)[key];
+    dy = zeros(shape) with dg added at x[key]."""
 
     __slots__ = ("key",)
     backward_reads = ()
@@ -168,6 +173,9 @@ class IndexAdd(Function):
 
     def backward(self, grad: Any) -> Any:
         return GetItem.apply(grad, key=self.key.full)
+
+    def jvp(self, tangent: Any) -> Any:
+        return IndexAdd.apply(tangent, shape=self.output.shape, key=self.key)
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.

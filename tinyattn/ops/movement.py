@@ -13,7 +13,8 @@ from ..backend import contiguous_copy, diagonal_view, namespace
 
 
 class Flip(Function):
-    """y = x reversed along `axes`;  dL/dx = g reversed along the same axes.
+    """y = x reversed along `axes`;  dL/dx = g reversed along the same axes;
+    dy = dx reversed along the same axes.
 
     Shapes: x (...) -> y (...), the same shape.
     """
@@ -31,9 +32,12 @@ class Flip(Function):
     def backward(self, grad: Any) -> Any:
         return grad.flip(self.axes)
 
+    def jvp(self, tangent: Any) -> Any:
+        return Flip.apply(tangent, axes=self.axes)
+
 
 class Clone(Function):
-    """y = a copy of x in new memory;  dL/dx = g.
+    """y = a copy of x in new memory;  dL/dx = g;  dy = a copy of dx.
 
     Shapes: x (...) -> y (...), the same shape.
     """
@@ -49,10 +53,15 @@ class Clone(Function):
     def backward(self, grad: Any) -> Any:
         return grad
 
+    def jvp(self, tangent: Any) -> Any:
+        # A copy, not dx itself: an in-place write into y updates y's tangent in place, which
+        # must not reach x's.
+        return tangent.clone()
+
 
 class Diagonal(Function):
     """y = the diagonal `offset` of the matrices axes (a, b) span, as a new last axis, a view
-    of x;  dL/dx = g placed on that diagonal, zeros elsewhere.
+    of x;  dL/dx = g placed on that diagonal, zeros elsewhere;  dy = the same diagonal of dx.
 
     Shapes: x (..., r, ..., c, ...) -> y (the other axes..., the diagonal's length)."""
 
@@ -67,10 +76,13 @@ class Diagonal(Function):
     def backward(self, grad: Any) -> Any:
         return DiagonalEmbed.apply(grad, shape=self.shape, offset=self.offset, axes=self.axes)
 
+    def jvp(self, tangent: Any) -> Any:
+        return Diagonal.apply(tangent, offset=self.offset, axes=self.axes)
+
 
 class DiagonalEmbed(Function):
     """y = zeros of `shape` with g on the diagonal `offset` of axes (a, b) (Diagonal's adjoint);
-    dL/dg = the same diagonal of dL/dy.
+    dL/dg = the same diagonal of dL/dy;  dy = zeros with dg on that diagonal.
 
     Shapes: g (the other axes..., length) -> y `shape`."""
 
@@ -85,6 +97,10 @@ class DiagonalEmbed(Function):
 
     def backward(self, grad: Any) -> Any:
         return Diagonal.apply(grad, offset=self.offset, axes=self.axes)
+
+    def jvp(self, tangent: Any) -> Any:
+        shape = self.output.shape
+        return DiagonalEmbed.apply(tangent, shape=shape, offset=self.offset, axes=self.axes)
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.

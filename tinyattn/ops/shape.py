@@ -17,7 +17,8 @@ from ..errors import TinyattnError
 
 
 class Reshape(Function):
-    """y = x viewed with a new shape (same number of elements);  dL/dx = g reshaped back."""
+    """y = x viewed with a new shape (same number of elements);  dL/dx = g reshaped back;
+    dy = dx viewed with the new shape."""
 
     __slots__ = ()
     backward_reads = ()
@@ -29,13 +30,16 @@ class Reshape(Function):
     def backward(self, grad: Any) -> Any:
         return grad.reshape(self.inputs[0].shape)
 
+    def jvp(self, tangent: Any) -> Any:
+        return Reshape.apply(tangent, shape=self.output.shape)
+
     def backward_arrays(self, g: Any) -> tuple:
         return (reshape(g, self.inputs[0].shape),)  # the same view, without an op's dispatch
 
 
 class Permute(Function):
     """y = x with axes reordered, y.shape[i] = x.shape[axes[i]];
-    dL/dx = g permuted by the inverse permutation."""
+    dL/dx = g permuted by the inverse permutation;  dy = dx permuted by `axes`."""
 
     __slots__ = ("axes",)
     backward_reads = ()
@@ -48,6 +52,9 @@ class Permute(Function):
     def backward(self, grad: Any) -> Any:
         return grad.permute(*self._inverse())
 
+    def jvp(self, tangent: Any) -> Any:
+        return Permute.apply(tangent, axes=self.axes)
+
     def backward_arrays(self, g: Any) -> tuple:
         return (namespace(g).permute_dims(g, self._inverse()),)
 
@@ -59,7 +66,8 @@ class Permute(Function):
 
 
 class Concat(Function):
-    """y = the inputs joined along `axis`;  dL/dx_i = the slice of g that x_i filled."""
+    """y = the inputs joined along `axis`;  dL/dx_i = the slice of g that x_i filled;
+    dy = the tangents joined along `axis` (zeros for an input without one)."""
 
     __slots__ = ("axis",)
     backward_reads = ()
@@ -79,13 +87,21 @@ class Concat(Function):
             start = stop
         return tuple(grads)
 
+    def jvp(self, *tangents: Any) -> Any:
+        filled = [
+            x.constant(namespace(x.array).zeros_like(x.array)) if tangent is None else tangent
+            for x, tangent in zip(self.inputs, tangents, strict=True)
+        ]
+        return Concat.apply(*filled, axis=self.axis)
+
     def backward_arrays(self, g: Any) -> tuple:
         return self.backward(g)  # the same slices, of the array: views, no graph
 
 
 class Split(Function):
     """The pieces of x along `axis`, of the given `sizes` (views of x);  dL/dx = the pieces'
-    gradients concatenated along `axis` (zeros for a piece no gradient reached).
+    gradients concatenated along `axis` (zeros for a piece no gradient reached);  the pieces'
+    tangents are dx split the same way (views of dx).
 
     Shapes: x (..., n, ...) -> one (..., size, ...) per size, the sizes summing to n. One node
     with several outputs: backward runs once, with every piece's gradient.
@@ -105,6 +121,10 @@ class Split(Function):
 
     def backward(self, *grads: Any) -> Any:
         return Concat.apply(*grads, axis=self.axis)
+
+    def jvp(self, tangent: Any) -> tuple:
+        sizes = tuple(piece.shape[self.axis] for piece in self.output)
+        return Split.apply(tangent, axis=self.axis, sizes=sizes)
 
 
 def matmul_shape(a_shape: tuple, b_shape: tuple) -> tuple:
@@ -140,7 +160,8 @@ def broadcast_shapes(op: str, a: tuple, b: tuple, shown: tuple | None = None) ->
 
 class MatMul(Function):
     """y = a @ b (batched, broadcast batch dims, 1-D operands as in NumPy);
-    dL/da = g @ b^T, dL/db = a^T @ g (each summed over broadcast batch dims).
+    dL/da = g @ b^T, dL/db = a^T @ g (each summed over broadcast batch dims);
+    dy = da @ b + a @ db.
 
     Shapes: a (..., n, k), b (..., k, m) -> y (..., n, m); a 1-D `a` is a row (1, k), a 1-D `b`
     a column (k, 1).
@@ -182,6 +203,14 @@ class MatMul(Function):
                 grad_b = (a2.mT @ grad2).sum_to(b_shape).reshape(b.shape)
         return grad_a, grad_b
 
+    def jvp(self, tangent_a: Any, tangent_b: Any) -> Any:
+        a, b = self.inputs
+        if tangent_b is None:
+            return tangent_a @ b
+        if tangent_a is None:
+            return a @ tangent_b
+        return tangent_a @ b + a @ tangent_b
+
 
 def check_reshape(shape: tuple, new_shape: tuple) -> tuple:
     """Resolve one -1 in `new_shape` and check the element count, naming both shapes."""
@@ -207,7 +236,8 @@ def check_reshape(shape: tuple, new_shape: tuple) -> tuple:
 
 
 class ToDevice(Function):
-    """y = x copied to another device;  dL/dx = g copied back to x's device."""
+    """y = x copied to another device;  dL/dx = g copied back to x's device;
+    dy = dx copied to y's device."""
 
     __slots__ = ()
     backward_reads = ()
@@ -217,6 +247,9 @@ class ToDevice(Function):
 
     def backward(self, grad: Any) -> Any:
         return grad.to(self.inputs[0].device)
+
+    def jvp(self, tangent: Any) -> Any:
+        return tangent.to(self.output.device, copy=True)  # a copy even where nothing moves
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
