@@ -47,12 +47,13 @@ from common import REMOVED, blas_info, child_env, gpt_example, machine_report, m
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-MODES = ("eager", "compiled", "model", "torch", "numpy", "floor")
+MODES = ("eager", "compiled", "unfused", "model", "torch", "numpy", "floor")
 SMALL_ONLY = ("model",)  # modes measured on the small model only
 CPU_ONLY = ("numpy", "floor")  # NumPy on the host: left out with --device cuda
 MODE_NAMES = {
     "eager": "tinyattn eager",
     "compiled": "tinyattn compiled",
+    "unfused": "tinyattn compiled, fuse=False",
     "model": "compiled model, eager backward",
     "torch": "PyTorch eager",
     "numpy": "hand-written NumPy step",
@@ -373,12 +374,14 @@ def worker(model_name: str, mode: str, threads: int, repeats: int, device: str =
         def run():
             counter[0] += 1
             return step(*args[counter[0] % len(args)]).item()
+    elif mode in ("first-call", "first-call-unfused"):
+        return {"median": first_calls(model_name, fuse=mode == "first-call")}
     else:
         import tinyattn as ta
 
         step, args = _tinyattn_step(model_name, device=device, compile_model=mode == "model")
-        if mode == "compiled":
-            step = ta.compile(step)
+        if mode in ("compiled", "unfused"):  # fused where Numba is installed, unless unfused
+            step = ta.compile(step, fuse=False if mode == "unfused" else None)
         counter = [0]
 
         def run():
@@ -392,18 +395,41 @@ def worker(model_name: str, mode: str, threads: int, repeats: int, device: str =
     return {"median": median, "blas": info, **extra}
 
 
+def first_calls(model_name: str, fuse: bool) -> float:
+    """Seconds from the first call of a new compiled step to the end of its third: two
+    recordings, the tape, and with `fuse` its kernels, built or loaded from the kernel cache
+    (TINYATTN_CACHE_DIR, which the caller sets to a cold or a warm folder)."""
+    import time
+
+    import tinyattn as ta
+
+    step, args = _tinyattn_step(model_name)
+    step = ta.compile(step, fuse=fuse)
+    start = time.perf_counter()
+    for k in range(3):
+        step(*args[k % len(args)]).item()
+    return time.perf_counter() - start
+
+
 # ------------------------------------------------------------------------------------- parent
 def torch_device(device: str) -> str:
     """PyTorch's device beside tinyattn's: CUDA beside CUDA, else the CPU."""
     return device if device.startswith("cuda") else "cpu"
 
 
-def spawn(model_name: str, mode: str, threads: int, repeats: int, device: str = "cpu") -> dict:
+def spawn(
+    model_name: str,
+    mode: str,
+    threads: int,
+    repeats: int,
+    device: str = "cpu",
+    env: dict | None = None,
+) -> dict:
+    """`worker` in a process of its own; `env` adds to its environment (a kernel cache)."""
     command = [sys.executable, __file__, "--worker", model_name, mode, str(threads), str(repeats)]
     command.append(device)
-    done = subprocess.run(
-        command, env=child_env(threads, keep_freed_memory=True), capture_output=True, text=True
-    )
+    environment = child_env(threads, keep_freed_memory=True) | (env or {})
+    done = subprocess.run(command, env=environment, capture_output=True, text=True)
     if done.returncode != 0:  # e.g. a CompileError: reported with the tables, not a crash
         lines = done.stderr.strip().splitlines() or ["(no message)"]
         return {"error": lines[-1]}
@@ -411,16 +437,21 @@ def spawn(model_name: str, mode: str, threads: int, repeats: int, device: str = 
 
 
 def check_losses(
-    model_name: str, steps: int = 12, device: str = "cpu", sizes: dict | None = None
+    model_name: str,
+    steps: int = 12,
+    device: str = "cpu",
+    sizes: dict | None = None,
+    fuse: bool | None = False,
 ) -> tuple[float, bool]:
-    """Eager and compiled training from the same seed on `steps` different batches: the largest
-    relative difference of their losses, and whether they are equal bit for bit."""
+    """Eager and compiled training (unfused by default: bit for bit; `fuse` None fuses where
+    Numba is installed) from the same seed on `steps` different batches: the largest relative
+    difference of their losses, and whether they are equal bit for bit."""
     import tinyattn as ta
 
     losses = []
     for compiled in (False, True):
         step, args = _tinyattn_step(model_name, seed=1, batches=steps, device=device, sizes=sizes)
-        step = ta.compile(step) if compiled else step
+        step = ta.compile(step, fuse=fuse) if compiled else step
         losses.append([step(*a).item() for a in args])
     eager, replayed = losses
     worst = max(abs(a - b) / abs(a) for a, b in zip(eager, replayed))
@@ -505,16 +536,18 @@ def main() -> None:
     if present:
         print(f"note: this shell sets {', '.join(present)}; the children run without them")
 
-    print("\ncompiled vs eager losses, 12 steps on different batches:")
+    print("\ncompiled vs eager losses, 12 steps on different batches (unfused, then fused):")
     models = MODELS if args.device == "cpu" else tuple(m for m in MODELS if m != "gpt")
     for model_name in models:
-        try:
-            worst, exact = check_losses(model_name, device=args.device)
-        except ta.CompileError as error:
-            print(f"  {model_name}: refused while recording: {error}")
-            continue
-        same = "bit for bit" if exact else "not bit for bit"
-        print(f"  {model_name}: max relative difference {worst:.3g} ({same})")
+        for fuse in (False, None):
+            try:
+                worst, exact = check_losses(model_name, device=args.device, fuse=fuse)
+            except ta.CompileError as error:
+                print(f"  {model_name}: refused while recording: {error}")
+                continue
+            same = "bit for bit" if exact else "not bit for bit"
+            kind = "unfused" if fuse is False else "fused where Numba is installed"
+            print(f"  {model_name}, {kind}: max relative difference {worst:.3g} ({same})")
     if args.device == "cpu":
         import handwritten_step
 

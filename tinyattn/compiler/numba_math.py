@@ -40,7 +40,7 @@ def _floor32(typingctx: Any, x: Any) -> Any:
     return types.float32(types.float32), codegen
 
 
-@njit(inline="always", error_model="numpy")
+@njit(error_model="numpy")
 def exp32(x: Any) -> Any:
     """exp(x) for float32 x within 2 units in the last place: exp(x) = 2**n * exp(r), with n
     = round(x / ln 2) and r = x - n ln 2 in [-ln(2)/2, ln(2)/2] (ln 2 in two parts, so r is
