@@ -907,14 +907,7 @@ def test_gradients(device, row):
 # Forward mode: every row's jvp rules, checked as its backward rules are. The Functions whose
 # jvp rule is not written yet are listed; a row that runs one of them is an expected failure.
 # Writing a Function's jvp rule removes it from this list (the test below holds it exact).
-NO_JVP_YET = {
-    *("BinaryCrossEntropy", "BlockwiseAttention"),
-    *("CrossEntropy",),
-    *("Dropout", "Fold"),
-    *("HeadsAttention", "LayerNorm", "Linear"),
-    *("NegLogLikelihood", "OnceDifferentiable"),
-    *("Unfold",),
-}
+NO_JVP_YET: set[str] = set()  # every Function has its rule now
 # Functions with no derivative at all (their outputs are indices, masks or counts, or, like
 # PyTorch's floor_divide, they refuse differentiation): forward mode needs no rule from them.
 NEEDS_NO_JVP = {"Computed", "ClassWeights", "KeptCount", "FloorDivide"}
