@@ -502,14 +502,15 @@ class BlockwiseAttention(Function):
                 if tile is not None:
                     scores = xp.where(tile, scores, -math.inf)
                 weights = xp.exp(scores)
-                tangent_scores = xp.zeros_like(weights)  # dS: (..., Bq, Bk)
-                if tangent_q is not None:
-                    tangent_scores = tangent_scores + tangent_q[..., rows, :] @ k[..., cols, :].mT
-                if tangent_k is not None:
-                    tangent_scores = tangent_scores + q[..., rows, :] @ tangent_k[..., cols, :].mT
-                weighted = weights * (tangent_scores * self.scale)  # P dS: (..., Bq, Bk)
-                moved = moved + xp.sum(weighted, axis=-1, keepdims=True)
-                acc = acc + weighted @ v[..., cols, :]  # (..., Bq, Bk) @ (..., Bk, Dv)
+                if tangent_q is not None or tangent_k is not None:
+                    tangent_scores = xp.zeros_like(weights)  # dS: (..., Bq, Bk)
+                    if tangent_q is not None:
+                        tangent_scores += tangent_q[..., rows, :] @ k[..., cols, :].mT
+                    if tangent_k is not None:
+                        tangent_scores += q[..., rows, :] @ tangent_k[..., cols, :].mT
+                    weighted = weights * (tangent_scores * self.scale)  # P dS: (..., Bq, Bk)
+                    moved = moved + xp.sum(weighted, axis=-1, keepdims=True)
+                    acc = acc + weighted @ v[..., cols, :]  # (..., Bq, Bk) @ (..., Bk, Dv)
                 if tangent_v is not None:
                     acc = acc + weights @ tangent_v[..., cols, :]
             tangent_out[..., rows, :] = acc - moved * out[..., rows, :]
