@@ -580,22 +580,30 @@ def _jvp(fn: Callable, inputs: Sequence[Any], targets: list[_Target], directions
 def _outputs_along(
     fn: Callable, inputs: Sequence[Any], targets: list[_Target], directions: list, step: float
 ) -> list:
-    """The outputs at x + step * v, as host float64 arrays (inside `_Float64View`)."""
+    """The outputs at x + step * v, as host float64 arrays (inside `_Float64View`), each with
+    the machine epsilon of the dtype it came in (an output cast to float32 is rounded so)."""
     for t, d in zip(targets, directions):
         base = backend.to_numpy(t.original).astype("float64")
         t.tensor.array = backend.asarray(base + step * d, dtype="float64", device=t.tensor.device)
-    return [backend.to_numpy(o.array).astype("float64") for o in _outputs(fn(*inputs))]
+    outputs = [backend.to_numpy(o.array) for o in _outputs(fn(*inputs))]
+    return [(o.astype("float64"), _epsilon(o.dtype)) for o in outputs]
+
+
+def _epsilon(dtype: Any) -> float:
+    """The machine epsilon of a host float dtype: float16's, float32's, else float64's."""
+    return {2: 2.0**-10, 4: 2.0**-23}.get(dtype.itemsize, FLOAT64_EPSILON)
 
 
 def _forward_report(
     label: str, jvp: Any, steps: tuple, eps: float, tolerances: tuple, allow_kinks: bool
 ) -> str | None:
-    """Output `label`'s J v against central differences along v; one-sided ones at kinks."""
+    """Output `label`'s J v against central differences along v; one-sided ones at kinks.
+    `steps`: the output at x, x + eps v and x - eps v, each (float64 values, its epsilon)."""
     atol, rtol = tolerances
-    center, up, down = (a.reshape(-1) for a in steps)
+    center, up, down = (a.reshape(-1) for a, _ in steps)
     jvp = jvp.reshape(-1)
     central = (up - down) / (2.0 * eps)
-    rounding = 4.0 * FLOAT64_EPSILON * (abs(center) + abs(up) + abs(down)) / eps
+    rounding = 4.0 * steps[0][1] * (abs(center) + abs(up) + abs(down)) / eps
     allowed = atol + rtol * abs(central) + rounding
     bad = ~(abs(jvp - central) <= allowed)  # NaN fails
     if allow_kinks and bad.any():
@@ -635,7 +643,7 @@ def _forward_check(
             step = _numeric_eps(fn, inputs, cotangents, eps)
             steps = [_outputs_along(fn, inputs, targets, directions, h) for h in (0, step, -step)]
         for k, jvp in enumerate(jvps):
-            outs = tuple(s[k] for s in steps)
+            outs = tuple(s[k] for s in steps)  # (values, epsilon) at x, x + step v, x - step v
             report = _forward_report(f"output {k}", jvp, outs, step, tolerances, allow_kinks)
             if report is not None:
                 problems.append(report)

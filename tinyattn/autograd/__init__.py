@@ -51,6 +51,9 @@ from .grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+
+# The functions, as PyTorch's package binds them over their submodule's name (the submodule
+# imports the checker, a layer above, only when called).
 from .gradcheck import gradcheck, gradgradcheck
 from .hooks import RETAIN_GRAD as RETAIN_GRAD
 from .hooks import RemovableHandle as RemovableHandle

@@ -24,7 +24,6 @@ from typing import Any, NamedTuple
 
 from .. import backend
 from . import listeners
-from .function import Function
 from .grad_mode import no_grad
 
 
@@ -192,7 +191,7 @@ def make_dual(tensor: Any, tangent: Any, *, level: int | None = None) -> Any:
         raise RuntimeError(
             f"make_dual: the tangent is on {tangent.device} but the primal on {tensor.device}"
         )
-    dual = _Alias.apply(tensor)  # other levels' tangents travel through its jvp
+    dual = _alias(tensor)  # other levels' tangents travel through its jvp
     found.set(dual, tangent)
     return dual
 
@@ -207,7 +206,7 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
     if tangent is None:
         return UnpackedDualTensor(tensor, None)
     with paused():  # the primal view must not inherit the tangent it is unpacked from
-        primal = _Alias.apply(tensor)
+        primal = _alias(tensor)
     for other in _levels:
         if other is not found and other.get(tensor) is not None:
             other.set(primal, other.get(tensor))
@@ -350,20 +349,11 @@ def _dtype_of(value: Any) -> str:
 
 
 # ------------------------------------------------------------------------------- the alias
-class _Alias(Function):
-    """y = x, a view sharing x's storage; dL/dx = dL/dy; dy = dx (make_dual, unpack_dual)."""
-
-    backward_reads = ()
-    shares_storage = True
-
-    def forward(self, x: Any) -> Any:
-        return x
-
-    def backward(self, grad: Any) -> Any:
-        return grad
-
-    def jvp(self, tangent: Any) -> Any:
-        return tangent
+def _alias(tensor: Any) -> Any:
+    """A view of `tensor` with the same shape (a Reshape node, through the tensor's own method:
+    autograd sits below the ops), whose backward reaches `tensor` and whose jvp carries
+    `tensor`'s tangents at the other levels."""
+    return tensor.view(tuple(tensor.shape))
 
 
 __all__ = [

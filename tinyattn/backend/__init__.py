@@ -246,8 +246,7 @@ def is_host_array(array: Any) -> bool:
 
 # ---------------------------------------------------------------------- buffers of compiled steps
 # `ta.compile` replays a step by writing every result into the array the recording made (its
-# buffer), so views of it stay valid and nothing is allocated. These helpers hide how each array
-# library spells that.
+# buffer), so views of it stay valid and nothing is allocated; these hide each library's spelling.
 
 
 def _host_view(array: Any) -> Any:
@@ -331,8 +330,9 @@ def reshape(array: Any, shape: tuple) -> Any:
 
 def reshape_view(array: Any, shape: tuple) -> Any:
     """``array`` in `shape` as a view of the same memory, or None when its strides cannot express
-    that shape without a copy (PyTorch's ``view`` refuses those; ``reshape`` copies)."""
-    if math.prod(array.shape) == 0 or isinstance(array, meta.MetaArray):  # no memory to share
+    that shape without a copy (PyTorch's ``view`` refuses those; ``reshape`` copies). A NumPy
+    scalar (an op's 0-d result) is immutable: a copy of it serves as a view."""
+    if math.prod(array.shape) == 0 or isinstance(array, meta.MetaArray | np.generic):
         return namespace(array).reshape(array, shape)
     host = _host_view(array)
     if isinstance(host, np.ndarray):
