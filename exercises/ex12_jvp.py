@@ -11,10 +11,10 @@ returns beside the output. The math (dx, da, db: the inputs' tangents; dy: the o
     y = a @ b            dy = da @ b + a @ db          (the product rule, on matrices)
     y = log_softmax(x)   dy = dx - sum(exp(y) * dx)    (the sum along the axis, kept as size 1)
 
-Compare each with the backward written above it. Tanh's Jacobian is diagonal, so jvp and backward
-have one shape. The matrix product's backward is G @ B^T and A^T @ G; its jvp has no transposes.
-Log-softmax's Jacobian, I - 1 p^T with p = exp(y), is not symmetric: backward subtracts
-p * sum(g), jvp subtracts sum(p * dx). Copying backward into jvp is wrong there.
+Compare each with the backward written beside it. Tanh's Jacobian is diagonal, so its jvp and its
+backward are the same formula. The matrix product's backward is G @ B^T and A^T @ G; its jvp has
+no transposes. Log-softmax's Jacobian, I - 1 p^T with p = exp(y), is not symmetric: backward
+subtracts p * sum(g), jvp subtracts sum(p * dx). Copying backward into jvp is wrong there.
 
 Hint: write jvp with Tensor operations, as backward is; ``self.inputs`` and ``self.output`` are
 there as in backward. For the matrix product, a term whose tangent is None is left out (return
