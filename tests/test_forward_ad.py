@@ -367,3 +367,14 @@ def test_vmap_declarations_are_checked_as_pytorchs():
 
         class NotABool(Generated):
             generate_vmap_rule = "yes"
+
+
+def test_compile_refuses_a_dual_tensor_in_a_recorded_step_naming_forward_ad():
+    """A replay repeats array calls and would file no tangents: the recording refuses."""
+    linear = ta.nn.Linear(3, 2)
+    step = ta.compile(lambda x: linear(x).sum())
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(ta.randn(4, 3), ta.ones(4, 3))
+        with pytest.raises(RuntimeError, match="forward_ad"):
+            for _ in range(3):  # the first calls run eagerly; a recording follows
+                step(dual)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from .. import backend
-from . import listeners
+from . import listeners, recording
 from .grad_mode import no_grad
 
 
@@ -304,6 +304,8 @@ _TANGENTS = _Tangents()
 
 def _propagate(level: _Level, fn: Any, result: Any, tangents: list) -> None:
     """Run fn's jvp for `level` and file the tangent of each floating output."""
+    # A replay of ta.compile repeats array calls: it would not file tangents again.
+    recording.note_transform("forward_ad")
     outputs = result if type(result) is tuple else (result,)
     if not any(_is_floating(out) for out in outputs):
         return  # an index, a mask: nothing to carry

@@ -293,6 +293,9 @@ def jvp(
             )
     from ..autograd import forward_ad
 
+    # As vjp's: outside every transform, with no input that requires grad, the results hold no
+    # graph (an inner transform's, kept for this one, ends here).
+    keep_graph = _depth() > 0 or any(t.requires_grad for t in leaves + tangent_leaves)
     with forward_ad.nested_level() as level, _running():
         duals = [forward_ad.make_dual(p, t, level=level) for p, t in zip(leaves, tangent_leaves)]
         output = func(*tree_unflatten(duals, spec))
@@ -302,6 +305,8 @@ def jvp(
         pairs = [forward_ad.unpack_dual(out, level=level) for out in out_leaves]
     values = [p.primal for p in pairs]
     changes = [_zeros_like(v) if p.tangent is None else p.tangent for v, p in zip(values, pairs)]
+    if not keep_graph:
+        values, changes = [v.detach() for v in values], [c.detach() for c in changes]
     result = (tree_unflatten(values, out_spec), tree_unflatten(changes, out_spec))
     return (*result, aux) if has_aux else result
 
