@@ -235,6 +235,7 @@ API_MODULES = [
     "tinyattn.functional",
     "tinyattn.optim",
     "tinyattn.optim.lr_scheduler",
+    "tinyattn.func",
 ]
 
 

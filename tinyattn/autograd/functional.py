@@ -239,7 +239,7 @@ def jacobian(
     strategy: str = "reverse-mode",
 ) -> Any:
     """``torch.autograd.functional.jacobian``: d outputs / d inputs. Shapes: output k (*o),
-    input i (*i) -> J[k][i] (*o, *i); a Tensor when both are single Tensors, else tuples."""
+    input i (*i) -> `J[k][i]` (*o, *i); a Tensor when both are single Tensors, else tuples."""
     recording.note_transform("autograd.functional.jacobian")
     if strategy not in ("forward-mode", "reverse-mode"):
         raise ValueError(
@@ -290,7 +290,7 @@ def hessian(
 ) -> Any:
     """``torch.autograd.functional.hessian``: the Jacobian of the gradient of a scalar func;
     ``outer_jacobian_strategy="forward-mode"`` is forward over reverse. Shapes: input i (*i),
-    input j (*j) -> H[i][j] (*i, *j)."""
+    input j (*j) -> `H[i][j]` (*i, *j)."""
     recording.note_transform("autograd.functional.hessian")
     several_in, inputs = _as_tuple("hessian", "inputs", inputs)
     if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
