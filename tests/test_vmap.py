@@ -32,6 +32,9 @@ CASES = [
     ("matmul vec-mat", lambda lib, fn, a, b: a @ b, [(4, 3), (3, 2)], (0, None)),
     ("matmul mat-vec batched", lambda lib, fn, a, b: a @ b, [(3, 2), (4, 2)], (None, 0)),
     ("matmul both", lambda lib, fn, a, b: a @ b, [(4, 2, 3), (4, 3, 5)], 0),
+    ("matmul dot", lambda lib, fn, a, b: a @ b, [(4, 3), (3,)], (0, None)),
+    ("matmul dot both", lambda lib, fn, a, b: a @ b, [(4, 3), (4, 3)], 0),
+    ("matmul dot reflected", lambda lib, fn, a, b: b @ a, [(4, 3), (3,)], (0, None)),
     ("matmul stack", lambda lib, fn, a, b: a @ b, [(4, 2, 3), (6, 3, 5)], (0, None)),
     (
         "linear",

@@ -126,9 +126,9 @@ def matmul(cls: type, values: list, batched: tuple, kwargs: dict, size: int) -> 
     ndim = max(logical_ndim(a, batched[0]), logical_ndim(b, batched[1]))
     a = padded(a, ndim) if batched[0] else a
     b = padded(b, ndim) if batched[1] else b
-    result = cls.apply(a, b)
-    result = result.squeeze(-1) if b_vector else result
-    return result.squeeze(-2) if a_vector else result
+    result = cls.apply(a, b)  # (B, ..., n, m): the row's axis first, while it is second-last
+    result = result.squeeze(-2) if a_vector else result
+    return result.squeeze(-1) if b_vector else result
 
 
 def linear(cls: type, values: list, batched: tuple, kwargs: dict, size: int) -> Any:
