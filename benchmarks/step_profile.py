@@ -3,6 +3,7 @@
 Run by hand, never as a test:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/step_profile.py [MODEL ...]
+    TINYATTN_COMPILE_FUSE=0 python benchmarks/step_profile.py gpt   # the replay op by op
 
 MODEL is one of compiled.py's models: small, bench, gpt (default: all three). For each, in this
 one process (one thread: OPENBLAS_NUM_THREADS=1 is set before NumPy loads):
@@ -11,7 +12,8 @@ one process (one thread: OPENBLAS_NUM_THREADS=1 is set before NumPy loads):
   wrapped in a timer and the step runs REPEATS times. The table gives each group's microseconds
   per step (median over the repeats), its share of the step, and the number of items; "outside
   the program" is the rest of the step (the guards, copying the inputs in, the segments' Python,
-  building the results). Beside it, the NumPy floor of the same step's matrix products
+  building the results). A fused group (where Numba is installed) is one item, its row named
+  "fused" with the ops it holds. Beside it, the NumPy floor of the same step's matrix products
   (compiled.py's "floor"), timed in this process. The timers' own cost per item is printed and
   included in the rows, so they are upper bounds.
 - eager: the same step uncompiled under cProfile, its own time grouped by tinyattn module
@@ -113,6 +115,8 @@ def profile_compiled(model_name: str) -> None:
         f"{statistics.median(timed_steps) * 1e3:.2f} ms with timers; "
         f"{len(tape.program)} program items; timer cost {timer_cost * 1e6:.2f} us/item"
     )
+    fused = sum(len(group.items) for group in tape.groups)
+    print(f"fusion {'on' if step.fuse else 'off'}: {len(tape.groups)} kernels hold {fused} ops")
     print(
         f"NumPy floor of its {products} matrix products: {floor * 1e3:.2f} ms "
         f"(step / floor = {step_time / floor:.2f}x)\n"

@@ -94,9 +94,12 @@ def _nest(loops: range, depth: int) -> tuple[list[str], str]:
     return lines, "    " * (depth + len(loops))
 
 
-def _statements(group: Any, items: list, names: list[str], pad: str) -> list[str]:
-    """Load each input the items read, compute every item, store every output."""
-    read = {name for item in items for name in item.inputs}
+def _statements(
+    group: Any, items: list, names: list[str], pad: str, loaded: tuple = ()
+) -> list[str]:
+    """Load each input the items read (but those `loaded` already), compute every item, store
+    every output."""
+    read = {name for item in items for name in item.inputs} - set(loaded)
     lines = [f"{pad}{b.value} = {_element(b, names)}" for b in group.inputs if b.value in read]
     for item in items:
         lines += [pad + line for line in _item_lines(group, item)]
@@ -141,9 +144,20 @@ def _gelu_lines(item: Any, dtype: str) -> list[str]:
 
 
 def _pointwise_body(group: Any) -> list[str]:
-    loops, pad = _nest(range(len(group.loops)), 1)
-    names = [f"i{k}" for k in range(len(group.loops))]
-    return loops + _statements(group, group.items, names, pad)
+    """The loops, each input read in the loop of the last index it depends on (a per-row value
+    once per row, outside the loop along the row), then every item in the innermost loop."""
+    count = len(group.loops)
+    names = [f"i{k}" for k in range(count)]
+    lines, loaded = [], []
+    for k in range(count):
+        pad = "    " * (k + 1)
+        for b in group.inputs:
+            if (max(b.walks) + 1 if b.walks else 0) == k:
+                lines.append(f"{pad}{b.value} = {_element(b, names)}")
+                loaded.append(b.value)
+        lines.append(f"{pad}for i{k} in range(n{k}):")
+    pad = "    " * (count + 1)
+    return lines + _statements(group, group.items, names, pad, tuple(loaded))
 
 
 def _rows_body(group: Any) -> list[str]:

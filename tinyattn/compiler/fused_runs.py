@@ -28,9 +28,10 @@ def kernel_view(u: Any, array: Any, group: Any, walks: tuple, writeable: bool) -
 
 
 def arguments(group: Any, tape: Any) -> tuple[list, list]:
-    """(the kernel's arguments on the tape's buffers, the arguments to make again on each call:
-    (argument, buffer, the strides the loops were merged for, dtype) for a result that an
-    unfused op holds anew)."""
+    """(the kernel's arguments on the tape's buffers, the arguments to make again on each call
+    for a result that an unfused op holds anew: (argument, buffer, the strides the loops were
+    merged for, dtype, the view's shape where a reshape of a row-major array of the recorded
+    shape makes the same view, else None))."""
     env, static = tape.env, tape.static
     u = backend.ufuncs_of(env[group.outputs[0].slot])
     args: list[Any] = []
@@ -41,8 +42,19 @@ def arguments(group: Any, tape: Any) -> tuple[list, list]:
         args.append(kernel_view(u, array, group, buffer.walks, writeable))
         if not writeable and not static[buffer.slot]:
             expected = u.broadcast_to(array, group.shape).strides
-            dynamic.append((len(args) - 1, buffer, expected, array.dtype))
+            view = args[-1]
+            reshaped = _reshaped(array, view)
+            dynamic.append((len(args) - 1, buffer, expected, array.dtype, reshaped))
     return args, dynamic
+
+
+def _reshaped(array: Any, view: Any) -> tuple | None:
+    """The view's shape if ``array.reshape(shape)`` makes this very view of it (a row-major
+    array walked in its own order), else None."""
+    if view.ndim == 0 or not array.flags.c_contiguous or array.size != view.size:
+        return None  # (a 0-d result may come back as a NumPy scalar, which reshapes to one)
+    same = array.reshape(view.shape)
+    return view.shape if same.strides == view.strides else None
 
 
 def fused_run(
@@ -54,8 +66,13 @@ def fused_run(
     u = backend.ufuncs_of(tape.env[group.outputs[0].slot])
 
     def call(env: list) -> None:
-        for index, buffer, expected, dtype in dynamic:
-            args[index] = _view_now(u, env[buffer.slot], group, buffer, expected, dtype)
+        for index, buffer, expected, dtype, reshaped in dynamic:
+            array = env[buffer.slot]
+            if reshaped and array.shape == buffer.shape and array.dtype == dtype:
+                if array.flags.c_contiguous:  # the usual case: the op's new row-major result
+                    args[index] = array.reshape(reshaped)
+                    continue
+            args[index] = _view_now(u, array, group, buffer, expected, dtype)
         kernel(*args)
 
     def run(env: list) -> None:
