@@ -3,6 +3,8 @@ nesting, randomness, chunk_size, the loop fallback's warning, errors, and ta.com
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -182,3 +184,12 @@ def test_compile_refuses_vmap_naming_it():
     with pytest.raises(RuntimeError, match="vmap"):
         step(a)
         step(a)
+
+
+def test_comparisons_batch_without_a_loop():
+    """A mask from a comparison (array code with no gradient) batches as an elementwise op."""
+    x = ta.randn(4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the loop's warning would fail the test
+        masked = vmap(lambda t: ta.where(t > 0, t, 0.0) * (t != 0))(x)
+    np.testing.assert_array_equal(masked.numpy(), np.where(x.numpy() > 0, x.numpy(), 0.0))

@@ -229,6 +229,8 @@ def batch_op(cls: type, inputs: tuple, kwargs: dict, level: _Level) -> Any:
             result = kind(cls, values, batched, kwargs, level.size)
         finally:
             _state.drawing = None
+        if result is NotImplemented:  # the rule declines these arguments
+            result = loop_fallback(cls, values, batched, kwargs, level)
     if type(result) is tuple:
         return tuple(Batched(r, level.number) for r in result)
     return Batched(result, level.number)
@@ -260,11 +262,13 @@ def rule_of(cls: type) -> Any:
             targets,
             trig,
         )
+        from ..ops.computed import VMAP_RULES as COMPUTED_RULES
 
         for module in (elementwise, trig, rounding, division, special, reductions, shape):
             _rules.update(getattr(module, "VMAP_RULES", {}))
         for module in (softmax, scan, fused, indexing, movement, losses, targets):
             _rules.update(getattr(module, "VMAP_RULES", {}))
+        _rules.update(COMPUTED_RULES)  # (the package's name `computed` is the function)
     return _rules.get(cls)
 
 

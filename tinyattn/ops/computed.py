@@ -14,6 +14,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..backend import namespace
+from . import batching
 
 
 class Computed(Function):
@@ -47,3 +48,15 @@ def array_call(xp: Any, *arrays: Any, name: str) -> Any:
     """``xp.<name>(*arrays)``: a comparison, a bitwise or a logical function. A compiled step
     replays it as the same function writing into a buffer (``out=``), where one exists."""
     return getattr(xp, name)(*arrays)
+
+
+def _batched(cls: type, values: list, batched: tuple, kwargs: dict, size: int) -> Any:
+    """vmap's rule: a comparison, bitwise or logical function (`array_call`) broadcasts as an
+    elementwise op; other array code (indices from values) declines, and runs per sample."""
+    if kwargs.get("function") is not array_call:
+        return NotImplemented
+    return batching.elementwise(cls, values, batched, kwargs, size)
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`, or a rule.
+VMAP_RULES = {Computed: _batched}
