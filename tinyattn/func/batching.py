@@ -77,6 +77,12 @@ class Batched:
     __ne__ = lambda self, other: physical_array(self) != other  # noqa: E731
     __hash__ = None
 
+    def min(self, *args: Any, **kwargs: Any) -> Any:  # an index's bounds, over every sample
+        return physical_array(self).min()
+
+    def max(self, *args: Any, **kwargs: Any) -> Any:
+        return physical_array(self).max()
+
     def __repr__(self) -> str:
         return f"Batched(level={self.level}, shape={self.shape}, batch={self.value.shape[0]})"
 
@@ -247,6 +253,7 @@ def rule_of(cls: type) -> Any:
         return own
     if not _rules:
         from ..ops import (
+            conv,
             division,
             elementwise,
             fused,
@@ -266,7 +273,7 @@ def rule_of(cls: type) -> Any:
 
         for module in (elementwise, trig, rounding, division, special, reductions, shape):
             _rules.update(getattr(module, "VMAP_RULES", {}))
-        for module in (softmax, scan, fused, indexing, movement, losses, targets):
+        for module in (softmax, scan, fused, indexing, movement, losses, targets, conv):
             _rules.update(getattr(module, "VMAP_RULES", {}))
         _rules.update(COMPUTED_RULES)  # (the package's name `computed` is the function)
     return _rules.get(cls)

@@ -102,11 +102,28 @@ def sum_to(cls: type, values: list, batched: tuple, kwargs: dict, size: int) -> 
 
 def getitem(cls: type, values: list, batched: tuple, kwargs: dict, size: int) -> Any:
     """x[key] per sample: a full slice before the key keeps the batch dim (the key's arrays
-    gather where they stand, as PyTorch's do)."""
+    gather where they stand, as PyTorch's do). A key that is one index array batched at this
+    level (``x.reshape(-1)[positions]`` in gather, with positions computed per sample) takes
+    each sample's own positions, as offsets into the batch's rows; other batched keys decline.
+    Shapes: x (B, n, *rest), index (B, *i) -> (B, *i, *rest)."""
     (value,) = values
     key = kwargs.get("key")
     key = key if isinstance(key, tuple) else (key,)
-    return cls.apply(value, key=(slice(None), *key))
+    if not any(_per_sample(k) for k in key):
+        return cls.apply(value, key=(slice(None), *key))
+    if len(key) != 1 or _per_sample(getattr(key[0].value, "array", None)):
+        return NotImplemented
+    index = key[0].value  # the physical Tensor of positions: (B, *i)
+    rows = value.shape[1]
+    first = index.new_ones((size,)).cumsum(0) - 1  # 0, 1, ..., B - 1: each sample's row block
+    offsets = (first * rows).reshape((size,) + (1,) * (index.ndim - 1))
+    flat = value.reshape((size * rows, *value.shape[2:]))
+    return flat[(index + offsets).reshape(-1)].reshape((*index.shape, *value.shape[2:]))
+
+
+def _per_sample(part: Any) -> bool:
+    """Whether a part of a key is an array batched by vmap (it holds its physical Tensor)."""
+    return hasattr(part, "value") and hasattr(part, "level")
 
 
 def concat(cls: type, values: list, batched: tuple, kwargs: dict, size: int) -> Any:

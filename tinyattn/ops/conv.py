@@ -95,3 +95,8 @@ class Fold(Function):
         return Fold.apply(
             tangent, size=size, window=self.window, step=self.step, dilation=self.dilation
         )
+
+
+# How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`. Both act
+# on trailing axes, so the batch dim is one more leading axis, as for a one-input elementwise op.
+VMAP_RULES = {Unfold: "elementwise", Fold: "elementwise"}

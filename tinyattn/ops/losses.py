@@ -219,4 +219,6 @@ def _clamped_log(xp: Any, x: Any) -> Any:
 
 
 # How vmap (tinyattn.func) runs each op on a batch at once: a kind of `batching.KINDS`.
-VMAP_RULES = {CrossEntropy: "cross_entropy"}
+# NegLogLikelihood sums the last axis of a broadcast product: the batch dim leads, as in an
+# elementwise op.
+VMAP_RULES = {CrossEntropy: "cross_entropy", NegLogLikelihood: "elementwise"}
