@@ -142,6 +142,38 @@ def test_masked_and_nan_rows_keep_eager_meaning():
 
 
 @needs_numba
+@pytest.mark.parametrize(
+    "options", [{}, {"reduction": "sum"}, {"label_smoothing": 0.1}, {"ignore_index": 3}]
+)
+def test_cross_entropy_fuses_its_rows_and_its_total(options):
+    """Log-softmax, the target rows and the loss over all rows in one kernel, equal to eager's
+    within the tolerance, ignored targets (the default -100, or a class) counted out."""
+    x = ta.tensor(RNG.standard_normal((6, 5, 7)).astype("float32"))
+    targets = RNG.integers(0, 7, (6, 5))
+    with_ignored = targets.copy()
+    with_ignored[0, :2] = options.get("ignore_index", -100)
+
+    def loss(a, t):
+        return F.cross_entropy(a.reshape(-1, 7), t.reshape(-1), **options)
+
+    batches = [(x, ta.tensor(targets)), (x * 2.0, ta.tensor(with_ignored))]
+    compiled, fused, eager = _compiled_and_eager(loss, batches)
+    assert any(g.labels == ["CrossEntropy"] for g in next(iter(compiled.tapes.values())).groups)
+    for got, want in zip(fused, eager, strict=True):
+        assert _relative(got.numpy(), want.numpy()) <= 1e-6
+
+
+@needs_numba
+def test_a_fused_cross_entropy_refuses_a_target_out_of_range():
+    x = ta.tensor(RNG.standard_normal((8, 4)).astype("float32"))
+    compiled = ta.compile(lambda a, t: F.cross_entropy(a, t), fuse=True)
+    for _ in range(3):
+        compiled(x, ta.tensor(np.arange(8) % 4))
+    with pytest.raises(IndexError, match=r"out of range for 4 classes .* compiled step"):
+        compiled(x, ta.tensor(np.arange(8)))
+
+
+@needs_numba
 def test_a_view_of_a_fused_result_read_in_the_same_run_splits_the_run():
     """y.T read elementwise after y is written: one index no longer means one element, so the
     run is cut there, and the values still equal eager's."""

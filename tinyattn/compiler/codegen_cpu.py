@@ -175,30 +175,35 @@ def _rows_body(group: Any) -> list[str]:
     def at(value: str) -> str:  # a value's element in memory at (row, j)
         return _element(buffers[value], names)
 
-    body = ROW_BODIES[last.op](group, last, at, f"n{rows}", f"np.{group.dtype}")
-    return lines + [pad + line for line in body]
+    t = f"np.{group.dtype}"
+    body = ROW_BODIES[last.op](group, last, at, f"n{rows}", t)
+    before, after = ROW_EDGES.get(last.op, lambda *_: ([], []))(group, last, at, t)
+    return (
+        ["    " + s for s in before] + lines + [pad + s for s in body] + ["    " + s for s in after]
+    )
+
+
+def _shifted_sum(group: Any, x: str, n: str, t: str, into: str | None = None) -> list[str]:
+    """m = the row's max (0 for a fully masked row, whose exps are then 0), and total = the
+    sum of exp(x - m), each exp also stored `into` (softmax's numerators)."""
+    e = f"{_exp(group.dtype)}({x} - m)"
+    lines = [f"m = {t}(-np.inf)", f"for j in range({n}):", f"    m = max(m, {x})"]
+    lines += ["if m == -np.inf:  # a fully masked row: exp(-inf) = 0", f"    m = {t}(0.0)"]
+    lines += [f"total = {t}(0.0)", f"for j in range({n}):"]
+    lines += (
+        [f"    e = {e}", f"    {into} = e", "    total += e"] if into else [f"    total += {e}"]
+    )
+    return lines + ["if total == 0.0:", f"    total = {t}(1.0)"]
 
 
 def _softmax(group: Any, item: Any, at: Callable, n: str, t: str) -> list[str]:
-    """The row's max, exp of the shifted values and their sum, then the division (or, for
-    log-softmax, the shifted values less the log of the sum). A NaN in the row makes its sum
-    and so every result NaN, as in eager."""
+    """exp of the shifted values over their sum (or, for log-softmax, the shifted values less
+    the log of the sum). A NaN in the row makes its sum and so every result NaN, as in eager."""
     x, y = at(item.inputs[0]), at(item.outputs[0])
-    lines = [
-        f"m = {t}(-np.inf)",
-        f"for j in range({n}):",
-        f"    m = max(m, {x})",
-        "if m == -np.inf:  # a fully masked row: exp(-inf) = 0",
-        f"    m = {t}(0.0)",
-        f"total = {t}(0.0)",
-        f"for j in range({n}):",
-    ]
     if item.op == "softmax":
-        lines += [f"    e = {_exp(group.dtype)}({x} - m)", f"    {y} = e", "    total += e"]
-        lines += ["if total == 0.0:", f"    total = {t}(1.0)", f"for j in range({n}):"]
-        return lines + [f"    {y} = {y} / total"]
-    lines += [f"    total += {_exp(group.dtype)}({x} - m)"]
-    lines += ["if total == 0.0:", f"    total = {t}(1.0)", "log_total = np.log(total)"]
+        lines = _shifted_sum(group, x, n, t, into=y)
+        return lines + [f"for j in range({n}):", f"    {y} = {y} / total"]
+    lines = _shifted_sum(group, x, n, t) + ["log_total = np.log(total)"]
     return lines + [f"for j in range({n}):", f"    {y} = ({x} - m) - log_total"]
 
 
@@ -226,7 +231,55 @@ def _layer_norm(group: Any, item: Any, at: Callable, n: str, t: str) -> list[str
     ]
 
 
+def _cross_entropy(group: Any, item: Any, at: Callable, n: str, t: str) -> list[str]:
+    """log p = x - max - log(sum exp(x - max)) along the row, the target's row of weights
+    (its smoothed one-hot; zeros for an ignored target), and the row's loss -sum w log p
+    (a term whose weight is 0 counts 0, even where log p is -inf) added to the total."""
+    x, target = at(item.inputs[0]), at(item.inputs[1])
+    _, log_probs, weights, *_ = (at(v) for v in item.outputs)
+    ignore, smoothing = item.param("ignore_index"), item.param("smoothing")
+    classes = item.param("classes")
+    expected = f"0..{classes - 1}" + ("" if ignore is None else f" or ignore_index={ignore}")
+    message = (
+        f"cross_entropy: a target value is out of range for {classes} classes (expected "
+        f"{expected}) in a replay of a compiled step"
+    )
+    kept = "True" if ignore is None else f"target != {ignore}"
+    hit, spread = _typed(group.dtype, 1.0 - smoothing), _typed(group.dtype, smoothing / classes)
+    share = f" + {spread}" if smoothing else ""
+    lines = _shifted_sum(group, x, n, t) + ["log_total = np.log(total)"]
+    return lines + [
+        f"target = {target}",
+        f"kept = {kept}",
+        f"if kept and (target < 0 or target >= {n}):",
+        f'    raise IndexError("{message}")',
+        "row_loss = 0.0",
+        f"for j in range({n}):",
+        f"    lp = ({x} - m) - log_total",
+        f"    {log_probs} = lp",
+        f"    w = ({t}(j == target) * {hit}{share}) if kept else {t}(0.0)",
+        f"    {weights} = w",
+        "    if w != 0:",
+        "        row_loss -= w * lp",
+        "total_loss += row_loss",
+        "kept_count += kept",
+    ]
+
+
+def _cross_entropy_edges(group: Any, item: Any, at: Callable, t: str) -> tuple[list, list]:
+    """Before the rows: the sums start at 0; after them: the loss, over the kept targets for
+    a mean (at least 1, as eager counts them)."""
+    loss, *_, count = (at(v) for v in item.outputs)
+    before = ["total_loss = 0.0", "kept_count = 0"]
+    if item.param("reduction") == "sum":
+        return before, [f"{loss} = {t}(total_loss)"]
+    after = [f"{count} = {t}(max(kept_count, 1))", f"{loss} = {t}(total_loss) / {count}"]
+    return before, after
+
+
 ROW_BODIES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _layer_norm}
+ROW_BODIES["cross_entropy"] = _cross_entropy
+ROW_EDGES = {"cross_entropy": _cross_entropy_edges}
 
 
 # ------------------------------------------------------------------------------- compiling

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-_TYPES = {"float32": "float", "float64": "double", "bool": "bool"}
+_TYPES = {"float32": "float", "float64": "double", "bool": "bool", "int64": "long long"}
+_TYPES.update(int32="int", uint8="unsigned char", int8="signed char")
 
 # One CUDA expression per elementwise op; {0}, {1}, {2} are the operands. max and min let NaN
 # through, as NumPy's maximum and minimum do (fmaxf would drop it).
@@ -152,6 +153,8 @@ def _row_item(group: Any, item: Any, at: dict, n: str) -> list[str]:
         else:
             update = f"{y} = ({x} - m) - log(({ctype})total);"
         return lines + [f"for (long long j = 0; j < {n}; j++) {update}"]
+    if item.op == "cross_entropy":
+        return _cross_entropy(group, item, value, n, ctype)
     weight, *bias = (value[v] for v in item.inputs[1:])
     y, x_hat = value[item.outputs[0]], value[item.outputs[1]]
     rstd = value[item.outputs[2]]
@@ -171,6 +174,38 @@ def _row_item(group: Any, item: Any, at: dict, n: str) -> list[str]:
         f"    {y} = {affine};",
         "}",
     ]
+
+
+def _cross_entropy(group: Any, item: Any, value: dict, n: str, ctype: str) -> list[str]:
+    """The row's log-probabilities, target row and loss (the CPU kernel's steps); the loss and
+    the count of kept targets are added to the first elements of the loss and count buffers
+    (zeroed before the launch; the mean's division is left to the caller)."""
+    x, target = value[item.inputs[0]], value[item.inputs[1]]
+    loss, log_probs, weights, *count = (value[v] for v in item.outputs)
+    ignore, smoothing = item.param("ignore_index"), item.param("smoothing")
+    classes = item.param("classes")
+    hit = _constant(group.dtype, 1.0 - smoothing)
+    share = f" + {_constant(group.dtype, smoothing / classes)}" if smoothing else ""
+    kept = "true" if ignore is None else f"t != {ignore}"
+    lines = [
+        f"{ctype} m = -INFINITY;",
+        f"for (long long j = 0; j < {n}; j++) {{ if ({x} > m) m = {x}; }}",
+        "if (m == -INFINITY) m = 0;",
+        "double total = 0;",
+        f"for (long long j = 0; j < {n}; j++) total += exp({x} - m);",
+        f"{ctype} log_total = log(({ctype})(total == 0 ? 1 : total));",
+        f"long long t = {target}; bool kept = {kept};",
+        "double row_loss = 0;",
+        f"for (long long j = 0; j < {n}; j++) {{",
+        f"    {ctype} lp = ({x} - m) - log_total;",
+        f"    {log_probs} = lp;",
+        f"    {ctype} w = kept ? ({ctype})(j == t) * {hit}{share} : 0;",
+        f"    {weights} = w;",
+        "    if (w != 0) row_loss -= w * lp;",
+        "}",
+        f"atomicAdd(&{loss}, ({ctype})row_loss);",
+    ]
+    return lines + ([f"if (kept) atomicAdd(&{count[0]}, ({ctype})1);"] if count else [])
 
 
 def source(group: Any) -> str:

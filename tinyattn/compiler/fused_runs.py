@@ -17,10 +17,20 @@ class FusionMismatchError(RuntimeError):
     """A fused group's output differs from the unfused items' by more than the tolerance."""
 
 
-def kernel_view(u: Any, array: Any, group: Any, walks: tuple, writeable: bool) -> Any:
-    """`array` as the kernel walks it: one axis per loop in `walks` (the loops along which it
-    changes; the others would have stride 0). `u` is NumPy."""
-    strides = u.broadcast_to(array, group.shape).strides
+def over(u: Any, array: Any, shape: tuple, per_row: bool = False) -> Any:
+    """`array` broadcast to the group's `shape` (read-only). A per-row value whose shape is the
+    rows' alone (cross-entropy's targets) is first given the row's axis, of length 1. `u` is
+    NumPy (`array` may be a NumPy scalar, which has no module of its own)."""
+    if per_row and array.shape == shape[:-1]:
+        array = array.reshape((*shape[:-1], 1))
+    return u.broadcast_to(array, shape)
+
+
+def kernel_view(u: Any, array: Any, group: Any, buffer: Any, writeable: bool) -> Any:
+    """`array` as the kernel walks it: one axis per loop the buffer walks (the loops along
+    which it changes; the others would have stride 0)."""
+    walks = buffer.walks
+    strides = over(u, array, group.shape, buffer.per_row).strides
     loop_strides = [strides[axes[-1]] if axes else 0 for axes in group.axes]
     loops = [group.loops[k] for k in walks]
     steps = [loop_strides[k] for k in walks]
@@ -39,9 +49,9 @@ def arguments(group: Any, tape: Any) -> tuple[list, list]:
     for buffer in group.buffers():
         array = env[buffer.slot]
         writeable = any(buffer is b for b in group.outputs)
-        args.append(kernel_view(u, array, group, buffer.walks, writeable))
+        args.append(kernel_view(u, array, group, buffer, writeable))
         if not writeable and not static[buffer.slot]:
-            expected = u.broadcast_to(array, group.shape).strides
+            expected = over(u, array, group.shape, buffer.per_row).strides
             view = args[-1]
             reshaped = _reshaped(array, view)
             dynamic.append((len(args) - 1, buffer, expected, array.dtype, reshaped))
@@ -87,9 +97,10 @@ def fused_run(
 def _view_now(u: Any, array: Any, group: Any, buffer: Any, expected: tuple, dtype: Any) -> Any:
     """A view of a result held anew: as planned, or of a contiguous copy where its layout is
     not the one the loops were merged for."""
-    if array.dtype != dtype or u.broadcast_to(array, group.shape).strides != expected:
-        array = u.ascontiguousarray(u.broadcast_to(array, group.shape), dtype=dtype)
-    return kernel_view(u, array, group, buffer.walks, False)
+    walked = over(u, array, group.shape, buffer.per_row)
+    if array.dtype != dtype or walked.strides != expected:
+        array = u.ascontiguousarray(walked, dtype=dtype)
+    return kernel_view(u, array, group, buffer, False)
 
 
 def check_against(group: Any, env: list, members: list[Callable], fused: Callable) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import backend, ops
-from .fused_runs import arguments, fused_run
+from .fused_runs import arguments, fused_run, over
 
 # Op class -> the item's op name. By class, not by name: a user's Function "Exp" is not ours.
 POINTWISE = {
@@ -51,9 +51,10 @@ POINTWISE = {
     ops.Gelu: "gelu",
 }
 ROWWISE = {ops.Softmax: "softmax", ops.LogSoftmax: "log_softmax", ops.LayerNorm: "layer_norm"}
+ROWWISE[ops.CrossEntropy] = "cross_entropy"  # a row each target, and the loss over all rows
 FLOATS = ("float32", "float64")
 # A group worth a kernel call: two items or more, or one that is many NumPy passes on its own.
-ALONE = {"gelu", "softmax", "log_softmax", "layer_norm"}
+ALONE = {"gelu", "softmax", "log_softmax", "layer_norm", "cross_entropy"}
 
 
 def tolerance(dtype: str) -> float:
@@ -157,6 +158,13 @@ def item_parts(fn: Any, kwargs: dict) -> tuple[str, tuple] | None:
         return op, (("axis", fn.axis),)
     if op == "layer_norm":
         return op, (("eps", fn.eps),)
+    if op == "cross_entropy":
+        ignore, smoothing = kwargs.get("ignore_index", -100), kwargs.get("smoothing", 0.0)
+        reduction = kwargs.get("reduction", "mean")
+        if reduction not in ("mean", "sum") or not (ignore is None or type(ignore) is int):
+            return None
+        params = (("ignore_index", ignore), ("smoothing", float(smoothing)))
+        return op, (*params, ("reduction", reduction))
     return op, ()
 
 
@@ -170,12 +178,14 @@ def fusable(tape: Any, entry: tuple) -> tuple[str, tuple] | None:
     parts = item_parts(fn, kwargs)
     env = tape.env
     writes = [out, *(slot for _, slot in saved)]
-    arrays = [env[slot] for slot in (*in_slots, *writes)]
-    if parts is None or not all(backend.is_host_array(a) and a.ndim > 0 for a in arrays[-1:]):
+    if parts is None or not all(backend.is_host_array(env[s]) for s in (*in_slots, *writes)):
         return None
-    if not all(backend.is_host_array(a) for a in arrays) or env[out].size == 0:
-        return None
-    if str(env[out].dtype) not in FLOATS or not all(tape._fresh(slot) for slot in writes):
+    if parts[0] == "cross_entropy":  # one value from all rows
+        ok = _fits_cross_entropy(parts, [env[s] for s in in_slots], env[out], saved, env)
+        return parts if ok and all(tape._fresh(slot) for slot in writes) else None
+    if env[out].ndim == 0 or env[out].size == 0 or str(env[out].dtype) not in FLOATS:
+        return None  # a 0-d result is one value: nothing to fuse a loop over
+    if not all(tape._fresh(slot) for slot in writes):
         return None
     return parts if _fits_code(parts, [env[s] for s in in_slots], env[out], saved, env) else None
 
@@ -208,6 +218,20 @@ def _fits_code(parts: tuple, inputs: list, y: Any, saved: list, env: list) -> bo
     return True
 
 
+def _fits_cross_entropy(parts: tuple, inputs: list, y: Any, saved: list, env: list) -> bool:
+    """Logits (..., C) in a float dtype, integer targets (...), a 0-d loss, and the saved
+    log-probabilities and target rows (and, for a mean, the count of kept targets)."""
+    x, targets = inputs
+    if x.ndim < 2 or x.size == 0 or str(x.dtype) not in FLOATS or y.shape != ():
+        return False
+    if targets.dtype.kind not in "iu" or targets.shape != x.shape[:-1]:
+        return False
+    kept = [(0, x.shape), (1, x.shape)] + [(2, ())] * (dict(parts[1])["reduction"] == "mean")
+    if [(p, env[slot].shape) for p, slot in saved] != kept:
+        return False
+    return all(env[slot].dtype == x.dtype for _, slot in saved) and y.dtype == x.dtype
+
+
 class _Builder:
     """Collects one group while `fuse_program` walks the program."""
 
@@ -232,6 +256,8 @@ class _Builder:
             return False
         if str(env[out].dtype) != group.dtype:
             return False
+        if type(entry[1]) is ops.CrossEntropy:  # over its logits' shape: a group of its own
+            return False
         for slot in in_slots:
             writer = self.written.get(backend.storage_root(env[slot]))
             if writer is not None and not _same_layout(env[writer], env[slot]):
@@ -250,6 +276,9 @@ class _Builder:
         env, group = self.tape.env, self.group
         names = [self._read(slot) for slot in in_slots]
         op, params = parts
+        if op == "cross_entropy":  # one target per row
+            group.inputs[-1].per_row = True
+            params = (*params, ("classes", group.shape[-1]))
         values = []
         for slot in (out, *(s for _, s in sorted(saved, key=lambda pair: pair[0]))):
             value = self.value_of[slot] = f"v{len(group.outputs)}"
@@ -315,7 +344,8 @@ def fuse_program(tape: Any, built: list[tuple], compile_kernel: Callable) -> tup
         crosses = builder is not None and (builder.members[0][0] < split) != (position < split)
         if builder is None or crosses or not builder.fits(entry):
             close()
-            out = tape.env[entry[5]]
+            # The group walks its result; cross-entropy's rows are its logits'.
+            out = tape.env[entry[2][0] if parts[0] == "cross_entropy" else entry[5]]
             builder = _Builder(tape, out.shape, str(out.dtype))
         builder.add(position, run, entry, parts, label)
     close()
@@ -355,7 +385,7 @@ def _mark_walks(tape: Any, group: Group) -> None:
     u = backend.ufuncs_of(tape.env[group.outputs[0].slot])
     last = len(group.loops) - 1
     for buffer in (*group.inputs, *group.outputs):
-        strides = strides_over(u, tape.env[buffer.slot], group.shape)
+        strides = over(u, tape.env[buffer.slot], group.shape, buffer.per_row).strides
         loop_strides = [strides[axes[-1]] if axes else 0 for axes in group.axes]
         walks = [k for k, stride in enumerate(loop_strides) if stride != 0]
         if buffer.per_row:  # one value per row, however the row loop's stride reads
@@ -381,12 +411,6 @@ def _mark_stored(tape: Any, group: Group, end: int) -> None:
 
 
 # --------------------------------------------------------------------------------- the loops
-def strides_over(u: Any, array: Any, shape: tuple) -> tuple[int, ...]:
-    """The strides of `array` walked over `shape` (0 along a broadcast axis); `u` is NumPy
-    (`array` may be a NumPy scalar, which has no module of its own)."""
-    return u.broadcast_to(array, shape).strides
-
-
 def loops_of(group: Group, env: list) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """(the group's iteration shape, the axes of `shape` each loop walks): adjacent axes merged
     wherever every buffer steps through them as through one axis (the outer's stride is the
@@ -394,7 +418,8 @@ def loops_of(group: Group, env: list) -> tuple[tuple[int, ...], tuple[tuple[int,
     row) apart, as its last loop."""
     shape = group.shape
     u = backend.ufuncs_of(env[group.outputs[0].slot])
-    strides = [strides_over(u, env[b.slot], shape) for b in (*group.inputs, *group.outputs)]
+    buffers = (*group.inputs, *group.outputs)
+    strides = [over(u, env[b.slot], shape, b.per_row).strides for b in buffers]
     rows = group.kind == "rows"
     row_axis = len(shape) - 1
     axes = [a for a in range(len(shape)) if shape[a] != 1 or (rows and a == row_axis)]
