@@ -155,7 +155,7 @@ def test_a_rules_name_and_formula_come_from_its_function():
     x = ta.tensor([0.5, -1.0], dtype="float64", requires_grad=True)
     step = animate_backward(x.tanh().sum()).steps[1]
     assert step.rule == "Tanh.backward"
-    assert step.formula == "y = tanh(x); dL/dx = g * (1 - y**2)."
+    assert step.formula == "y = tanh(x); dL/dx = g * (1 - y**2); dy = dx * (1 - y**2)."
 
 
 def test_an_earlier_grad_is_shown_as_a_part_of_the_sum():

@@ -244,3 +244,19 @@ def test_an_ensemble_runs_as_one_vmap_over_stacked_parameters():
     together = vmap(fmodel, in_dims=(0, 0, None))(params, buffers, x)
     expected = ta.stack([m(x) for m in models])
     np.testing.assert_allclose(together.detach().numpy(), expected.detach().numpy(), atol=1e-6)
+
+
+def test_vmap_of_jacfwd_through_a_convolution_against_torch():
+    """Forward mode under vmap: each op's batching rule carries the tangents of the batch (the
+    logical op's jvp never runs, as its forward did not)."""
+    ta.manual_seed(0)
+    conv = ta.nn.Conv2d(2, 3, 3)
+    mine = lambda t: conv(t.unsqueeze(0)).tanh().sum()  # noqa: E731
+    theirs_conv = torch.nn.Conv2d(2, 3, 3)
+    theirs_conv.weight.data = torch.tensor(conv.weight.detach().numpy())
+    theirs_conv.bias.data = torch.tensor(conv.bias.detach().numpy())
+    theirs = lambda t: theirs_conv(t.unsqueeze(0)).tanh().sum()  # noqa: E731
+    x = np.random.default_rng(0).standard_normal((4, 2, 5, 5)).astype(np.float32)
+    got = vmap(ta.func.jacfwd(mine))(ta.tensor(x))
+    expected = torch.func.vmap(torch.func.jacfwd(theirs))(torch.tensor(x))
+    np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), atol=1e-5)

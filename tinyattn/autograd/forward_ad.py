@@ -224,6 +224,20 @@ def is_active() -> bool:
     return bool(_levels)
 
 
+def carried(tensor: Any) -> list[tuple[int, Any]]:
+    """(level, tangent) for each watched level at which `tensor` has a tangent."""
+    return [
+        (lv.index, lv.get(tensor)) for lv in _levels[: _watched[0]] if lv.get(tensor) is not None
+    ]
+
+
+def carry(tensor: Any, level: int, tangent: Any) -> None:
+    """File `tangent` as `tensor`'s at `level`, for a transform that computed it itself (vmap
+    runs an op's batching rule, whose own ops carry the tangents of the batch); an op whose
+    outputs all have theirs is not given its jvp rule again."""
+    _levels[level].set(tensor, tangent)
+
+
 # --------------------------------------------------------------------------------- in place
 RANDOM_FILLS = ("normal_", "uniform_")  # new values that do not depend on the old: tangent 0
 
@@ -295,8 +309,15 @@ class _Tangents(listeners.Listener):
     def made(self, fn: Any, result: Any) -> None:
         for level in _levels[: _watched[0]]:
             tangents = [level.get(t) for t in fn.inputs]
-            if any(t is not None for t in tangents):
+            if any(t is not None for t in tangents) and not _filed(level, result):
                 _propagate(level, fn, result, tangents)
+
+
+def _filed(level: _Level, result: Any) -> bool:
+    """Whether every output already has its tangent at `level` (`carry` filed them)."""
+    return all(
+        level.get(out) is not None for out in (result if type(result) is tuple else (result,))
+    )
 
 
 _TANGENTS = _Tangents()
@@ -352,10 +373,10 @@ def _dtype_of(value: Any) -> str:
 
 # ------------------------------------------------------------------------------- the alias
 def _alias(tensor: Any) -> Any:
-    """A view of `tensor` with the same shape (a Reshape node, through the tensor's own method:
-    autograd sits below the ops), whose backward reaches `tensor` and whose jvp carries
-    `tensor`'s tangents at the other levels."""
-    return tensor.view(tuple(tensor.shape))
+    """A view of `tensor` with the same shape, ``tensor[...]`` (a GetItem node, through the
+    tensor's own method: autograd sits below the ops), whose backward reaches `tensor`, whose
+    jvp carries `tensor`'s tangents at the other levels, and which vmap batches."""
+    return tensor[...]
 
 
 __all__ = [

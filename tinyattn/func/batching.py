@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import backend
-from ..autograd import listeners
+from ..autograd import forward_ad, listeners
 from ..ops import batching
 
 # ------------------------------------------------------------------------- batched arrays
@@ -210,10 +210,13 @@ class _Vmapping(listeners.Listener):
         return batch_op(type(fn), inputs, kwargs, find_level(number))
 
     def made(self, fn: Any, result: Any) -> None:
-        # The graph lives in the physical Tensors; the logical result is not a node of it.
+        # The graph lives in the physical Tensors; the logical result is not a node of it. So
+        # do the tangents of forward mode: the rule's ops carried them on the physical Tensors.
         for out in result if type(result) is tuple else (result,):
             if type(out.array) is Batched:
                 out._ctx, out.requires_grad = None, False
+                for index, tangent in forward_ad.carried(out.array.value):
+                    forward_ad.carry(out, index, wrap(tangent, out.array.level))
 
 
 def batch_op(cls: type, inputs: tuple, kwargs: dict, level: _Level) -> Any:
@@ -222,6 +225,7 @@ def batch_op(cls: type, inputs: tuple, kwargs: dict, level: _Level) -> Any:
     values = [unwrap(t, level.number) for t in inputs]
     batched = tuple(v is not None for v in values)
     values = [t if v is None else v for t, v in zip(inputs, values)]
+    _physical_tangents(inputs, values, batched, level)
     rule = rule_of(cls)
     if rule is None:
         result = loop_fallback(cls, values, batched, kwargs, level)
@@ -240,6 +244,22 @@ def batch_op(cls: type, inputs: tuple, kwargs: dict, level: _Level) -> Any:
     if type(result) is tuple:
         return tuple(Batched(r, level.number) for r in result)
     return Batched(result, level.number)
+
+
+def _physical_tangents(inputs: tuple, values: list, batched: tuple, level: _Level) -> None:
+    """Forward mode: each batched input's tangents filed on its physical Tensor too, so that
+    the rule's ops carry them (the logical op's jvp never runs: its forward did not)."""
+    for tensor, value, is_batched in zip(inputs, values, batched):
+        if not is_batched:
+            continue
+        for index, tangent in forward_ad.carried(tensor):
+            if forward_ad.tangent_of(value, index) is None:
+                physical = unwrap(tangent, level.number)
+                forward_ad.carry(
+                    value,
+                    index,
+                    physical if physical is not None else batching.expanded(tangent, level.size),
+                )
 
 
 _rules: dict[type, Any] = {}

@@ -140,6 +140,10 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
                     f"vjp_fn: a cotangent has shape {tuple(cotangent.shape)} but the output "
                     f"it belongs to has shape {tuple(out.shape)}"
                 )
+        known = {level.number for level in levels}
+        later = max((batching.level_of(c) for c in flat), default=-1)
+        if later >= 0 and later not in known:  # under a vmap that began after vjp: per sample
+            return _per_sample(vjp_fn, given, batching.find_level(later))
         grads = _backward(out_physical, flat, inputs, levels, keep_graph or _depth() > 0)
         return tree_unflatten(grads, spec)
 
@@ -149,6 +153,26 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
         else tree_unflatten([_detached(t, levels) for t in out_leaves], out_spec)
     )
     return (result_output, vjp_fn, aux) if has_aux else (result_output, vjp_fn)
+
+
+def _per_sample(function: Callable, given: Any, level: Any) -> Any:
+    """`function` (a vjp_fn whose graph has no batch dim of `level`) on each sample of the
+    cotangents batched at `level`, the results stacked and batched there: one backward per
+    sample, as a loop (PyTorch batches the backward itself)."""
+    from ..methods.common import stack
+
+    flat, spec = tree_flatten(given)
+    physical = [batching.unwrap(c, level.number) for c in flat]
+    columns, out_spec = None, None
+    for i in range(level.size):
+        sample = [c if p is None else p[i] for c, p in zip(flat, physical)]
+        result, out_spec = tree_flatten(function(tree_unflatten(sample, spec)))
+        columns = [[r] for r in result] if columns is None else columns
+        if i:
+            for column, r in zip(columns, result):
+                column.append(r)
+    stacked = [batching.wrap(stack(column, 0), level.number) for column in columns]
+    return tree_unflatten(stacked, out_spec)
 
 
 def _backward(outputs: list, cotangents: list, inputs: list, levels: list, graph: bool) -> list:
