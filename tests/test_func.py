@@ -217,3 +217,22 @@ def test_compile_refuses_grad_naming_it():
     with pytest.raises(RuntimeError, match="grad"):
         step(x)
         step(x)
+
+
+def test_vmap_of_a_vjp_fn_over_a_basis_is_the_jacobian():
+    """torch.func's Jacobian recipe: vjp once, then vmap its vjp_fn over the unit vectors
+    (a vmap that begins after vjp: one backward per sample)."""
+    import functools
+
+    from tinyattn.func import jacrev, vjp, vmap
+
+    ta.manual_seed(0)
+    weight, bias, x = ta.randn(5, 5), ta.randn(5), ta.randn(5)
+
+    def predict(weight, bias, x):
+        return ta.nn.functional.linear(x, weight, bias).tanh()
+
+    _, vjp_fn = vjp(functools.partial(predict, weight, bias), x)
+    (rows,) = vmap(vjp_fn)(ta.eye(5))
+    expected = jacrev(predict, argnums=2)(weight, bias, x)
+    np.testing.assert_allclose(rows.numpy(), expected.numpy(), atol=1e-6)
