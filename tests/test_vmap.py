@@ -260,3 +260,62 @@ def test_vmap_of_jacfwd_through_a_convolution_against_torch():
     got = vmap(ta.func.jacfwd(mine))(ta.tensor(x))
     expected = torch.func.vmap(torch.func.jacfwd(theirs))(torch.tensor(x))
     np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), atol=1e-5)
+
+
+class _Sin(ta.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+
+class _Cube(ta.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x**3, 3 * x**2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], output[1])
+
+    @staticmethod
+    def backward(ctx, g, dg):
+        x, d = ctx.saved_tensors
+        return g * d + dg * 6 * x
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        assert info.batch_size == 4 and in_dims == (0,)
+        return _Cube.apply(x), (0, 0)
+
+
+class _NoVmap(_Sin):
+    generate_vmap_rule = False
+
+
+@pytest.mark.parametrize("function", [_Sin, _Cube])
+def test_custom_functions_batch_by_their_vmap_support_and_keep_gradients(function):
+    """generate_vmap_rule (one apply per sample) and a static vmap (on the batch): values and
+    per-sample gradients through the Function's own backward, not zeros."""
+    x = ta.randn(4, 3)
+    first = (lambda t: function.apply(t)) if function is _Sin else (lambda t: function.apply(t)[0])
+    values = vmap(first)(x)
+    gradients = vmap(grad(lambda t: first(t).sum()))(x)
+    expected = (np.sin, np.cos) if function is _Sin else (lambda a: a**3, lambda a: 3 * a**2)
+    np.testing.assert_allclose(values.numpy(), expected[0](x.numpy()), rtol=1e-6)
+    np.testing.assert_allclose(gradients.numpy(), expected[1](x.numpy()), rtol=1e-5)
+
+
+def test_a_custom_function_without_vmap_support_is_refused_by_name():
+    with pytest.raises(RuntimeError, match="_NoVmap.*vmap support"):
+        vmap(_NoVmap.apply)(ta.randn(4, 3))

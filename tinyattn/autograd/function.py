@@ -358,7 +358,15 @@ def _apply_ctx(cls: type, *args: Any, **kwargs: Any) -> Any:
 
 def _apply_ctx_protocol(fn: Function, args: tuple, kwargs: dict) -> Any:
     """``apply`` in PyTorch's protocol (see `torch_protocol`): forward runs on Tensors, then
-    the same node as the teaching protocol's records its Tensor arguments as inputs."""
+    the same node as the teaching protocol's records its Tensor arguments as inputs. A
+    listener may run it otherwise (vmap, by the Function's vmap support)."""
+    if listeners.active is not None:
+        return listeners.active.custom(fn, args, kwargs, lambda: _applied_ctx(fn, args, kwargs))
+    return _applied_ctx(fn, args, kwargs)
+
+
+def _applied_ctx(fn: Function, args: tuple, kwargs: dict) -> Any:
+    """`_apply_ctx_protocol`'s plain course."""
     results, several = torch_protocol.run_forward(fn, args, kwargs)
     if not fn.inputs:
         return results if several else results[0]

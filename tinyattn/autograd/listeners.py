@@ -4,7 +4,7 @@ Everything that watches the engine without being the idea of it attaches here: t
 ``ta.compile`` (`recording`), anomaly mode (`grad_mode`), the backward page's observer
 (``viz.animate_backward``) and forward-mode AD's tangents (``forward_ad``). ``Function.apply``
 reads `active` once per op and the walk once per rule: while nobody listens it is None, and the
-path a learner reads pays that one test and nothing else. A listener sees four moments, each
+path a learner reads pays that one test and nothing else. A listener sees five moments, each
 given as a `run` callable that does the plain thing, so it can act before, after, or instead:
 
 - ``forward(fn, inputs, kwargs, run) -> arrays``: an op's forward, in ``apply``;
@@ -12,7 +12,9 @@ given as a `run` callable that does the plain thing, so it can act before, after
 - ``rule(fn, output, grad, run) -> gradients``: a backward rule, in the walk (`run` returns one
   gradient or None per input, as `engine` passes them on);
 - ``hook(hook, grad) -> result`` and ``deliver(leaf, run)``: a tensor hook called by the walk,
-  and a leaf's ``.grad`` set by it.
+  and a leaf's ``.grad`` set by it;
+- ``custom(fn, args, kwargs, run) -> outputs``: the whole ``apply`` of a custom Function in
+  PyTorch's protocol (vmap runs it by the Function's own vmap support).
 
 `listen` adds a listener and returns a handle whose ``remove()`` takes it away; listeners
 added later run inside earlier ones.
@@ -42,6 +44,9 @@ class Listener:
 
     def deliver(self, leaf: Any, run: Callable[[], None]) -> None:
         run()
+
+    def custom(self, fn: Any, args: tuple, kwargs: dict, run: Callable[[], Any]) -> Any:
+        return run()
 
     def keeps_graph(self) -> bool:
         """Whether the walk must keep the nodes it ran (a recorder replays their rules later)."""
@@ -77,6 +82,11 @@ class _All(Listener):
         for listener in reversed(self.listeners):
             run = _bind(listener.deliver, leaf, run)
         run()
+
+    def custom(self, fn: Any, args: tuple, kwargs: dict, run: Callable[[], Any]) -> Any:
+        for listener in reversed(self.listeners):
+            run = _bind(listener.custom, fn, args, kwargs, run)
+        return run()
 
     def keeps_graph(self) -> bool:
         return any(listener.keeps_graph() for listener in self.listeners)

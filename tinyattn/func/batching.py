@@ -15,7 +15,8 @@ An op without one runs once per sample (a loop over ``x[i]``) and a warning name
 Nested vmaps nest the wrappers: a level-2 `Batched` holds a Tensor that is batched at level 1,
 so a rule's ops on it meet the listener again, one level down. Gradients never see `Batched`:
 ``grad`` under vmap differentiates the physical graph (`tinyattn.func.transforms`).
-Imports `autograd`, `backend` and `errors` only (the Tensors it handles bring their methods).
+Imports `autograd`, `backend` and `ops.batching` (the Tensors it handles bring their methods;
+a custom Function applied per sample is stacked by `methods.common.stack`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import backend
 from ..autograd import forward_ad, listeners
+from ..autograd.torch_protocol import vmap_support
 from ..ops import batching
 
 # ------------------------------------------------------------------------- batched arrays
@@ -209,6 +211,14 @@ class _Vmapping(listeners.Listener):
             return run()
         return batch_op(type(fn), inputs, kwargs, find_level(number))
 
+    def custom(self, fn: Any, args: tuple, kwargs: dict, run: Callable[[], Any]) -> Any:
+        number = max([level_of(a) for a in args if hasattr(a, "_ctx")], default=-1)
+        if number < 0:
+            return run()
+        outputs, several = batch_custom(fn, args, kwargs, find_level(number))
+        logical = tuple(wrap(o, number) for o in outputs)
+        return logical if several else logical[0]
+
     def made(self, fn: Any, result: Any) -> None:
         # The graph lives in the physical Tensors; the logical result is not a node of it. So
         # do the tangents of forward mode: the rule's ops carried them on the physical Tensors.
@@ -217,6 +227,44 @@ class _Vmapping(listeners.Listener):
                 out._ctx, out.requires_grad = None, False
                 for index, tangent in forward_ad.carried(out.array.value):
                     forward_ad.carry(out, index, wrap(tangent, out.array.level))
+
+
+class VmapInfo(NamedTuple):
+    """What a custom Function's static ``vmap(info, in_dims, *args)`` is given, as PyTorch's."""
+
+    batch_size: int
+    randomness: str
+
+
+def batch_custom(fn: Any, args: tuple, kwargs: dict, level: _Level) -> tuple:
+    """A custom Function in PyTorch's protocol applied to arguments batched at `level`, by its
+    vmap support: its static ``vmap`` on the physical arguments (their batch dims in
+    `in_dims`), or with ``generate_vmap_rule`` one apply per sample, stacked. Either way the
+    physical graph holds its nodes. Returns (outputs, whether forward returned a tuple)."""
+    cls = type(fn)
+    physical = [unwrap(a, level.number) if hasattr(a, "_ctx") else None for a in args]
+    if vmap_support(cls) == "rule":
+        in_dims = tuple(None if p is None else 0 for p in physical)
+        given = [a if p is None else p for a, p in zip(args, physical)]
+        info = VmapInfo(level.size, level.randomness)
+        output, out_dims = cls.vmap(info, in_dims, *given, **kwargs)
+        several = isinstance(output, tuple)
+        outputs = output if several else (output,)
+        dims = out_dims if isinstance(out_dims, tuple) else (out_dims,) * len(outputs)
+        moved = [
+            batching.expanded(o, level.size) if d is None else o.movedim(d, 0)
+            for o, d in zip(outputs, dims)
+        ]
+        return tuple(moved), several
+    samples = []
+    for i in range(level.size):
+        sample = [a if p is None else p[i] for a, p in zip(args, physical)]
+        samples.append(cls.apply(*sample, **kwargs))
+    from ..methods.common import stack
+
+    several = isinstance(samples[0], tuple)
+    columns = zip(*samples) if several else [samples]
+    return tuple(stack(list(column), 0) for column in columns), several
 
 
 def batch_op(cls: type, inputs: tuple, kwargs: dict, level: _Level) -> Any:
