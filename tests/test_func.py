@@ -236,3 +236,15 @@ def test_vmap_of_a_vjp_fn_over_a_basis_is_the_jacobian():
     (rows,) = vmap(vjp_fn)(ta.eye(5))
     expected = jacrev(predict, argnums=2)(weight, bias, x)
     np.testing.assert_allclose(rows.numpy(), expected.numpy(), atol=1e-6)
+
+
+def test_a_gradient_keeps_its_graph_to_a_parameter_the_function_closes_over():
+    """As torch.func's: grad of a function that reads a tensor requiring grad (not an input)
+    is differentiable with respect to that tensor (meta-learning's second derivative)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x0, w0 = rng.standard_normal(3), rng.standard_normal(3)
+    w, tw = ta.tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    grad(lambda x: (x * w).sin().sum())(ta.tensor(x0)).sum().backward()
+    torch.func.grad(lambda x: (x * tw).sin().sum())(torch.tensor(x0)).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-10)

@@ -125,6 +125,8 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     _check_tensors("vjp", out_leaves, "the outputs of f")
     out_physical = [to_physical(t, levels) for t in out_leaves]
     inputs = [physical for physical, _ in fresh]
+    if not keep_graph and is_grad_enabled():  # f read a tensor that requires grad (a closure's)
+        keep_graph = _reads_other_leaves(out_physical, inputs)
 
     def vjp_fn(*cotangents: Any) -> tuple:
         given = cotangents[0] if len(cotangents) == 1 and len(out_leaves) == 1 else cotangents
@@ -153,6 +155,25 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
         else tree_unflatten([_detached(t, levels) for t in out_leaves], out_spec)
     )
     return (result_output, vjp_fn, aux) if has_aux else (result_output, vjp_fn)
+
+
+def _reads_other_leaves(outputs: list, inputs: list) -> bool:
+    """Whether the graph of `outputs` reads a leaf that requires grad besides `inputs` (a
+    parameter f closes over): then the gradients keep their graph, as torch.func's do, so a
+    backward through them reaches it."""
+    ids, seen = {id(t) for t in inputs}, set()
+    stack = [t._ctx for t in outputs if t._ctx is not None]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen or fn.inputs is None:
+            continue
+        seen.add(id(fn))
+        for tensor in fn.inputs:
+            if tensor._ctx is not None:
+                stack.append(tensor._ctx)
+            elif tensor.requires_grad and id(tensor) not in ids:
+                return True
+    return False
 
 
 def _per_sample(function: Callable, given: Any, level: Any) -> Any:
