@@ -1,9 +1,10 @@
 """Gradient checker: compare backward rules with central finite differences.
 
-Imports `backend`, `autograd` and `tensor`; public API (``ta.gradcheck``, ``ta.gradgradcheck``,
-``ta.numerical_grad``), not a test helper. The module is named `checking`, not `gradcheck`, so
-that ``ta.gradcheck`` is always the function: a submodule of the same name would replace it as an
-attribute of the package when imported. Invariants:
+Imports `backend` and `autograd` only (the Tensors it is given make the ones it needs). Public
+API (``ta.gradcheck``, ``ta.gradgradcheck``, ``ta.numerical_grad``), not a test helper. The
+module is named `checking`, not `gradcheck`, so that ``ta.gradcheck`` is always the function: a
+submodule of the same name would replace it as an attribute of the package when imported.
+Invariants:
 - the analytic gradient is computed in the inputs' own dtype (the code you ship), the numeric one in
   float64 whatever that dtype (inputs and params are cast for the check and restored afterwards);
 - the output is contracted with a seeded random cotangent, never all-ones (with ones, a softmax
@@ -24,9 +25,8 @@ from typing import Any
 
 from . import backend
 from .autograd import forward_ad
-from .autograd import grad as autograd_grad
+from .autograd.engine import grad as autograd_grad
 from .errors import TinyattnError
-from .tensor import Tensor
 
 # Defaults by the dtype of the inputs checked. The numeric side always runs in float64, so eps is
 # small for both; float32 tolerances absorb the float32 rounding of the analytic gradient.
@@ -47,21 +47,32 @@ class GradcheckError(AssertionError):
     """Raised when an analytic gradient disagrees with finite differences."""
 
 
+# ------------------------------------------------------------------------------------ tensors
+# The checker takes Tensors and makes new ones through their own methods: it imports the
+# autograd layer, not the tensor layer, so autograd's gradcheck (PyTorch's path) can use it.
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "_ctx") and hasattr(value, "array")
+
+
+def _like(tensor: Any, values: Any) -> Any:
+    """Host `values` as a constant Tensor of `tensor`'s dtype and device."""
+    dtype = backend.dtype_name(tensor.dtype)
+    return tensor.constant(backend.asarray(values, dtype=dtype, device=tensor.device))
+
+
 # ------------------------------------------------------------------------------------ targets
 class _Target:
     """One tensor whose gradient is checked: an input that requires grad, or a parameter."""
 
     __slots__ = ("tensor", "label", "original")
 
-    def __init__(self, tensor: Tensor, label: str) -> None:
+    def __init__(self, tensor: Any, label: str) -> None:
         self.tensor, self.label, self.original = tensor, label, tensor.array
 
 
 def _targets(inputs: Sequence[Any], params: Any) -> list[_Target]:
     found = [
-        _Target(t, f"input {i}")
-        for i, t in enumerate(inputs)
-        if isinstance(t, Tensor) and t.requires_grad
+        _Target(t, f"input {i}") for i, t in enumerate(inputs) if _is_tensor(t) and t.requires_grad
     ]
     if hasattr(params, "named_parameters"):
         named = list(params.named_parameters())
@@ -81,17 +92,17 @@ def _targets(inputs: Sequence[Any], params: Any) -> list[_Target]:
     return found
 
 
-def _outputs(result: Any) -> list[Tensor]:
+def _outputs(result: Any) -> list[Any]:
     """The floating-point Tensor outputs (integer or bool outputs have no gradient)."""
     outs = list(result) if isinstance(result, tuple | list) else [result]
     return [
         o
         for o in outs
-        if isinstance(o, Tensor) and backend.is_floating(backend.namespace(o.array), o.dtype)
+        if _is_tensor(o) and backend.is_floating(backend.namespace(o.array), o.dtype)
     ]
 
 
-def _cotangents(outputs: Sequence[Tensor], seed: int) -> list[Any]:
+def _cotangents(outputs: Sequence[Any], seed: int) -> list[Any]:
     """Seeded standard-normal host arrays, one per output (fixed across dtypes and devices)."""
     rng = backend.make_rng(seed)
     return [rng.standard_normal(o.shape) for o in outputs]
@@ -114,7 +125,7 @@ def _analytic(fn: Callable, inputs: Sequence[Any], targets: list[_Target], seed:
     pairs = [(o, c) for o, c in zip(outputs, _cotangents(outputs, seed)) if o.requires_grad]
     if not pairs:  # nothing depends on the targets: the gradient is zero
         return [backend.host_zeros(t.tensor.shape) for t in targets]
-    seeds = [Tensor(c, dtype=backend.dtype_name(o.dtype), device=o.device) for o, c in pairs]
+    seeds = [_like(o, c) for o, c in pairs]
     grads = autograd_grad(
         [o for o, _ in pairs], [t.tensor for t in targets], seeds, allow_unused=True
     )
@@ -150,9 +161,9 @@ class _Float64View:
     """Swap every floating input and target to float64 for the numeric pass; restore on exit."""
 
     def __init__(self, inputs: Sequence[Any], targets: list[_Target]) -> None:
-        seen: dict[int, Tensor] = {}
+        seen: dict[int, Any] = {}
         for t in list(inputs) + [target.tensor for target in targets]:
-            if isinstance(t, Tensor) and backend.is_floating(backend.namespace(t.array), t.dtype):
+            if _is_tensor(t) and backend.is_floating(backend.namespace(t.array), t.dtype):
                 seen[id(t)] = t
         self.tensors = list(seen.values())
         self.saved = [t.array for t in self.tensors]
@@ -168,7 +179,7 @@ class _Float64View:
             t.array = data
 
 
-def _perturbed(fn: Callable, inputs: Sequence[Any], target: Tensor, host: Any, cot: list) -> float:
+def _perturbed(fn: Callable, inputs: Sequence[Any], target: Any, host: Any, cot: list) -> float:
     target.array = backend.asarray(host, dtype="float64", device=target.device)
     return _contracted(fn, inputs, cot)[0]
 
@@ -220,7 +231,7 @@ def _numeric(
 def _steps(
     fn: Callable,
     inputs: Sequence[Any],
-    tensor: Tensor,
+    tensor: Any,
     base: Any,
     cot: list,
     step: float,
@@ -303,13 +314,16 @@ def _between(value: Any, bounds: list, allowed: Any) -> Any:
 
 def numerical_grad(
     fn: Callable, inputs: Sequence[Any], params: Any = (), eps: float | None = None, seed: int = 0
-) -> tuple[Tensor, ...]:
+) -> tuple[Any, ...]:
     """Finite-difference gradients of ``<v, fn(*inputs)>`` (v: the seeded random cotangent) with
     respect to every input that requires grad and every parameter, as float64 host tensors."""
     inputs = _as_tuple(inputs)
     targets = _targets(inputs, params)
     numeric = _numeric(fn, inputs, targets, seed, eps)
-    return tuple(Tensor(g, dtype="float64") for g in numeric.central)
+    return tuple(
+        t.tensor.constant(backend.asarray(g, dtype="float64"))
+        for t, g in zip(targets, numeric.central)
+    )
 
 
 # ------------------------------------------------------------------------------------ compare
@@ -564,10 +578,7 @@ FORWARD_DIRECTIONS = 2  # random tangent directions per forward check
 def _jvp(fn: Callable, inputs: Sequence[Any], targets: list[_Target], directions: list) -> list:
     """J v by forward mode: every target dual with its direction (in its own dtype), the
     outputs' tangents as host float64 arrays (zeros where an output got none)."""
-    pairs = [
-        (t.tensor, Tensor(d, dtype=backend.dtype_name(t.tensor.dtype), device=t.tensor.device))
-        for t, d in zip(targets, directions)
-    ]
+    pairs = [(t.tensor, _like(t.tensor, d)) for t, d in zip(targets, directions)]
     with forward_ad.tangents_on(pairs) as tangent_of:
         outputs = _outputs(fn(*inputs))
         tangents = [tangent_of(o) for o in outputs]
@@ -684,7 +695,7 @@ def _batched_problem(
     pairs = [(o, c) for o, c in zip(outputs, both) if o.requires_grad]
     if not pairs:
         return []
-    seeds = [Tensor(c, dtype=backend.dtype_name(o.dtype), device=o.device) for o, c in pairs]
+    seeds = [_like(o, c) for o, c in pairs]
     grads = autograd_grad(
         [o for o, _ in pairs], [t.tensor for t in targets], seeds, allow_unused=True
     )
@@ -724,10 +735,7 @@ def gradgradcheck(
     def first_derivative(*args: Any) -> tuple:
         outputs = _outputs(fn(*args))
         cotangents = _cotangents(outputs, seed + 7)
-        seeds = [
-            Tensor(c, dtype=backend.dtype_name(o.dtype), device=o.device)
-            for o, c in zip(outputs, cotangents)
-        ]
+        seeds = [_like(o, c) for o, c in zip(outputs, cotangents)]
         grads = autograd_grad(outputs, tensors, seeds, create_graph=True, allow_unused=True)
         # A gradient without a graph is kept: its (zero) derivative is checked too.
         return tuple(g for g in grads if g is not None)

@@ -1,9 +1,9 @@
 """PyTorch's ``torch.autograd.gradcheck`` module: `gradcheck` and `gradgradcheck` with its
 signatures, over tinyattn's checker (`tinyattn.checking`).
 
-The checker sits above the tensor layer (it makes Tensors for its probes), so this module, a
-door at PyTorch's path inside `autograd`, imports it when called, never at import time: the
-autograd layer still loads without the layers above it. PyTorch's keywords that have no
+The checker is a tool listed after `autograd` (it imports `autograd`'s engine and forward mode,
+and makes its probes through the Tensors it is given), so this module, a door at PyTorch's path
+inside `autograd`, imports it when called, never at import time. PyTorch's keywords that have no
 counterpart here (``nondet_tol``, ``check_undefined_grad``, ``masked`` ...) are accepted and
 ignored where their default is what tinyattn does; ``fast_mode`` is the checker's ``fast``.
 """
