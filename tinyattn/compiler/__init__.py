@@ -13,6 +13,9 @@ it, and ``import tinyattn`` does not load it):
   node of the caller's graph.
 - `replay`: the tape, its shared buffers written in place, and CUDA graphs on a GPU.
 - `replay_kernels`: the out= kernels each recorded op is lowered to.
+- `fusion`: runs of elementwise and row-wise items as one kernel, described as plain data;
+  `fused_runs` calls the kernels, `codegen_cpu` (Numba, with `numba_math`) and `codegen_gpu`
+  (CuPy source) generate them from the description.
 
 What the compiler must see (a side effect, a random draw, an in-place write, a Python value read
 on the host) is declared to the engine in one place: the ``note_*`` and ``replayed_call``

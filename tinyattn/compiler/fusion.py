@@ -15,9 +15,11 @@ from another library): a fused value equals eager's within `tolerance`.
 Which runs fuse: consecutive op entries with one result shape and float dtype (the views a
 replay drops do not interrupt a run), each writing a buffer of its own, on the host. A row-wise
 item (softmax, log-softmax, LayerNorm) ends its run; the elementwise items before it are its
-prologue, computed row by row just before it. An item with an operand that overlaps a buffer
-the run writes, other than as that very buffer, starts a new run: a fused loop reads and writes
-every buffer at one index at a time, which only equal layouts make safe.
+prologue, computed row by row just before it. Cross-entropy is a rows group of its own, over
+its logits' rows, whose kernel also sums the rows' losses into its one result. An item with an
+operand that overlaps a buffer the run writes, other than as that very buffer, starts a new
+run: a fused loop reads and writes every buffer at one index at a time, which only equal
+layouts make safe.
 """
 
 from __future__ import annotations

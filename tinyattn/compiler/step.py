@@ -38,6 +38,9 @@ shapes, so it can be written down once and replayed:
   objects, no graph, no checks; then the gradients, the optimizer, the scheduler. Parameters
   and optimizer state change in place exactly as in eager mode; the returned tensors and
   gradients are copies holding the new values.
+- **Fusing.** Where Numba is installed, each run of elementwise and row-wise ops on the host
+  replays as one kernel generated from the recorded ops (`fusion`), within a stated tolerance
+  of eager instead of bit for bit; ``fuse=False`` replays them one by one.
 - **On a GPU,** each run of array work between Python calls is captured once as a CUDA graph and
   then launched as one (`backend.CudaGraphs`).
 - **A function without its own backward** (``ta.compile(model)``) is recorded with its backward
