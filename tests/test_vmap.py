@@ -319,3 +319,30 @@ def test_custom_functions_batch_by_their_vmap_support_and_keep_gradients(functio
 def test_a_custom_function_without_vmap_support_is_refused_by_name():
     with pytest.raises(RuntimeError, match="_NoVmap.*vmap support"):
         vmap(_NoVmap.apply)(ta.randn(4, 3))
+
+
+def test_a_kernel_by_jvps_of_vjps_in_nested_vmaps_against_torch():
+    """The neural-tangent-kernel recipe by products: vmap(vmap(...)) over two inputs, inside it
+    a vjp, a vmap of its vjp_fn over a basis, and a jvp whose tangent that vmap batches on a
+    primal it does not batch (the tangent's samples align with the batch)."""
+    rng = np.random.default_rng(0)
+    w, x1, x2 = (rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (2, 4), (3, 4)))
+
+    def kernel(lib, fn, F, eye, w, x1, x2):
+        def f(weight, x):
+            return F.linear(x, weight).tanh()
+
+        def per_pair(a, b):
+            _, vjp_fn = fn.vjp(lambda weight: f(weight, a), w)
+
+            def one(vector):
+                (v,) = vjp_fn(vector)
+                return fn.jvp(lambda weight: f(weight, b), (w,), (v,))[1]
+
+            return fn.vmap(one)(eye(3))
+
+        return fn.vmap(fn.vmap(per_pair, (None, 0)), (0, None))(x1, x2)
+
+    got = kernel("ta", ta.func, F, ta.eye, *(ta.tensor(a) for a in (w, x1, x2)))
+    expected = kernel("torch", torch.func, TF, torch.eye, *(torch.tensor(a) for a in (w, x1, x2)))
+    np.testing.assert_allclose(got.detach().numpy(), expected.numpy(), atol=1e-5)

@@ -226,7 +226,7 @@ class _Vmapping(listeners.Listener):
             if type(out.array) is Batched:
                 out._ctx, out.requires_grad = None, False
                 for index, tangent in forward_ad.carried(out.array.value):
-                    forward_ad.carry(out, index, wrap(tangent, out.array.level))
+                    forward_ad.carry(out, index, _renested(tangent, out.array.level))
 
 
 class VmapInfo(NamedTuple):
@@ -267,13 +267,38 @@ def batch_custom(fn: Any, args: tuple, kwargs: dict, level: _Level) -> tuple:
     return tuple(stack(list(column), 0) for column in columns), several
 
 
+def _physical_tangent(tangent: Any, level: _Level) -> Any:
+    """A batched input's tangent as its physical Tensor's at `level` (`_renested` undone): its
+    own physical Tensor there, the same for every sample where it is not batched there, and
+    under an inner vmap's batch dim, level by level. Shapes: *s -> (B_level, *s)."""
+    top = level_of(tangent)
+    if top == level.number:
+        return tangent.array.value
+    if top < level.number:
+        return batching.expanded(tangent, level.size)
+    inner = _physical_tangent(tangent.array.value, level)  # (B_level, B_top, *s) below `top`
+    return wrap(inner.movedim(0, 1), top)
+
+
+def _renested(tangent: Any, level: int) -> Any:
+    """The tangent of a physical result of `level` as the logical result's. A tangent batched by
+    a vmap inside `level`'s (a jvp whose tangents an inner vmap batches, on a primal an outer one
+    batches) has that inner batch dim outermost: it goes back under `level`'s, level by level.
+    Shapes: (B_level, *s) -> *s; an inner level's (B_inner, B_level, *s) -> (B_inner, *s)."""
+    top = level_of(tangent)
+    if top <= level:
+        return wrap(tangent, level)
+    inner = tangent.array.value  # (B_top, B_level, *s), as the levels below `top` see it
+    return wrap(_renested(inner.movedim(1, 0), level), top)
+
+
 def batch_op(cls: type, inputs: tuple, kwargs: dict, level: _Level) -> Any:
     """The op `cls` on `inputs`, some batched at `level`: its rule on the physical Tensors, the
     result wrapped again. Shapes: each batched input (B, ...) -> result (B, ...)."""
     values = [unwrap(t, level.number) for t in inputs]
     batched = tuple(v is not None for v in values)
     values = [t if v is None else v for t, v in zip(inputs, values)]
-    _physical_tangents(inputs, values, batched, level)
+    values, batched = _physical_tangents(inputs, values, batched, level)
     rule = rule_of(cls)
     if rule is None:
         result = loop_fallback(cls, values, batched, kwargs, level)
@@ -294,20 +319,34 @@ def batch_op(cls: type, inputs: tuple, kwargs: dict, level: _Level) -> Any:
     return Batched(result, level.number)
 
 
-def _physical_tangents(inputs: tuple, values: list, batched: tuple, level: _Level) -> None:
+def _physical_tangents(inputs: tuple, values: list, batched: tuple, level: _Level) -> tuple:
     """Forward mode: each batched input's tangents filed on its physical Tensor too, so that
-    the rule's ops carry them (the logical op's jvp never runs: its forward did not)."""
-    for tensor, value, is_batched in zip(inputs, values, batched):
-        if not is_batched:
-            continue
-        for index, tangent in forward_ad.carried(tensor):
-            if forward_ad.tangent_of(value, index) is None:
-                physical = unwrap(tangent, level.number)
-                forward_ad.carry(
-                    value,
-                    index,
-                    physical if physical is not None else batching.expanded(tangent, level.size),
-                )
+    the rule's ops carry them (the logical op's jvp never runs: its forward did not). An input
+    the same for every sample whose tangent varies over the batch (a jvp's tangent batched by
+    this vmap, on a primal it does not batch) takes part as batched, its samples aligned with
+    its tangent's. Returns the (values, batched) the rule gets."""
+    values, flags = list(values), list(batched)
+    for k, tensor in enumerate(inputs):
+        carried = forward_ad.carried(tensor)
+        if not flags[k] and any(_batched_at(t, level.number) for _, t in carried):
+            values[k], flags[k] = batching.expanded(tensor, level.size), True
+            for index, tangent in carried:  # replaces the expand's own (unaligned) tangent
+                forward_ad.carry(values[k], index, _physical_tangent(tangent, level))
+        elif flags[k]:
+            for index, tangent in carried:
+                if forward_ad.tangent_of(values[k], index) is None:
+                    forward_ad.carry(values[k], index, _physical_tangent(tangent, level))
+    return values, tuple(flags)
+
+
+def _batched_at(tensor: Any, number: int) -> bool:
+    """Whether `tensor` is batched at vmap level `number`, at any depth of its nesting."""
+    array = tensor.array
+    while type(array) is Batched:
+        if array.level == number:
+            return True
+        array = array.value.array
+    return False
 
 
 _rules: dict[type, Any] = {}
