@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import backend, ops
 from .fused_runs import arguments, fused_run, over
+from .fused_runs import tolerance as tolerance  # the contract a fused value meets
 
 # Op class -> the item's op name. By class, not by name: a user's Function "Exp" is not ours.
 POINTWISE = {
@@ -57,12 +58,6 @@ ROWWISE[ops.CrossEntropy] = "cross_entropy"  # a row each target, and the loss o
 FLOATS = ("float32", "float64")
 # A group worth a kernel call: two items or more, or one that is many NumPy passes on its own.
 ALONE = {"gelu", "softmax", "log_softmax", "layer_norm", "cross_entropy"}
-
-
-def tolerance(dtype: str) -> float:
-    """The largest difference a fused output may have from eager's, relative to the largest
-    magnitude among eager's values of that output: a few roundings of the dtype."""
-    return 1e-6 if dtype == "float32" else 1e-13
 
 
 @dataclass(frozen=True)
