@@ -68,6 +68,7 @@ def test_a_rank_that_dies_ends_the_job_with_its_error():
     assert time.monotonic() - started < 20
 
 
+@pytest.mark.slow  # waits out a timeout
 @needs_engine
 def test_a_rank_that_hangs_times_the_others_out():
     started = time.monotonic()

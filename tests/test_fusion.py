@@ -209,6 +209,7 @@ def _losses(model: str, steps: int, fuse: bool | None, verify_every: int = 0) ->
     return np.array(losses)
 
 
+@pytest.mark.slow  # trains three models, compiling their kernels
 @needs_numba
 @pytest.mark.parametrize("model", ["small", "bench", "gpt"])
 def test_the_benchmark_models_train_fused_as_eager_within_the_tolerance(model):
@@ -262,6 +263,7 @@ def _char_lstm_losses(compile_step: bool) -> list[float]:
     return char_lstm.train(model, vocab.encode(text), config, quiet=True).losses
 
 
+@pytest.mark.slow  # trains two examples, compiling their kernels
 @needs_numba
 @pytest.mark.parametrize("losses", [_digits_losses, _char_lstm_losses], ids=["digits", "lstm"])
 def test_the_examples_that_compile_train_fused_as_eager(losses, monkeypatch):
@@ -330,6 +332,7 @@ def test_explain_prints_each_group_and_its_generated_code(capsys):
     assert "cupy.ElementwiseKernel(" in gpu and "normcdff(v0)" in gpu
 
 
+@pytest.mark.slow  # two fresh processes importing Numba
 @needs_numba
 def test_kernels_are_cached_on_disk_for_the_next_process(tmp_path):
     """A second process finds the kernel's source and Numba's machine code in the cache."""

@@ -55,6 +55,7 @@ def _census() -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------ flat memory
+@pytest.mark.slow  # 2,000 training steps
 def test_memory_stays_flat_over_2000_training_steps(no_cyclic_gc):
     ta.manual_seed(0)
     model = TinyAttentionModel()
