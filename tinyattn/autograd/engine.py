@@ -42,7 +42,8 @@ def run_backward(
     handed: dict[int, list] = {}  # memory root -> the gradients in it handed to leaves so far
     wanted = None if capture is None else set(capture)
     captured: dict[int, Any] = {}
-    release = not retain_graph and (listeners.active is None or not listeners.active.keeps_graph())
+    watching = listeners.active  # one read: nobody starts listening mid-walk
+    release = not retain_graph and (watching is None or not watching.keeps_graph())
     with set_grad_enabled(create_graph):  # rules record a graph only for higher order
         while ready:
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
@@ -57,8 +58,8 @@ def run_backward(
             if fn._outputs is not None:  # every output of fn waiting now has its complete gradient
                 tensor, grad = _gather(fn, entry, grad, ready, pending, wanted, captured)
             inputs = fn.inputs
-            if listeners.active is not None:  # ta.compile, anomaly mode, ...: usually None
-                input_grads = listeners.active.rule(fn, tensor, grad, _bound(fn, tensor, grad))
+            if watching is not None:  # ta.compile, anomaly mode, ...: usually None
+                input_grads = watching.rule(fn, tensor, grad, _bound(fn, tensor, grad))
             elif fn._versions is None and inputs is not None:
                 input_grads = _run_lent(fn, inputs, tensor, grad)  # nothing to check (common)
             else:
@@ -198,7 +199,9 @@ def _run_lent(fn: Function, inputs: tuple, output: Any, grad: Any) -> tuple:
     """Run fn's rule on `grad` (a list, one per output, for a node with several outputs)."""
     if fn._reads_output or type(grad) is list:
         grads = _run_with_output(fn, output, grad)
-    else:  # a rule that reads no output (`backward_reads`) is lent none (common)
+    elif fn.backward_arrays is None:  # a rule that reads no output is lent none (common)
+        grads = fn.backward(grad)
+    else:
         grads = _rule(fn, grad)
     kind = type(grads)
     if kind is tuple and len(grads) == len(inputs):
