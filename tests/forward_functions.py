@@ -105,3 +105,20 @@ class SinCos(Function):
     def jvp(self, tangent):
         sin, cos = self.output
         return Mul.apply(tangent, cos), Neg.apply(Mul.apply(tangent, sin))
+
+
+def assert_reverse_through_tangent_matches_torch(call, x, v, torch) -> None:
+    """d/dx of sum(J(x) v) by backward through the tangent that `call` (written for either
+    library, `call(lib, x)`) makes from x and the direction v, against PyTorch's."""
+    import tinyattn as ta
+    from tinyattn.autograd import forward_ad
+
+    leaf = ta.tensor(x, requires_grad=True)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(leaf, ta.tensor(v))
+        forward_ad.unpack_dual(call(ta, dual)).tangent.sum().backward()
+    torch_leaf = torch.tensor(x, requires_grad=True)
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(torch_leaf, torch.tensor(v))
+        torch.autograd.forward_ad.unpack_dual(call(torch, dual)).tangent.sum().backward()
+    np.testing.assert_allclose(leaf.grad.numpy(), torch_leaf.grad.numpy(), rtol=1e-10)

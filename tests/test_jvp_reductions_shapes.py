@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from forward_functions import assert_reverse_through_tangent_matches_torch
 
 import tinyattn as ta
 from tinyattn.autograd import forward_ad as fwAD
@@ -165,15 +166,7 @@ def test_reverse_mode_through_a_tangent_matches_pytorch(name, call):
     """d/dx of sum(J(x) v): the jvp rules are Tensor ops, so backward goes through them."""
     x, v = RNG.standard_normal((2, 3, 4))
     x[0, 1] = 0.0  # a zero for prod's rule
-    leaf = ta.tensor(x, requires_grad=True)
-    with fwAD.dual_level():
-        tangent = fwAD.unpack_dual(call(ta, fwAD.make_dual(leaf, ta.tensor(v)))).tangent
-        tangent.sum().backward()
-    torch_leaf = torch.tensor(x, requires_grad=True)
-    with torch_forward_ad.dual_level():
-        dual = torch_forward_ad.make_dual(torch_leaf, torch.tensor(v))
-        torch_forward_ad.unpack_dual(call(torch, dual)).tangent.sum().backward()
-    np.testing.assert_allclose(leaf.grad.numpy(), torch_leaf.grad.numpy(), rtol=1e-10)
+    assert_reverse_through_tangent_matches_torch(call, x, v, torch)
 
 
 SECOND_ORDER = [
