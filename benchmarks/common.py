@@ -127,6 +127,17 @@ def gpt_example(library: str) -> types.ModuleType:
     return module
 
 
+def timed_range(call: Callable[[], object], repeats: int) -> tuple[float, float, float]:
+    """(median, min, max) seconds of `call` over `repeats` calls, after one warm-up call."""
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), min(times), max(times)
+
+
 def median_seconds(run: Callable[[], object], warmup: int, repeats: int) -> float:
     """The median wall time of `run` over `repeats` calls, after `warmup` untimed ones (a
     compiled step records its first two calls)."""

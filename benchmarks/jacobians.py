@@ -11,35 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 import numpy as np
-from common import blas_info, cpu_model  # benchmarks/common.py, beside this script
+from common import machine_report, timed_range  # benchmarks/common.py, beside this script
 
 import tinyattn as ta
 from tinyattn.func import jacfwd, jacrev
 
 SHAPES = ((512, 1), (512, 8), (64, 64), (8, 512))  # (n inputs, m outputs)
-
-
-def _machine() -> str:
-    blas = ", ".join(
-        f"{b['internal_api']} {b['version']} ({b['num_threads']} threads)" for b in blas_info()
-    )
-    load = os.getloadavg()[0]  # other work on the machine slows both columns
-    blas = blas or "unknown (threadpoolctl not installed)"
-    return f"{cpu_model()}; BLAS: {blas}; load average {load:.1f} before the run"
-
-
-def _timed(call, repeats: int) -> tuple[float, float, float]:
-    call()  # warm up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), min(times), max(times)
 
 
 def _mlp(n: int, m: int, hidden: int, rng: np.random.Generator):
@@ -54,7 +33,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"machine: {_machine()}")
+    print("\n".join(machine_report()))
+    print(f"load average {os.getloadavg()[0]:.1f} before the run")
     print(f"f(x) = W2 @ tanh(W1 @ x), hidden {args.hidden}, float64; median (min-max) of calls")
     print("| n inputs | m outputs | jacfwd (n jvps) | jacrev (m vjps) | faster |")
     print("|---:|---:|---:|---:|---|")
@@ -66,7 +46,7 @@ def main() -> None:
         np.testing.assert_allclose(forward.numpy(), reverse.numpy(), rtol=1e-10, atol=1e-12)
         cells, medians = [], []
         for transform in (jacfwd, jacrev):
-            median, low, high = _timed(lambda t=transform, f=f, x=x: t(f)(x), args.repeats)
+            median, low, high = timed_range(lambda t=transform, f=f, x=x: t(f)(x), args.repeats)
             medians.append(median)
             cells.append(f"{median * 1e3:.2f} ms ({low * 1e3:.2f}-{high * 1e3:.2f})")
         winner = "jacfwd" if medians[0] < medians[1] else "jacrev"

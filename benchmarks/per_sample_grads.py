@@ -10,41 +10,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
-import time
 
 import numpy as np
+from common import machine_report, timed_range  # benchmarks/common.py, beside this script
 
 import tinyattn as ta
 import tinyattn.nn.functional as F
 from tinyattn.func import functional_call, grad, vmap
 
 SIZES = (784, 128, 128, 10)  # an MNIST-sized MLP: in, two hidden layers, classes
-
-
-def _machine() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = ", ".join(
-            f"{i['internal_api']} {i.get('version')} ({i['num_threads']} threads)"
-            for i in threadpool_info()
-            if i["user_api"] == "blas"
-        )
-    except ImportError:
-        blas = "unknown (threadpoolctl not installed)"
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; BLAS: {blas}"
-
-
-def _timed(call, repeats: int) -> tuple[float, float, float]:
-    call()  # warm up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), min(times), max(times)
 
 
 def _model(module, rng: np.random.Generator) -> tuple:
@@ -105,7 +79,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"machine: {_machine()}")
+    print("\n".join(machine_report()))
+    print(f"load average {os.getloadavg()[0]:.1f} before the run")
     print(f"MLP {SIZES}, batch {args.batch}, float32; median (min-max) of {args.repeats} calls")
     batched, loop, state = tinyattn_variants(args.batch, rng)
     rows = [("tinyattn vmap(grad)", batched), ("tinyattn loop of grad", loop)]
@@ -116,7 +91,7 @@ def main() -> None:
         print("(PyTorch is not installed: its rows are left out)")
     results = {}
     for name, call in rows:
-        median, low, high = _timed(call, args.repeats)
+        median, low, high = timed_range(call, args.repeats)
         results[name] = (median, call())
         print(f"  {name:24s} {median * 1e3:8.2f} ms  ({low * 1e3:.2f}-{high * 1e3:.2f})")
     ours = results["tinyattn loop of grad"][0] / results["tinyattn vmap(grad)"][0]
