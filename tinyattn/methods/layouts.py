@@ -2,8 +2,10 @@
 
 ``is_sparse`` (False for every Tensor), ``to_sparse()`` (a `tinyattn.sparse.SparseTensor`) and
 ``to_dense()`` (the tensor itself, as PyTorch returns a dense tensor). The sparse layout lives in
-tinyattn/sparse/, above the tensor layer; ``to_sparse`` imports it when called, the one upward
-reference here.
+tinyattn/sparse/layout.py, which, like this module, imports only modules below the tensor layer.
+``to_sparse`` imports it when called rather than here: importing it first runs its package's
+__init__.py (the public constructors, which import tinyattn.tensor, still loading when this
+module is), and ``import tinyattn`` loads the sparse package only on first use.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class LayoutMethods(TensorBase):
                 f"to_sparse(layout={layout!r}): tinyattn has only the sparse COO layout; use "
                 "to_sparse() (or keep the tensor dense)"
             )
-        from ..sparse import from_dense  # noqa: PLC0415  (the layer above; see the docstring)
+        from ..sparse.layout import from_dense  # noqa: PLC0415  (see the module docstring)
 
         return from_dense(self, sparse_dim)
 
