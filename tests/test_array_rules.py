@@ -35,9 +35,14 @@ def _cross_attention(rng, dtype):
 
 # Each builder makes a graph (from a rng and a dtype) with a node of the op somewhere in it.
 BUILDERS: dict[str, list[Callable]] = {
+    "Add": [
+        lambda r, d: _leaf(r, (2, 1, 4), d) + _leaf(r, (3, 1), d),
+        lambda r, d: _leaf(r, (3, 4), d) + _leaf(r, (3, 4), d).detach(),  # one input needs none
+    ],
     "Sub": [lambda r, d: _leaf(r, (2, 1, 4), d) - _leaf(r, (3, 1), d)],
     "Mul": [
         lambda r, d: _leaf(r, (2, 1, 4), d) * _leaf(r, (3, 1), d),
+        lambda r, d: _leaf(r, (), d) * _leaf(r, (), d),  # 0-d: NumPy's products are scalars
         lambda r, d: _leaf(r, (3,), d) * ta.tensor(np.arange(3)),  # int operand: declines
     ],
     "Neg": [lambda r, d: -_leaf(r, (3, 4), d)],
@@ -80,7 +85,7 @@ BUILDERS: dict[str, list[Callable]] = {
 
 # The cases whose array form declines (returns None), so that the engine runs the Tensor rule: a
 # product of an int and a float tensor (PyTorch's promotion), a 1-D operand of a stacked product.
-DECLINED = {("Mul", 1), ("MatMul", 1)}
+DECLINED = {("Mul", 2), ("MatMul", 1)}
 
 
 def _declaring() -> set[type]:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
+from tinyattn.backend import windows
 
 BASE = np.array([[0.5, -1.5, 2.0], [3.0, -0.25, 1.0]])
 
@@ -484,20 +485,19 @@ def test_leaves_sharing_one_gradient_array_each_write_only_their_own(device, joi
 
 
 def test_memory_extent_is_the_span_of_bytes_a_view_reaches(device):
-    """`backend.memory_extent`: [first byte, end) from pointer, shape and strides, for arrays,
+    """`windows.extent`: [first byte, end) from pointer, shape and strides, for arrays,
     their views (row blocks, strided and reversed ones), empty ones and NumPy scalars."""
-    from tinyattn import backend
 
     base = ta.zeros(4, 6, dtype="float32", device=device).array
-    start, end = backend.memory_extent(base)
+    start, end = windows.extent(base)
     assert end - start == 4 * 6 * 4
-    top, bottom = backend.memory_extent(base[:2, :]), backend.memory_extent(base[2:, :])
+    top, bottom = windows.extent(base[:2, :]), windows.extent(base[2:, :])
     assert top == (start, start + 48) and bottom == (start + 48, end)  # disjoint row blocks
-    assert backend.memory_extent(base[:, ::2]) == (start, end - 4)  # interleaved: they meet
-    assert backend.memory_extent(base[::-1, :]) == (start, end)
-    assert backend.memory_extent(base[:0, :])[0] == backend.memory_extent(base[:0, :])[1]
+    assert windows.extent(base[:, ::2]) == (start, end - 4)  # interleaved: they meet
+    assert windows.extent(base[::-1, :]) == (start, end)
+    assert windows.extent(base[:0, :])[0] == windows.extent(base[:0, :])[1]
     scalar = np.float32(2.0)
-    low, high = backend.memory_extent(scalar)
+    low, high = windows.extent(scalar)
     assert high - low == 4
 
 

@@ -75,7 +75,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         file.write(b"PK\x03\x04 half a zip")
         raise OSError("disk full")
 
-    monkeypatch.setattr(backend, "save_npz", explode)
+    monkeypatch.setattr(backend.files, "save_npz", explode)
     with pytest.raises(OSError, match="disk full"):
         ta.save({"w": ta.zeros(3)}, path)
     monkeypatch.undo()

@@ -564,3 +564,20 @@ def test_float32_optimizers_are_unchanged_by_the_float16_rule():
             optimizer.step()
         results.append(param.detach().numpy())
     assert np.array_equal(results[0], results[1])
+
+
+def test_a_root_gradient_of_another_dtype_is_cast_to_the_roots(device):
+    """backward(g) with g in another float dtype: cast to the root's dtype, as PyTorch's engine
+    casts it, for a leaf root (whose .grad it becomes) and through a graph alike."""
+    given = ta.tensor([1.0, 2.0, 3.0], dtype="float64", device=device)
+    leaf = ta.ones(3, requires_grad=True, device=device)
+    leaf.backward(given)
+    through = ta.ones(3, requires_grad=True, device=device)
+    (through * 2.0).backward(given)
+    for x, scale in ((leaf, 1.0), (through, 2.0)):
+        assert x.grad.numpy().dtype == np.float32
+        np.testing.assert_array_equal(x.grad.numpy(), scale * np.array([1.0, 2.0, 3.0]))
+    torch = _torch()
+    theirs = torch.ones(3, requires_grad=True)
+    theirs.backward(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
+    assert theirs.grad.dtype == torch.float32

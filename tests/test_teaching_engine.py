@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import operator
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,3 +251,46 @@ def test_autograd_page_includes_run_backward_whole():
     whole = (str(walk.lineno), str(sends.end_lineno))
     assert included == [whole], f'include it as --8<-- "{path}:{whole[0]}:{whole[1]}"'
     assert '--8<-- "tinyattn/teaching/engine.py"' in page.splitlines()
+
+
+# The learner's path: what `c = a * b + a; c.backward()` runs of tinyattn, traced in a fresh
+# process after one warm-up call (the first may import or cache). docs/reading-the-code.md
+# states the limits; the machinery nobody uses here (the compiler, the backward page, grad mode's
+# per-thread bookkeeping, hooks, anomaly mode) must stay off it.
+LEARNER_PATH = r"""
+import json, os, sys
+import tinyattn as ta
+a = ta.tensor(2.0, dtype=ta.float64, requires_grad=True)
+b = ta.tensor(3.0, dtype=ta.float64, requires_grad=True)
+c = a * b + a
+c.backward()
+a.grad = None; b.grad = None
+package = os.path.dirname(os.path.realpath(ta.__file__)) + os.sep
+files, functions, lines = set(), set(), set()
+def tracer(frame, event, arg):
+    path = os.path.realpath(frame.f_code.co_filename)
+    if path.startswith(package):
+        name = os.path.relpath(path, package)
+        files.add(name)
+        functions.add((name, frame.f_code.co_firstlineno))
+        if event == "line":
+            lines.add((name, frame.f_lineno))
+    return tracer
+sys.settrace(tracer)
+c = a * b + a
+c.backward()
+sys.settrace(None)
+assert (a.grad.item(), b.grad.item()) == (4.0, 2.0)
+print(json.dumps([sorted(files), len(functions), len(lines)]))
+"""
+
+
+def test_the_learners_path_is_short():
+    """At most 6 files, 26 functions and 130 distinct lines, none of them the machinery's."""
+    run = subprocess.run(
+        [sys.executable, "-c", LEARNER_PATH], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    files, functions, lines = json.loads(run.stdout)
+    assert len(files) <= 6 and functions <= 26 and lines <= 130, (files, functions, lines)
+    machinery = ("compiler", "viz", "grad_mode", "hooks", "recording", "listeners", "forward_ad")
+    assert not [f for f in files if any(part in f for part in machinery)], files

@@ -27,11 +27,14 @@ from .autograd import (
     default_root_grad,
     note_created,
     note_grad_set,
+    recording,
     run_backward,
 )
 from .methods.arithmetic import ArithmeticMethods
 from .methods.common import (
     HOST_ARRAY,
+    HOST_FLOATS,
+    HOST_TYPES,
     SCALARS,
     by_mask,
     check_integral,
@@ -101,7 +104,14 @@ def _binary_method(spec: Binary, name: str, reverse: bool = False) -> Callable:
     sign = -1 if spec.negate_scalar and not reverse else 1
 
     def method(self: Tensor, other: Any) -> Tensor:
-        if scalar is not None and type(other) in SCALARS and is_float(self.array):
+        if isinstance(other, Tensor) and not reverse:
+            x, y = self.array, other.array
+            # Two host float tensors of one dtype and shape: nothing to promote, broadcast or
+            # move, so the op applies at once (the common case); `_binary` has the rules.
+            if type(x) in HOST_TYPES and type(y) in HOST_TYPES and x.dtype is y.dtype:
+                if x.shape == y.shape and x.dtype in HOST_FLOATS:
+                    return function.apply(self, other)
+        elif scalar is not None and type(other) in SCALARS and is_float(self.array):
             return scalar.apply(self, c=sign * other)
         return self._binary(function, other, op, reverse)
 
@@ -219,11 +229,9 @@ class Tensor(
         """
         out = Tensor.__new__(Tensor)
         out.array = data
-        out._grad = None
         out._ctx = ctx
-        out._hooks = None
+        out._grad = out._hooks = out._view = out._rebased = None
         out._version_counter = [0]
-        out._view = out._rebased = None
         out.requires_grad = ctx is not None
         return out
 
@@ -254,7 +262,8 @@ class Tensor(
             and value.array.dtype == self.array.dtype
         ):  # NumPy gradients from the engine pass the quick test above; the rest is checked
             _check_assigned_grad(self, value)
-        note_grad_set(self)
+        if recording.recorder is not None:  # ta.compile records a step's .grad assignments
+            note_grad_set(self)
         self._grad = value
 
     @property
@@ -265,10 +274,6 @@ class Tensor(
     def constant(self, array: Any) -> Tensor:
         """Wrap an array as a constant (no grad) Tensor; used by backward rules."""
         return Tensor._from_op(array, None)
-
-    def _ones_like_constant(self) -> Tensor:
-        xp = backend.namespace(self.array)
-        return self.constant(xp.ones(self.shape, dtype=self.array.dtype, device=self.array.device))
 
     # ------------------------------------------------------------------------------- properties
     @property
@@ -368,9 +373,7 @@ class Tensor(
         `grad` may be omitted for a one-element tensor. The graph is freed afterwards unless
         ``retain_graph=True``; ``create_graph=True`` records the backward pass for higher order.
         """
-        seed = default_root_grad(self, grad, "backward")
-        retain = create_graph if retain_graph is None else retain_graph
-        run_backward([self], [seed], retain, create_graph)
+        run_backward([self], [default_root_grad(self, grad)], retain_graph, create_graph)
 
     def retain_grad(self) -> None:
         """Keep this non-leaf tensor's gradient in ``.grad`` during backward, as a leaf's is

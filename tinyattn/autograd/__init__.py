@@ -96,12 +96,11 @@ def backward(
             f"backward: got {len(given)} gradients for {len(roots)} tensors; give one per tensor"
         )
     seeds = [default_root_grad(t, g, "backward") for t, g in zip(roots, given)]
-    retain = create_graph if retain_graph is None else retain_graph
     if inputs is None:
-        run_backward(roots, seeds, retain, create_graph)
+        run_backward(roots, seeds, retain_graph, create_graph)
         return
     inputs = list(inputs) if isinstance(inputs, list | tuple) else [inputs]
-    found = run_backward(roots, seeds, retain, create_graph, capture=inputs)
+    found = run_backward(roots, seeds, retain_graph, create_graph, capture=set(inputs))
     for tensor in inputs:
         gradient = found.get(id(tensor))
         if gradient is not None:

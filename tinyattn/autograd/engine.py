@@ -12,62 +12,67 @@ make their ops' array calls directly (`rules_on_arrays`).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from .. import backend
-from ..errors import TinyattnError, freed_graph_message
+from ..errors import TinyattnError
 from . import function, grad_mode, hooks, listeners
 from .function import Function, rules_on_arrays
 from .grad_mode import set_grad_enabled
 from .hooks import RETAIN_GRAD, _check_hook_result
-from .saved_values import check_versions
+from .saved_values import check_runnable
 
 
 def run_backward(
     roots: Sequence[Any],
     root_grads: Sequence[Any],
-    retain_graph: bool,
+    retain_graph: bool | None,
     create_graph: bool,
-    capture: Sequence[Any] | None = None,
+    capture: set | None = None,
 ) -> dict[int, Any]:
     """Propagate `root_grads` from `roots` back through the graph, newest node first.
 
     With ``capture=None`` leaf gradients accumulate into ``.grad``; otherwise the gradients of the
-    tensors in `capture` are returned by ``id`` and no ``.grad`` is touched (``tinyattn.grad``).
+    tensors in the set `capture` are returned by ``id`` and no ``.grad`` is touched
+    (``tinyattn.grad``). The graph is released unless `retain_graph` (None: as `create_graph`).
     Listeners (`listeners`) see each rule run, and each leaf's ``.grad`` set.
     """
-    pending, leaves, ready = _seeded(roots, root_grads)
-    early = hooks.early_leaves(roots, capture)  # leaves with post-accumulate hooks, if any
-    handed: dict[int, list] = {}  # memory root -> the gradients in it handed to leaves so far
-    wanted = None if capture is None else set(capture)
-    captured: dict[int, Any] = {}
     watching = listeners.active  # one read: nobody starts listening mid-walk
-    release = not retain_graph and (watching is None or not watching.keeps_graph())
-    with set_grad_enabled(create_graph):  # rules record a graph only for higher order
+    # Where no graph is built and nobody watches, a rule with an array form (`_rule`) runs
+    # on arrays and records nothing; grad mode goes off only for the first rule or hook that
+    # uses Tensor ops (`modes`), so a walk of array rules never touches the per-thread mode.
+    arrays = not create_graph and watching is None
+    pending, leaves, ready = {}, {}, []
+    for root, grad in zip(roots, root_grads):
+        _send(root, grad, pending, leaves, ready, arrays)
+    early = hooks.early_leaves(roots, capture) if hooks.live[0] else None
+    captured, handed = {}, {}  # grad()'s results by id; memory root -> gradients handed to leaves
+    retain = create_graph if retain_graph is None else retain_graph
+    release = not retain and (watching is None or not watching.keeps_graph())
+    modes = [] if arrays else [set_grad_enabled(create_graph)]  # rules record for higher order
+    try:
         while ready:
             # The newest tensor waiting: its consumers are all newer, so its gradient is complete.
             entry = heapq.heappop(ready)
             if early:  # leaves every reader of which has run get their .grad now
-                _deliver_early(early.due(-entry[0]), leaves, wanted, captured, handed)
+                due = early.due(-entry[0])
+                _deliver_early(due, leaves, capture, captured, handed, create_graph, watching)
             tensor = entry[-1]
             grad = pending.pop(tensor)
-            if wanted is not None or tensor._hooks:
-                grad = _received(tensor, grad, wanted, captured)
             fn = tensor._ctx
-            if fn._outputs is not None:  # every output of fn waiting now has its complete gradient
-                tensor, grad = _gather(fn, entry, grad, ready, pending, wanted, captured)
-            inputs = fn.inputs
-            if watching is not None:  # ta.compile, anomaly mode, ...: usually None
-                input_grads = watching.rule(fn, tensor, grad, _bound(fn, tensor, grad))
-            elif fn._versions is None and inputs is not None:
-                input_grads = _run_lent(fn, inputs, tensor, grad)  # nothing to check (common)
-            else:
-                input_grads = _call_backward(fn, tensor, grad)
-            _pass_on(fn, inputs, input_grads, pending, leaves, ready)
+            if capture is not None or tensor._hooks or fn._outputs is not None:
+                _in_grad_mode(modes, create_graph)  # hooks run in the rules' grad mode
+                tensor, grad = _received(fn, entry, tensor, grad, ready, pending, capture, captured)
+            input_grads = _rule(fn, tensor, grad, arrays, watching, modes, create_graph)
+            _pass_on(fn, fn.inputs, input_grads, pending, leaves, ready, arrays)
             if release:
                 fn.release()
-        _deliver(leaves, wanted, captured, handed)
+        _deliver(leaves, capture, captured, handed, create_graph, watching)
+    finally:
+        for mode in modes:
+            mode.__exit__()
     return captured
 
 
@@ -78,40 +83,56 @@ def _pass_on(
     pending: dict,
     leaves: dict,
     ready: list,
+    arrays: bool,
 ) -> None:
-    """Send each input of `fn` its gradient from `fn`'s rule: checked when it is not a Tensor of
-    the input's shape and dtype, then summed into `pending` (or a leaf's total) by `_send`."""
+    """Send each input of `fn` its gradient from `fn`'s rule (a Tensor, or an array rule's
+    array): checked when it is not of the input's shape and dtype, then summed into `pending`
+    (or a leaf's total) by `_send`."""
     for position, parent in enumerate(inputs):
         if parent._rebased is not None:  # written in place after fn read it
             parent = _as_of(parent, fn._seq)
-        parent_grad = input_grads[position]
-        if parent_grad is None or not parent.requires_grad:
+        grad = input_grads[position]
+        if grad is None or not parent.requires_grad:
             continue
-        array = parent_grad.array if hasattr(parent_grad, "_ctx") else None
-        like = parent.array
-        # A Tensor of the input's shape and dtype passes on unchecked (common).
-        if array is None or array.shape != like.shape or array.dtype is not like.dtype:
-            parent_grad = _checked(fn, position, parent, parent_grad)
-        producer = parent._ctx
-        if producer is None or producer._outputs is not None or parent in pending:
-            _send(parent, parent_grad, pending, leaves, ready)
-        else:  # `_send`'s common case: a one-output node's first gradient, without the call
-            pending[parent] = parent_grad
-            heapq.heappush(ready, (-producer._seq, parent))
+        if not hasattr(grad, "_ctx"):  # an array rule's array: a constant Tensor
+            grad = function._wrap(grad, None)
+        if grad.array.shape != parent.array.shape or grad.array.dtype is not parent.array.dtype:
+            grad = _checked(fn, position, parent, grad)
+        _send(parent, grad, pending, leaves, ready, arrays)
 
 
-def _seeded(roots: Sequence[Any], root_grads: Sequence[Any]) -> tuple[dict, dict, list]:
-    """The walk's state with the roots' gradients sent: `pending` (a non-leaf tensor -> the sum
-    of the gradients it has received so far), `leaves` (a leaf -> its summed gradient, delivered
-    at the end) and `ready`, a heap of (-creation number, tensor) for the tensors in `pending`
-    (for an output of a node with several outputs (-creation number, its position, tensor), so
-    that they pop together)."""
-    pending: dict = {}
-    leaves: dict = {}
-    ready: list = []
-    for root, grad in zip(roots, root_grads):
-        _send(root, grad, pending, leaves, ready)
-    return pending, leaves, ready
+def _rule(
+    fn: Function,
+    output: Any,
+    grad: Any,
+    arrays: bool,
+    watching: Any,
+    modes: list,
+    create_graph: bool,
+) -> tuple:
+    """fn's rule on the gradient of its output: its array form (`Function.backward_arrays`, one
+    array or None per input) where `arrays` allows it and the op declares one that applies; else
+    the rule itself, with Tensor ops, in the walk's grad mode (`_call_backward`), or run by the
+    listener `watching`."""
+    if arrays and fn.backward_arrays is not None and type(grad) is not list:
+        if fn.inputs is None or fn._versions is not None:
+            check_runnable(fn, output)
+        if not fn._reads_output:
+            found = fn.backward_arrays(grad.array)
+        else:
+            found = _run_with_output(fn, output, grad, fn.backward_arrays)
+        if found is not None:
+            return found
+    _in_grad_mode(modes, create_graph)
+    if watching is None:
+        return _call_backward(fn, output, grad)
+    return watching.rule(fn, output, grad, _bound(fn, output, grad))  # ta.compile, anomaly mode
+
+
+def _in_grad_mode(modes: list, create_graph: bool) -> None:
+    """Turn grad mode to `create_graph` for the rest of the walk, if not done yet (`modes`)."""
+    if not modes:
+        modes.append(set_grad_enabled(create_graph))
 
 
 def _as_of(tensor: Any, seq: int) -> Any:
@@ -130,30 +151,50 @@ def input_as_read(fn: Function, position: int) -> Any:
     return tensor if tensor._rebased is None else _as_of(tensor, fn._seq)
 
 
-def _sum(total: Any, grad: Any) -> Any:
-    """total + grad (alike: `_checked`), as arrays where no graph needs Add: the same sum."""
-    return function._wrap(total.array + grad.array, None) if rules_on_arrays() else total + grad
-
-
-def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list) -> None:
-    """Add one gradient to what `tensor` has received; a tensor's first one queues it."""
-    if tensor._ctx is None:
-        previous = leaves.get(tensor)
-        leaves[tensor] = grad if previous is None else _sum(previous, grad)
-    elif tensor in pending:
-        pending[tensor] = _sum(pending[tensor], grad)
+def _send(tensor: Any, grad: Any, pending: dict, leaves: dict, ready: list, arrays: bool) -> None:
+    """Add one gradient to what `tensor` has received; a tensor's first one queues it.
+    `pending`: a non-leaf tensor -> the sum of its gradients so far; `leaves`: a leaf -> its
+    sum, delivered at the end; `ready`: a heap of (-creation number, tensor) for the tensors in
+    `pending` ((-creation number, its position, tensor) for an output of a node with several,
+    so that they pop together; creation numbers are unique, so two tensors are never compared)."""
+    fn = tensor._ctx
+    received = leaves if fn is None else pending
+    total = received.get(tensor)
+    if total is None:
+        received[tensor] = grad
+        if fn is not None:
+            heapq.heappush(ready, (-fn._seq, tensor) if fn._outputs is None else _entry(fn, tensor))
+    elif arrays or rules_on_arrays():  # a sum of arrays where no graph needs Add: the same bits
+        received[tensor] = function._wrap(total.array + grad.array, None)
     else:
-        pending[tensor] = grad
-        fn = tensor._ctx
-        # Creation numbers are unique, and outputs of one node differ in position, so two
-        # tensors are never compared.
-        if fn._outputs is None:
-            heapq.heappush(ready, (-fn._seq, tensor))
-        else:
-            heapq.heappush(ready, (-fn._seq, fn._outputs.position(tensor), tensor))
+        received[tensor] = total + grad
 
 
-def _received(tensor: Any, grad: Any, wanted: set | None, captured: dict) -> Any:
+def _entry(fn: Function, tensor: Any) -> tuple:
+    """The heap entry of an output of a node with several: (-creation number, position, it)."""
+    return (-fn._seq, fn._outputs.position(tensor), tensor)
+
+
+def _received(
+    fn: Function,
+    entry: tuple,
+    tensor: Any,
+    grad: Any,
+    ready: list,
+    pending: dict,
+    wanted: set | None,
+    captured: dict,
+) -> tuple:
+    """(tensor, gradient) for fn's rule, after the tensor's hooks, kept where retain_grad or
+    grad() asks; for a node with several outputs, (outputs, gradients) (`_gather`)."""
+    if wanted is not None or tensor._hooks:
+        grad = _kept(tensor, grad, wanted, captured)
+    if fn._outputs is None:
+        return tensor, grad
+    return _gather(fn, entry, grad, ready, pending, wanted, captured)
+
+
+def _kept(tensor: Any, grad: Any, wanted: set | None, captured: dict) -> Any:
     """`tensor`'s complete gradient after its hooks, kept where retain_grad or grad() asks."""
     if tensor._hooks:
         grad = _run_hooks(tensor, grad)
@@ -172,7 +213,7 @@ def _gather(fn: Function, entry: tuple, grad: Any, ready: list, pending: dict, *
     grads[entry[1]] = grad
     while ready and ready[0][0] == entry[0]:
         _, position, tensor = heapq.heappop(ready)
-        grads[position] = _received(tensor, pending.pop(tensor), *rest)
+        grads[position] = _kept(tensor, pending.pop(tensor), *rest)
     xp = backend.namespace(grad.array)
     for k, shape in enumerate(known.shapes):
         if grads[k] is None:
@@ -183,10 +224,8 @@ def _gather(fn: Function, entry: tuple, grad: Any, ready: list, pending: dict, *
 
 def _call_backward(fn: Function, output: Any, grad: Any) -> tuple:
     """Run fn's backward rule on the output's gradient: one gradient (or None) per input."""
-    if fn.inputs is None:
-        raise RuntimeError(freed_graph_message(fn.name))
-    if fn._versions is not None:
-        check_versions(fn, output)
+    if fn.inputs is None or fn._versions is not None:
+        check_runnable(fn, output)
     return _run_lent(fn, fn.inputs, output, grad)
 
 
@@ -202,7 +241,7 @@ def _run_lent(fn: Function, inputs: tuple, output: Any, grad: Any) -> tuple:
     elif fn.backward_arrays is None:  # a rule that reads no output is lent none (common)
         grads = fn.backward(grad)
     else:
-        grads = _rule(fn, grad)
+        grads = _either_form(fn, grad)
     kind = type(grads)
     if kind is tuple and len(grads) == len(inputs):
         return grads
@@ -211,18 +250,21 @@ def _run_lent(fn: Function, inputs: tuple, output: Any, grad: Any) -> tuple:
     return _as_gradient_tuple(fn, grads)
 
 
-def _run_with_output(fn: Function, output: Any, grad: Any) -> Any:
-    """The rule's result, with ``fn.output`` set for the call."""
+def _run_with_output(fn: Function, output: Any, grad: Any, on_arrays: Any = None) -> Any:
+    """The rule's result (or `on_arrays`'s, on the gradient's array), with ``fn.output`` set
+    for the call."""
     fn.output = output  # lent to the rule for this call only: no lasting cycle
     try:
+        if on_arrays is not None:
+            return on_arrays(grad.array)
         if type(grad) is list:  # several outputs (`_gather`): one gradient each
             return fn.backward(*grad)
-        return _rule(fn, grad)
+        return _either_form(fn, grad)
     finally:
         fn.output = None
 
 
-def _rule(fn: Function, grad: Any) -> Any:
+def _either_form(fn: Function, grad: Any) -> Any:
     """fn's backward rule on `grad`: its array form (`Function.backward_arrays`) where the op
     declares one and no graph is built, which makes the same array calls without a Tensor op's
     dispatch each, else the rule itself."""
@@ -268,50 +310,62 @@ def _deliver_early(due: list, leaves: dict, *rest: Any) -> None:
     _deliver({leaf: leaves.pop(leaf) for leaf in due if leaf in leaves}, *rest)
 
 
-def _deliver(leaves: dict, wanted: set | None, captured: dict, handed: dict) -> None:
+def _deliver(
+    leaves: dict,
+    wanted: set | None,
+    captured: dict,
+    handed: dict,
+    create_graph: bool,
+    watching: Any,
+) -> None:
     """Hand the leaves their summed gradients: into ``.grad``, or into `captured` for grad().
-    `handed`: memory root -> the gradients in it handed to leaves so far in this backward."""
+    `handed`: memory root -> the gradients in it handed to leaves so far in this backward;
+    `watching`: the walk's listener."""
     for leaf, grad in leaves.items():
-        if leaf._hooks:
+        if leaf._hooks or wanted is not None or watching is not None:
+            _deliver_one(leaf, grad, wanted, captured, handed, create_graph)
+        else:  # checked on the way here, so not through the .grad setter's checks (common)
+            leaf._grad = _accumulated(leaf, grad, handed)
+
+
+def _deliver_one(
+    leaf: Any, grad: Any, wanted: set | None, captured: dict, handed: dict, create_graph: bool
+) -> None:
+    """`_deliver` to a leaf with hooks, for grad(), or while a listener watches."""
+    if leaf._hooks:
+        with set_grad_enabled(create_graph):  # hooks run in the rules' grad mode
             grad = _run_hooks(leaf, grad)
-        if wanted is not None:
-            if leaf in wanted:
-                captured[id(leaf)] = grad
-            continue
-        if listeners.active is None:
-            _accumulate(leaf, grad, handed)
-        else:  # a recording notes the .grad it reads and sets
-            listeners.active.deliver(leaf, lambda: _accumulate(leaf, grad, handed))  # noqa: B023
-        if leaf._hooks:
+    if wanted is not None:
+        if leaf in wanted:
+            captured[id(leaf)] = grad
+        return
+    if listeners.active is None:
+        leaf.grad = _accumulated(leaf, grad, handed)
+    else:  # a recording notes the .grad it reads and sets
+        listeners.active.deliver(leaf, lambda: _set_grad(leaf, _accumulated(leaf, grad, handed)))
+    if leaf._hooks:
+        with set_grad_enabled(create_graph):
             hooks.run_post_accumulate(leaf)
 
 
-def _accumulate(leaf: Any, grad: Any, handed: dict) -> None:
-    """leaf.grad = grad, or leaf.grad + grad when it has one (PyTorch's accumulation)."""
-    leaf.grad = _own_memory(grad, handed) if leaf.grad is None else leaf.grad + grad
+def _set_grad(leaf: Any, grad: Any) -> None:
+    """leaf.grad = grad, through the setter (a recording notes the assignment)."""
+    leaf.grad = grad
 
 
-def _own_memory(grad: Any, handed: dict) -> Any:
-    """`grad`, or a copy of it, holding memory no other leaf's new .grad reaches, that it can
-    write: as in PyTorch, where a hand-written SGD loop's p.grad.zero_() must not zero another
-    leaf's gradient too. Gradients may share memory (Add hands one gradient to both its
-    inputs; the blocks of a stacked weight's gradient are views of one array, which is fine
-    as long as they do not overlap), and a sum's gradient is a broadcast view, copied here as
-    PyTorch copies an expanded one. (A sum below is a new array anyway.)"""
-    root = backend.storage_root(grad.array)
-    if backend.repeats_or_is_read_only(grad.array) or _overlaps(grad.array, handed.get(root)):
-        grad = grad.clone()
-        root = backend.storage_root(grad.array)
-    handed.setdefault(root, []).append(grad.array)
-    return grad
+def _accumulated(leaf: Any, grad: Any, handed: dict) -> Any:
+    """The leaf's new .grad: grad, or leaf.grad + grad when it has one (PyTorch's accumulation).
 
-
-def _overlaps(array: Any, others: list | None) -> bool:
-    """Whether `array` reaches a byte that one of `others` (arrays of its memory) reaches."""
-    if not others:  # the common case: the first gradient in this memory, no extent needed
-        return False
-    low, high = backend.memory_extent(array)
-    return any(low < end and start < high for start, end in map(backend.memory_extent, others))
+    A new ``.grad`` holds memory that no other leaf's new ``.grad`` reaches and that can be
+    written (`backend.own_memory`), as in PyTorch, where a hand-written SGD loop's
+    ``p.grad.zero_()`` must not zero another leaf's gradient too: Add hands one gradient to
+    both its inputs, and a sum's gradient is a broadcast view (PyTorch copies an expanded one)."""
+    if leaf._grad is not None:
+        return leaf._grad + grad
+    array = backend.own_memory(grad.array, handed)
+    if array is grad.array:
+        return grad
+    return grad.clone() if grad.requires_grad else function._wrap(array, None)  # a copy
 
 
 def _run_hooks(tensor: Any, grad: Any) -> Any:
@@ -355,8 +409,7 @@ def grad(
                 f"grad: input {position} (shape {tensor.shape}) does not require grad"
             )
     seeds = [default_root_grad(out, g, "grad") for out, g in zip(outputs, grad_outputs)]
-    retain = create_graph if retain_graph is None else retain_graph
-    captured = run_backward(outputs, seeds, retain, create_graph, capture=inputs)
+    captured = run_backward(outputs, seeds, retain_graph, create_graph, capture=set(inputs))
     results = []
     for position, tensor in enumerate(inputs):
         found = captured.get(id(tensor))
@@ -369,21 +422,21 @@ def grad(
     return tuple(results)
 
 
-def default_root_grad(output: Any, given: Any, caller: str) -> Any:
+def default_root_grad(output: Any, given: Any, caller: str = "backward") -> Any:
     """The seed gradient of a root: ones for a one-element output, else it must be given."""
+    if given is None and output.requires_grad and math.prod(output.array.shape) == 1:  # common
+        return function._wrap(backend.namespace(output.array).ones_like(output.array), None)
     if not output.requires_grad:
         raise RuntimeError(
             f"{caller}: the tensor (shape {output.shape}) does not require grad and has no graph; "
             "did you create it under no_grad, detach it, or forget requires_grad=True?"
         )
     if given is None:
-        if output.numel() != 1:
-            raise RuntimeError(
-                f"{caller}: the output has shape {output.shape}; backward without a gradient is "
-                "only defined for a single-element output. Reduce it (e.g. .sum()) or pass a "
-                "gradient of the same shape."
-            )
-        return output._ones_like_constant()
+        raise RuntimeError(
+            f"{caller}: the output has shape {output.shape}; backward without a gradient is "
+            "only defined for a single-element output. Reduce it (e.g. .sum()) or pass a "
+            "gradient of the same shape."
+        )
     if not hasattr(given, "_ctx"):  # a list or an array: a constant on the output's device
         given = type(output)._from_op(backend.asarray(given, device=output.device), None)
     elif not isinstance(given, type(output)):
@@ -397,6 +450,8 @@ def default_root_grad(output: Any, given: Any, caller: str) -> Any:
             f"{caller}: gradient on device '{given.device}' given for an output on device "
             f"'{output.device}'; move it with .to(device)"
         )
+    if given.dtype != output.dtype:  # cast to the output's dtype, as PyTorch's engine does
+        given = given.to(output.dtype)
     return given
 
 

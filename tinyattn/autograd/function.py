@@ -32,8 +32,8 @@ class Function(torch_protocol.ContextMethods):
     Subclasses implement ``forward(self, *arrays, **kwargs) -> array`` on raw arrays and
     ``backward(self, grad) -> Tensor | tuple`` with Tensor operations (one gradient per input,
     ``None`` for inputs that need none). Inside backward, ``self.inputs`` are the input Tensors,
-    ``self.output`` is the output Tensor (None for a rule whose ``backward_reads`` leaves it
-    out), and ``self.saved_tensors`` what forward saved.
+    ``self.output`` is the output Tensor (None for a rule whose ``backward_reads`` or
+    ``grad_reads`` leaves it out), and ``self.saved_tensors`` what forward saved.
     Apply with ``MyOp.apply(*tensors, **kwargs)``: the keyword arguments (constants such as a
     scale or an axis) go to ``forward``, which keeps what backward needs on ``self``. apply
     creates the instance without calling ``__init__``, so defining ``__init__`` is an error.
@@ -95,7 +95,6 @@ class Function(torch_protocol.ContextMethods):
     _all_reads: tuple | None = None  # grad_reads' union, for the common case (set per subclass)
     _ctx_protocol = False  # PyTorch's protocol: forward is a staticmethod taking ctx
     _checks_versions = True  # backward_reads or grad_reads name a value (set per subclass)
-    _plain = False  # neither shares_storage nor _checks_versions: apply's short path
     _saves = False  # set on the class by save_for_backward: some node of it saved values
     # An op may declare its rule's array form beside its backward: ``backward_arrays(self, g)``
     # takes the output's gradient as an array and returns one array (or None) per input, the
@@ -130,9 +129,9 @@ class Function(torch_protocol.ContextMethods):
         if cls.grad_reads is not None:  # what the rule reads when every input needs a gradient
             union = set().union(*cls.grad_reads)
             cls._all_reads = (sorted(p for p in union if p != "output"), "output" in union)
+            cls._reads_output = "output" in union  # no rule reads it: it is not lent
             cls._reads_by_need = {}  # the same for each pattern of inputs needing a gradient
         cls._checks_versions = bool(cls.backward_reads) or cls.grad_reads is not None
-        cls._plain = not cls.shares_storage and not cls._checks_versions
         if torch_protocol.is_ctx_protocol(cls):
             torch_protocol.adopt(cls)
             if "apply" not in vars(cls):  # PyTorch's door: apply runs the static forward
@@ -161,30 +160,29 @@ class Function(torch_protocol.ContextMethods):
         watching = listeners.active  # ta.compile, anomaly mode, forward AD, ...: usually None
         if watching is not None:
             data = watching.forward(fn, inputs, kwargs, lambda: _forward(fn, inputs, kwargs))
-        elif len(inputs) == 1:  # the common unary case, without building an argument list
+        elif len(inputs) == 2:  # the common cases without building an argument list
+            data = fn.forward(inputs[0].array, inputs[1].array, **kwargs)
+        elif len(inputs) == 1:
             data = fn.forward(inputs[0].array, **kwargs)
         else:
-            data = fn.forward(*[t.array for t in inputs], **kwargs)
+            data = _forward(fn, inputs, kwargs)
         recorded = False
         if grad_mode._grad_off_threads == 0 or _modes.grad_enabled:
             for t in inputs:
-                if t.requires_grad:
-                    recorded = True
-                view = t._view
-                if view is not None and view[1] != t._version_counter[0]:
+                recorded = recorded or t.requires_grad
+                if t._view is not None and t._view[1] != t._version_counter[0]:
                     view_refresher(t)  # its base was written in place since: history again
         if type(data) is tuple:
             out = _record_outputs(fn, data, recorded)
         else:
             out = _wrap(data, fn if recorded else None)
-            if not cls._plain:
-                out = _view_or_versions(fn, out, recorded)
-            elif recorded:  # a node that makes no view and whose rule reads only shapes (common)
+            if cls.shares_storage:
+                _share_view(fn, out)
+            if recorded:
                 fn._seq = _next_seq()
-                fn._outputs = fn._versions = fn.output = None
-        if watching is not None:
-            watching.made(fn, out)
-        return out
+                fn._outputs = fn.output = None
+                fn._versions = versions_read(fn, (out,)) if cls._checks_versions else None
+        return out if watching is None else _made(watching, fn, out)
 
     def save_for_backward(self, *values: Any) -> None:
         """Keep values (Tensors, or arrays that become constant Tensors) for the backward rule."""
@@ -248,27 +246,23 @@ class Function(torch_protocol.ContextMethods):
         second backward runs through it, as PyTorch's runs through nodes that saved nothing
         (``x[0:3].sum().backward()`` twice). See `walkable_again`."""
         inputs = self.inputs
-        if not entirely and inputs is not None and walkable_again(self, inputs):
+        if inputs is None or not entirely and self._versions is None and walkable_again(self):
             return
-        if inputs is not None:
-            if len(inputs) == 1:  # the common unary case, and its input's producer, without calls
-                producer = inputs[0]._ctx
-                self._released_inputs = (skeleton_of(inputs[0]) if producer is None else producer,)
-            else:
-                self._released_inputs = tuple([skeleton_of(t) for t in inputs])
+        self._released_inputs = tuple(map(skeleton_of, inputs))
         self._saved = self.inputs = None
 
 
-def walkable_again(fn: Function, inputs: tuple) -> bool:
+def walkable_again(fn: Function) -> bool:
     """Whether backward leaves `fn` whole: its rule reads no values (no versions noted, nothing
     saved), and each input is a leaf or comes from a node alike, not released. The inputs'
     producers are looked at, not further: a node over one that saved values is released, so
     the values it would keep (its inputs) are freed, and a second backward stops there."""
     if not _saved_nothing(fn):
         return False
-    for tensor in inputs:
-        producer = tensor._ctx
-        if producer is not None and (producer.inputs is None or not _saved_nothing(producer)):
+    for tensor in fn.inputs:
+        if tensor._ctx is not None and (
+            tensor._ctx.inputs is None or not _saved_nothing(tensor._ctx)
+        ):
             return False
     return True
 
@@ -304,19 +298,14 @@ class _Outputs:
         raise RuntimeError("a tensor names a node with several outputs but is none of them")
 
 
-def _view_or_versions(fn: Function, out: Any, recorded: bool) -> Any:
-    """The rest of `Function.apply` for an op that may make a view or whose rule reads values."""
+def _share_view(fn: Function, out: Any) -> None:
+    """When fn's result is a view of its input 0, an in-place change through either bumps both
+    (a copy keeps its own counter), and a write through it reaches the base's history."""
     source = fn.inputs[0]
-    if type(fn).shares_storage and backend.is_view_of(out.array, source.array):
-        # A view: an in-place change through either bumps both (a copy keeps its own).
+    if backend.is_view_of(out.array, source.array):
         out._version_counter = counter = source._version_counter
         base = source if source._view is None else source._view[0]
-        out._view = (base, counter[0])  # a write through it reaches the base's history
-    if recorded:
-        fn._seq = _next_seq()
-        fn._outputs = fn.output = None
-        fn._versions = versions_read(fn, (out._version_counter,))
-    return out
+        out._view = (base, counter[0])
 
 
 def _record_outputs(fn: Function, data: tuple, recorded: bool, like: tuple = ()) -> tuple:
@@ -342,8 +331,14 @@ def _record_outputs(fn: Function, data: tuple, recorded: bool, like: tuple = ())
     if recorded:
         fn._seq = _next_seq()
         fn._outputs = _Outputs(outputs)
-        fn._versions = versions_read(fn, fn._outputs.counters)
+        fn._versions = versions_read(fn, outputs)
     return outputs
+
+
+def _made(watching: Any, fn: Function, out: Any) -> Any:
+    """`out`, after the listener `watching` is told `fn` made it."""
+    watching.made(fn, out)
+    return out
 
 
 def _forward(fn: Function, inputs: tuple, kwargs: dict) -> Any:

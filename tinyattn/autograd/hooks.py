@@ -84,7 +84,7 @@ class PostAccumulateGradHook:
         return None
 
 
-_live = [0]  # post-accumulate hooks registered and not removed, in the whole process
+live = [0]  # post-accumulate hooks registered and not removed, in the whole process
 
 
 class _PostAccumulateHandle(RemovableHandle):
@@ -93,7 +93,7 @@ class _PostAccumulateHandle(RemovableHandle):
     def remove(self) -> None:
         if self._hook in self._hooks:
             self._hooks.remove(self._hook)
-            _live[0] -= 1
+            live[0] -= 1
 
 
 def register_post_accumulate_grad_hook(tensor: Any, hook: Callable[[Any], None]) -> Any:
@@ -107,7 +107,7 @@ def register_post_accumulate_grad_hook(tensor: Any, hook: Callable[[Any], None])
         tensor._hooks = []
     mark = PostAccumulateGradHook(hook)
     tensor._hooks.append(mark)
-    _live[0] += 1
+    live[0] += 1
     return _PostAccumulateHandle(tensor._hooks, mark)
 
 
@@ -158,7 +158,7 @@ class EarlyLeaves:
 def early_leaves(roots: Any, capture: Any = None) -> EarlyLeaves | None:
     """An `EarlyLeaves` when some post-accumulate hook is registered and the walk accumulates
     into ``.grad`` (`capture` None); else None: no scan."""
-    return EarlyLeaves(roots) if _live[0] and capture is None else None
+    return EarlyLeaves(roots) if live[0] and capture is None else None
 
 
 def leaves_reached(outputs: Any) -> set[int]:

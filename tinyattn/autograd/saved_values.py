@@ -4,7 +4,7 @@ Below `autograd` (which re-exports the public names); imports only `errors`. Two
 
 - **Versions.** A backward rule may read its inputs' or outputs' values (`backward_reads`,
   `grad_reads`). When the node is recorded, `versions_read` notes the version counter of each
-  value it will read; before the rule runs, `check_versions` refuses if one was written in
+  value it will read; before the rule runs, `check_runnable` refuses if one was written in
   place since (PyTorch's "modified by an inplace operation" error). A rule that reads no value
   has no versions, and its node skips both.
 - **Skeletons.** Backward frees a node's inputs (`Function.release`) but keeps, for each one,
@@ -15,9 +15,12 @@ Below `autograd` (which re-exports the public names); imports only `errors`. Two
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
-from ..errors import modified_in_place_message
+from ..errors import freed_graph_message, modified_in_place_message
+
+_requires_grad = operator.attrgetter("requires_grad")
 
 
 class ReleasedConstant:
@@ -48,13 +51,12 @@ def skeleton_of(tensor: Any) -> Any:
     """A released node's record of one input: the Function that made it, or the tensor itself
     if it is a leaf a gradient reaches (a parameter) or a small constant, else a
     `ReleasedConstant`."""
-    producer = tensor._ctx
-    if producer is not None:
-        return producer
-    if type(tensor) is ReleasedConstant:  # an input the node never kept (`grad_reads`)
-        return tensor
-    array = tensor.array  # its attributes, not the Tensor's properties: this runs on every node
-    if tensor.requires_grad or math.prod(array.shape) <= KEPT_CONSTANT_SIZE:
+    # Its attributes, not the Tensor's properties: this runs on every node. A ReleasedConstant
+    # is an input the node never kept (`grad_reads`).
+    if tensor._ctx is not None or tensor.requires_grad or type(tensor) is ReleasedConstant:
+        return tensor if tensor._ctx is None else tensor._ctx
+    array = tensor.array
+    if math.prod(array.shape) <= KEPT_CONSTANT_SIZE:
         return tensor
     return ReleasedConstant(array.shape, array.dtype)
 
@@ -62,18 +64,14 @@ def skeleton_of(tensor: Any) -> Any:
 def values_read(fn: Any) -> tuple[list, bool]:
     """(input positions, whether the outputs are read): what the rule reads, given which inputs
     need a gradient when the op declares `grad_reads`, else by `backward_reads`."""
-    grad_reads = fn.grad_reads
-    if grad_reads is None:
+    if fn.grad_reads is None:
         return (range(len(fn.inputs)) if fn._reads_inputs else []), fn._reads_output
-    for tensor in fn.inputs:
-        if not tensor.requires_grad:
-            break
-    else:  # every input needs a gradient (the common case): every read, every input kept
+    if all(map(_requires_grad, fn.inputs)):  # the common case: every read, every input kept
         return fn._all_reads
     need = tuple([t.requires_grad for t in fn.inputs])
     reads = fn._reads_by_need.get(need)
     if reads is None:
-        wanted: set = set().union(*(grad_reads[p] for p, needed in enumerate(need) if needed))
+        wanted: set = set().union(*(fn.grad_reads[p] for p, needed in enumerate(need) if needed))
         positions = sorted(p for p in wanted if p != "output")
         dropped = tuple(p for p, needed in enumerate(need) if not needed and p not in wanted)
         reads = fn._reads_by_need[need] = (positions, "output" in wanted, dropped)
@@ -86,29 +84,37 @@ def values_read(fn: Any) -> tuple[list, bool]:
     return positions, output
 
 
-def versions_read(fn: Any, output_counters: tuple) -> tuple | None:
-    """The (position, version) pairs backward will check, as of now (see `Function.__slots__`)."""
-    if not fn.backward_reads and fn.grad_reads is None:
-        return None
+def versions_read(fn: Any, outputs: tuple) -> tuple | None:
+    """The (position, version) pairs backward will check, as of now (see `Function.__slots__`),
+    or None if the rule reads no value."""
     positions, output = values_read(fn)
-    inputs = fn.inputs
-    versions = [(p, inputs[p]._version_counter[0]) for p in positions]
+    versions = [(p, fn.inputs[p]._version_counter[0]) for p in positions]
     if output:
-        versions += [(-1 - k, counter[0]) for k, counter in enumerate(output_counters)]
+        for k, out in enumerate(outputs):
+            versions.append((-1 - k, out._version_counter[0]))
     return tuple(versions) or None
 
 
-def check_versions(fn: Any, output: Any) -> None:
-    """Refuse to run a rule whose values were changed in place after the node was recorded."""
+def check_runnable(fn: Any, output: Any) -> None:
+    """Refuse to run the rule of a node that an earlier backward freed, or whose values were
+    changed in place after the node was recorded."""
+    if fn.inputs is None:
+        raise RuntimeError(freed_graph_message(fn.name))
     for position, version in fn._versions:
-        if position >= 0:
-            tensor = fn.inputs[position]
-            current, shape, what = tensor._version_counter[0], tensor.shape, f"input {position}"
-        elif fn._outputs is None:
-            current, shape, what = output._version_counter[0], output.shape, "output"
-        else:
-            k = -1 - position
-            current, shape = fn._outputs.counters[k][0], fn._outputs.shapes[k]
-            what = f"output {k}"
-        if current != version:
-            raise RuntimeError(modified_in_place_message(fn.name, what, shape, current, version))
+        if position < 0 or fn.inputs[position]._version_counter[0] != version:
+            _check_output_or_refuse(fn, output, position, version)
+
+
+def _check_output_or_refuse(fn: Any, output: Any, position: int, version: int) -> None:
+    """`check_runnable` of an output read (position -1 - k), or its refusal of a changed input."""
+    if position >= 0:
+        tensor = fn.inputs[position]
+        current, shape, what = tensor._version_counter[0], tensor.shape, f"input {position}"
+    elif fn._outputs is None:
+        current, shape, what = output._version_counter[0], output.shape, "output"
+    else:
+        k = -1 - position
+        current, shape = fn._outputs.counters[k][0], fn._outputs.shapes[k]
+        what = f"output {k}"
+    if current != version:
+        raise RuntimeError(modified_in_place_message(fn.name, what, shape, current, version))

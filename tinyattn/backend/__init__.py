@@ -25,12 +25,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import TinyattnError
-from . import files, meta, windows
+from . import meta, windows
 from .cuda_graphs import CudaGraphs  # re-exported: backend.CudaGraphs
 
 DEFAULT_FLOAT = np.float32
 # The host array type; Tensor uses it to skip device checks between two host arrays.
 HOST_ARRAY = np.ndarray
+# Host arrays and NumPy's 0-d results of the float dtypes: where Tensor's operators check nothing.
+HOST_TYPES = frozenset({np.ndarray, np.float16, np.float32, np.float64})
+HOST_FLOATS = frozenset({np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)})
 
 # Dtype names accepted wherever a dtype is asked for; resolved per namespace by `dtype_of_name`.
 DTYPE_NAMES = ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -277,6 +280,21 @@ def repeats_or_is_read_only(array: Any) -> bool:
     return not is_buffer(array) or (0 in strides and array.size > 1)
 
 
+def own_memory(array: Any, handed: dict[int, list]) -> Any:
+    """`array`, or a copy, that a leaf's ``.grad`` may own: writable, repeating no element (no
+    zero stride), reaching no byte of `handed`'s arrays (memory root -> those handed out)."""
+    if isinstance(array, np.generic):  # a NumPy scalar (a 0-d result): new, but not writable
+        return np.asarray(array)
+    host = base = getattr(array, "_array", array)  # the strict stand-in's NumPy array
+    while getattr(base, "base", None) is not None and hasattr(base.base, "shape"):
+        base = base.base  # storage_root's walk, inline: this runs for every leaf
+    if repeats_or_is_read_only(array) or windows.overlaps(host, handed.get(id(base), ())):
+        array = namespace(array).asarray(array, copy=True)
+        host = base = getattr(array, "_array", array)
+    handed.setdefault(id(base), []).append(host)
+    return array
+
+
 def owns_plain_memory(array: Any) -> bool:
     """Whether `array` owns its memory, writable and row-major: any other array of its shape,
     dtype and library can stand in for it (a view, a transposed result or a scalar cannot)."""
@@ -417,7 +435,6 @@ def sliding_windows(array: Any, window: tuple, step: tuple, dilation: tuple) -> 
 
 
 window_counts = windows.counts  # how many windows fit: sliding_windows' counts
-memory_extent = windows.extent  # [first byte, end) of the memory an array reaches
 
 
 def broadcast_view(array: Any, shape: tuple) -> Any:
@@ -844,23 +861,6 @@ def scatter_add(target: Any, indices: Any, values: Any) -> Any:
     )
     added = xp.reshape(xp.matrix_transpose(one_hot) @ flat_values, (rows, *rest))
     return target + added
-
-
-# --------------------------------------------------------------------------------- checkpoints
-# The file formats (npz, safetensors) are in files.py beside this one; they take host arrays.
-NPZ_METADATA_ENTRY = files.NPZ_METADATA_ENTRY
-load_npz = files.load_npz
-load_safetensors = files.load_safetensors
-
-
-def save_npz(file: Any, arrays: dict[str, Any], metadata: str) -> None:
-    """Write `arrays` (any device) and a metadata string as an .npz archive (see files.py)."""
-    files.save_npz(file, {name: to_numpy(array) for name, array in arrays.items()}, metadata)
-
-
-def safetensors_bytes(arrays: dict[str, Any], metadata: dict[str, str] | None) -> bytes:
-    """`arrays` (any device) in the safetensors format (see files.py)."""
-    return files.safetensors_bytes({n: to_numpy(a) for n, a in arrays.items()}, metadata)
 
 
 # ------------------------------------------------------------------------------------ sampling

@@ -88,3 +88,11 @@ def extent(array: Any) -> tuple[int, int]:
         else:
             low += (size - 1) * stride
     return low, high + array.itemsize
+
+
+def overlaps(array: Any, others: list) -> bool:
+    """Whether `array` reaches a byte that one of `others` reaches (by their extents)."""
+    if not others:  # the common case: the first array of its memory, no extent needed
+        return False
+    low, high = extent(array)
+    return any(low < end and start < high for start, end in map(extent, others))

@@ -32,6 +32,7 @@ from ..ops import (
 from ..ops.rounding import FloorDivide, Remainder
 
 HOST_ARRAY = backend.HOST_ARRAY
+HOST_TYPES, HOST_FLOATS = backend.HOST_TYPES, backend.HOST_FLOATS
 # Python numbers that go straight to the array library as the other operand of a float tensor.
 SCALARS = (float, int)
 is_float = backend.is_float_array

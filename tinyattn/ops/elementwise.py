@@ -15,7 +15,7 @@ from typing import Any
 from ..autograd import Function
 from ..backend import has_out, namespace
 from ..kernels import power, relu_array, same_float, scalar_operand
-from .reductions import sum_to_array
+from .reductions import summed_to
 from .rounding import sign_array
 
 # ------------------------------------------------------------------------------------ arithmetic
@@ -52,6 +52,12 @@ def _zeros(out: Any) -> Any:
     return out.constant(namespace(out.array).zeros_like(out.array))
 
 
+def sum_to_array(x: Any, shape: tuple) -> Any:
+    """``Tensor.sum_to`` on arrays, for the rules on arrays: x itself when it has `shape` (as
+    the method returns the tensor itself, with no op), else SumTo's forward."""
+    return x if x.shape == shape else summed_to(x, shape)
+
+
 class Add(Function):
     """y = a + b;  dL/da = g, dL/db = g (each summed back to its own shape);  dy = da + db."""
 
@@ -72,6 +78,13 @@ class Add(Function):
         if da is None or db is None:
             return _copy(db if da is None else da, self.output)
         return da + db
+
+    def backward_arrays(self, g: Any) -> tuple:
+        a, b = self.inputs
+        return (
+            sum_to_array(g, a.array.shape) if a.requires_grad else None,
+            sum_to_array(g, b.array.shape) if b.requires_grad else None,
+        )
 
 
 class Sub(Function):
@@ -127,11 +140,12 @@ class Mul(Function):
 
     def backward_arrays(self, g: Any) -> tuple | None:
         a, b = self.inputs
-        if not same_float(g, a.array, b.array):
-            return None  # a product of two dtypes promotes as PyTorch's, NumPy's does not
+        x, y = a.array, b.array
+        if x.dtype != g.dtype or y.dtype != g.dtype or (x.shape != y.shape and not same_float(g)):
+            return None  # the Tensor rule: PyTorch's promotion of two dtypes, float16 sums
         return (
-            sum_to_array(g * b.array, a.shape) if a.requires_grad else None,
-            sum_to_array(g * a.array, b.shape) if b.requires_grad else None,
+            sum_to_array(g * y, x.shape) if a.requires_grad else None,
+            sum_to_array(g * x, y.shape) if b.requires_grad else None,
         )
 
 

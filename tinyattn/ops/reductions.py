@@ -312,13 +312,7 @@ def sum_to_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
     )
 
 
-def sum_to_array(x: Any, shape: tuple) -> Any:
-    """``Tensor.sum_to`` on arrays, for the rules on arrays: x itself when it has `shape` (as
-    the method returns the tensor itself, with no op), else SumTo's forward."""
-    return x if tuple(x.shape) == tuple(shape) else _summed_to(x, shape)
-
-
-def _summed_to(x: Any, shape: tuple) -> Any:
+def summed_to(x: Any, shape: tuple) -> Any:
     """x summed down to `shape`: a new array (or a view), never x itself, even when the shapes
     match, so that an op's output is never its input's array."""
     axes = sum_to_axes(x.shape, shape)
@@ -334,7 +328,7 @@ class SumTo(Function):
     backward_reads = ()
 
     def forward(self, x: Any, shape: tuple = ()) -> Any:
-        return _summed_to(x, shape)
+        return summed_to(x, shape)
 
     def backward(self, grad: Any) -> Any:
         return grad.broadcast_to(self.inputs[0].shape)

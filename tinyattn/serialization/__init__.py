@@ -77,7 +77,7 @@ import zlib
 from typing import Any, BinaryIO
 
 from .. import backend
-from ..backend import torch_format
+from ..backend import files, torch_format
 from ..backend.files import json_depth
 from ..creation import tensor
 from ..devices import device as Device
@@ -163,7 +163,7 @@ def _save_path(f: Any) -> str:
 
 def _npz_payload(obj: Any) -> bytes:
     """The bytes of a tinyattn .npz checkpoint of `obj`."""
-    writer = TreeWriter(reserved=backend.NPZ_METADATA_ENTRY)
+    writer = TreeWriter(reserved=files.NPZ_METADATA_ENTRY)
     try:
         tree = writer.node(obj, "")  # all type errors surface before any file is touched
     except RecursionError:  # the writer recurses: a value this deep is far past MAX_DEPTH
@@ -172,7 +172,7 @@ def _npz_payload(obj: Any) -> bytes:
     if json_depth(metadata, MAX_DEPTH) > MAX_DEPTH:  # a load would refuse it: refuse it now
         raise _too_deep()
     buffer = io.BytesIO()
-    backend.save_npz(buffer, writer.arrays, metadata)
+    files.save_npz(buffer, {k: backend.to_numpy(v) for k, v in writer.arrays.items()}, metadata)
     return buffer.getvalue()
 
 
@@ -237,7 +237,9 @@ def _safetensors_payload(obj: Any) -> bytes:
             )
         arrays[key] = value.array
     try:
-        return backend.safetensors_bytes(arrays, {"format": "pt"})
+        return files.safetensors_bytes(
+            {k: backend.to_numpy(v) for k, v in arrays.items()}, {"format": "pt"}
+        )
     except ImportError:
         raise ImportError(
             "save: writing .safetensors files needs the safetensors package "
@@ -451,7 +453,7 @@ def _load_device(device: Any, map_location: Any) -> Any:
 
 def _from_safetensors(data: bytes, shown: str, device: Any) -> dict[str, Tensor]:
     try:
-        arrays = backend.load_safetensors(data)
+        arrays = files.load_safetensors(data)
     except ValueError as exc:
         raise TinyattnError(f"load: {shown}: {exc}") from None
     return {name: tensor(array, device=device) for name, array in arrays.items()}
@@ -500,7 +502,7 @@ def _from_npz(source: Any, shown: str, device: Any, weights_only: bool) -> Any:
 def _header(source: Any, shown: str) -> tuple[dict, dict]:
     """The arrays and the checked manifest header of a tinyattn .npz checkpoint."""
     try:
-        arrays, metadata = backend.load_npz(source)
+        arrays, metadata = files.load_npz(source)
     except FileNotFoundError:
         raise FileNotFoundError(f"load: no file at {shown}") from None
     except ValueError as exc:
@@ -508,7 +510,7 @@ def _header(source: Any, shown: str) -> tuple[dict, dict]:
     if metadata is None:
         raise TinyattnError(
             f"load: {shown} is an .npz archive but not a tinyattn checkpoint (no "
-            f"{backend.NPZ_METADATA_ENTRY!r} entry); read plain archives with numpy.load"
+            f"{files.NPZ_METADATA_ENTRY!r} entry); read plain archives with numpy.load"
         )
     if json_depth(metadata, MAX_DEPTH) > MAX_DEPTH:  # json.loads and the reader recurse
         raise TinyattnError(
