@@ -98,7 +98,12 @@ def _pass_on(
             grad = function._wrap(grad, None)
         if grad.array.shape != parent.array.shape or grad.array.dtype is not parent.array.dtype:
             grad = _checked(fn, position, parent, grad)
-        _send(parent, grad, pending, leaves, ready, arrays)
+        producer = parent._ctx
+        if producer is None or producer._outputs is not None or parent in pending:
+            _send(parent, grad, pending, leaves, ready, arrays)
+        else:  # `_send`'s common case, without the call: a one-output node's first gradient
+            pending[parent] = grad
+            heapq.heappush(ready, (-producer._seq, parent))
 
 
 def _rule(
@@ -117,16 +122,21 @@ def _rule(
     if arrays and fn.backward_arrays is not None and type(grad) is not list:
         if fn.inputs is None or fn._versions is not None:
             check_runnable(fn, output)
-        if not fn._reads_output:
-            found = fn.backward_arrays(grad.array)
-        else:
-            found = _run_with_output(fn, output, grad, fn.backward_arrays)
+        found = fn.backward_arrays(grad.array) if not fn._reads_output else _lent(fn, output, grad)
         if found is not None:
             return found
-    _in_grad_mode(modes, create_graph)
-    if watching is None:
-        return _call_backward(fn, output, grad)
-    return watching.rule(fn, output, grad, _bound(fn, output, grad))  # ta.compile, anomaly mode
+    if not modes:  # the walk's first rule in Tensor ops: grad mode as create_graph from now on
+        modes.append(set_grad_enabled(create_graph))
+    if watching is not None:  # ta.compile, anomaly mode, ...
+        return watching.rule(fn, output, grad, _bound(fn, output, grad))
+    if fn._versions is None and fn.inputs is not None:
+        return _run_lent(fn, fn.inputs, output, grad)  # nothing to check (common)
+    return _call_backward(fn, output, grad)
+
+
+def _lent(fn: Function, output: Any, grad: Any) -> tuple | None:
+    """fn's array form, with its output lent (a rule that reads it)."""
+    return _run_with_output(fn, output, grad, fn.backward_arrays)
 
 
 def _in_grad_mode(modes: list, create_graph: bool) -> None:

@@ -245,32 +245,28 @@ class Function(torch_protocol.ContextMethods):
         no values (a reshape, a slice, a sum) and a later walk can get past each input, so a
         second backward runs through it, as PyTorch's runs through nodes that saved nothing
         (``x[0:3].sum().backward()`` twice). See `walkable_again`."""
-        inputs = self.inputs
-        if inputs is None or not entirely and self._versions is None and walkable_again(self):
+        if self.inputs is None or not entirely and self._versions is None and walkable_again(self):
             return
-        self._released_inputs = tuple(map(skeleton_of, inputs))
+        self._released_inputs = tuple(map(skeleton_of, self.inputs))
         self._saved = self.inputs = None
 
 
 def walkable_again(fn: Function) -> bool:
-    """Whether backward leaves `fn` whole: its rule reads no values (no versions noted, nothing
-    saved), and each input is a leaf or comes from a node alike, not released. The inputs'
-    producers are looked at, not further: a node over one that saved values is released, so
-    the values it would keep (its inputs) are freed, and a second backward stops there."""
-    if not _saved_nothing(fn):
-        return False
+    """Whether backward leaves `fn` whole: its rule reads no values (no versions noted, which
+    `release` has seen, and nothing saved), and each input is a leaf or comes from a node alike,
+    not released. The inputs' producers are looked at, not further: a node over one that saved
+    values is released, so the values it would keep (its inputs) are freed, and a second
+    backward stops there. (The tests are written out, not a call per node: this runs on every
+    node of every backward.)"""
+    if fn._saves and getattr(fn, "_saved", None):  # the class flag first: a slot never set
+        return False  # costs an exception inside getattr
     for tensor in fn.inputs:
-        if tensor._ctx is not None and (
-            tensor._ctx.inputs is None or not _saved_nothing(tensor._ctx)
-        ):
+        producer = tensor._ctx
+        if producer is not None and (producer.inputs is None or producer._versions is not None):
+            return False
+        if producer is not None and producer._saves and getattr(producer, "_saved", None):
             return False
     return True
-
-
-def _saved_nothing(fn: Function) -> bool:
-    """Whether fn's rule reads no values: none noted for a version check, none saved. The class
-    flag comes first: reading a slot never set costs an exception inside getattr."""
-    return fn._versions is None and (not fn._saves or not getattr(fn, "_saved", None))
 
 
 class _Outputs:

@@ -1,8 +1,8 @@
 """Checkpoint file formats: the .npz container and safetensors, on host (NumPy) arrays.
 
-Part of the backend layer (only the backend package imports NumPy); `backend` moves arrays to
-the host before it calls these, and tinyattn.serialization is the public door (ta.save,
-ta.load). Nothing here unpickles (torch_format.py reads torch.save's zip, by its own rules). A
+Part of the backend layer (only the backend package imports NumPy); tinyattn.serialization, the
+public door (ta.save, ta.load), moves arrays to the host (`backend.to_numpy`) before it calls
+these. Nothing here unpickles (torch_format.py reads torch.save's zip, by its own rules). A
 file is untrusted input: every size it gives (an entry's declared and compressed size, its .npy
 header, a safetensors offset) is checked against the others and against the file before memory
 is taken for it, and a refusal names the entry and the numbers.

@@ -58,6 +58,16 @@ def sum_to_array(x: Any, shape: tuple) -> Any:
     return x if x.shape == shape else summed_to(x, shape)
 
 
+def _shaped(fn: Function, ga: Any, gb: Any) -> tuple:
+    """An array rule's gradients of fn's two inputs, shaped as the inputs: each summed back to its
+    input's shape (broadcasting ran forwards), None for an input that needs none."""
+    a, b = fn.inputs
+    return (
+        sum_to_array(ga, a.array.shape) if a.requires_grad else None,
+        sum_to_array(gb, b.array.shape) if b.requires_grad else None,
+    )
+
+
 class Add(Function):
     """y = a + b;  dL/da = g, dL/db = g (each summed back to its own shape);  dy = da + db."""
 
@@ -80,11 +90,7 @@ class Add(Function):
         return da + db
 
     def backward_arrays(self, g: Any) -> tuple:
-        a, b = self.inputs
-        return (
-            sum_to_array(g, a.array.shape) if a.requires_grad else None,
-            sum_to_array(g, b.array.shape) if b.requires_grad else None,
-        )
+        return _shaped(self, g, g)
 
 
 class Sub(Function):
@@ -109,11 +115,7 @@ class Sub(Function):
         return _fit(-db, self.output) if da is None else da - db
 
     def backward_arrays(self, g: Any) -> tuple:
-        a, b = self.inputs
-        return (
-            sum_to_array(g, a.shape) if a.requires_grad else None,
-            sum_to_array(-g, b.shape) if b.requires_grad else None,
-        )
+        return _shaped(self, g, -g if self.inputs[1].requires_grad else None)
 
 
 class Mul(Function):
@@ -143,10 +145,7 @@ class Mul(Function):
         x, y = a.array, b.array
         if x.dtype != g.dtype or y.dtype != g.dtype or (x.shape != y.shape and not same_float(g)):
             return None  # the Tensor rule: PyTorch's promotion of two dtypes, float16 sums
-        return (
-            sum_to_array(g * y, x.shape) if a.requires_grad else None,
-            sum_to_array(g * x, y.shape) if b.requires_grad else None,
-        )
+        return _shaped(self, g * y if a.requires_grad else None, g * x if b.requires_grad else None)
 
 
 class Div(Function):
