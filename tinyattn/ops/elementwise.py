@@ -28,7 +28,10 @@ from .rounding import sign_array
 
 def _scalar(c: Any) -> bool:
     """Whether c is a Python number: the scalar ops' Tensor methods take exactly those."""
-    return type(c) is float or type(c) is int
+    return type(c) in _NUMBERS
+
+
+_NUMBERS = (float, int)  # (a bool is an int, not one of these types)
 
 
 # A jvp rule's tangent has the output's shape: a term from a broadcast input is broadcast into
@@ -676,7 +679,7 @@ class MulScalar(Function):
         return dx * self.c
 
     def backward_arrays(self, g: Any) -> tuple | None:
-        return (g * _operand_for(self, g),) if _scalar(self.c) else None
+        return (g * _operand_for(self, g),) if type(self.c) in _NUMBERS else None
 
 
 class DivScalar(Function):
@@ -697,7 +700,7 @@ class DivScalar(Function):
         return dx / self.c
 
     def backward_arrays(self, g: Any) -> tuple | None:
-        return (g / _operand_for(self, g),) if _scalar(self.c) else None
+        return (g / _operand_for(self, g),) if type(self.c) in _NUMBERS else None
 
 
 def _operand_for(fn: MulScalar | DivScalar, g: Any) -> Any:
