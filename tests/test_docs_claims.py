@@ -399,3 +399,16 @@ def test_performance_page_holds_the_targets_table_and_no_log():
     commit = re.compile(r"(?<![\w.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])")
     assert not commit.findall(page)
     assert not re.findall(r"\b20\d\d-\d\d-\d\d\b", page)
+
+
+def test_forward_mode_page_includes_mul_from_its_class_line_to_its_jvp():
+    """docs/forward-mode.md shows Mul by line range: the range is the class line through the
+    end of its jvp, as the file stands."""
+    path = "tinyattn/ops/elementwise.py"
+    page = (ROOT / "docs" / "forward-mode.md").read_text(encoding="utf-8")
+    included = re.findall(rf'^--8<-- "{re.escape(path)}:(\d+):(\d+)"$', page, re.M)
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    mul = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Mul")
+    jvp = next(n for n in mul.body if isinstance(n, ast.FunctionDef) and n.name == "jvp")
+    whole = (str(mul.lineno), str(jvp.end_lineno))
+    assert included == [whole], f'include it as --8<-- "{path}:{whole[0]}:{whole[1]}"'

@@ -1,33 +1,109 @@
-"""PyTorch's ``torch.amp``: `autocast` and `GradScaler` (dynamic loss scaling).
+"""PyTorch's ``torch.amp``: `autocast` (float16 by op) and `GradScaler` (dynamic loss scaling).
 
 A tool on top of `tensor` and `autograd`; asks `backend` whether there is a GPU.
-`autocast` with ``enabled=False`` is a context manager (and decorator) that changes nothing, as
-PyTorch's; enabled, it raises NotImplementedError on entry: tinyattn runs every op in the dtype
-of its inputs and has no per-op casting policy. `GradScaler` is PyTorch's algorithm: the loss is
-multiplied by a scale, the gradients divided by it before the step, a step with an inf or NaN
-gradient is skipped and the scale shrinks, and after `growth_interval` clean steps it grows.
+`autocast` runs chosen ops in float16 as PyTorch's does: inside the region, an op of the lower
+precision list (matrix products, linear, convolution, attention) casts its floating inputs to
+float16 first, and on CUDA an op of the float32 list (exp, log, pow, softmax, log-softmax, layer
+norm, norms, sums, products, cumulative sums, the losses) casts them to float32; every other op
+runs in its inputs' dtypes (two dtypes promote as usual). The casts are ops of the graph, so
+gradients reach float32 parameters in float32. On the CPU the float32 list is PyTorch's CPU one
+(products and the losses). A parameter used twice in a region is cast once (the cache PyTorch
+keeps, emptied when the outermost region closes). Regions belong to their thread. The casts
+attach to the engine through its one seam (`autograd.listeners`): outside a region nothing is
+consulted. bfloat16, PyTorch's CPU default, has no NumPy or CuPy dtype: it is refused on entry,
+naming float16.
+
+`GradScaler` is PyTorch's algorithm: the loss is multiplied by a scale, the gradients divided
+by it before the step, a step with an inf or NaN gradient is skipped and the scale shrinks, and
+after `growth_interval` clean steps it grows.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import backend
-from .autograd import no_grad
+from . import backend, ops
+from .autograd import listeners, no_grad
 from .creation import tensor
 from .errors import TinyattnError
 from .tensor import Tensor
 
+# PyTorch's autocast op lists, as tinyattn's Functions: a convolution is Unfold and a MatMul,
+# scaled_dot_product_attention and MultiheadAttention are HeadsAttention or BlockwiseAttention.
+_LOWER = (ops.MatMul, ops.Linear, ops.HeadsAttention, ops.BlockwiseAttention)
+_FLOAT32 = {
+    "cuda": (
+        ops.Exp, ops.Log, ops.Log2, ops.Log10, ops.Log1p, ops.Expm1, ops.Pow, ops.PowScalar,
+        ops.RPowScalar, ops.Tan, ops.Sinh, ops.Cosh, ops.Asin, ops.Acos, ops.Softmax,
+        ops.LogSoftmax, ops.LayerNorm, ops.Norm, ops.Sum, ops.Prod, ops.Cumsum, ops.CrossEntropy,
+        ops.NegLogLikelihood, ops.BinaryCrossEntropy,
+    ),
+    "cpu": (ops.Prod, ops.CrossEntropy, ops.NegLogLikelihood, ops.BinaryCrossEntropy),
+}  # fmt: skip
+_LISTED = _LOWER + _FLOAT32["cuda"] + _FLOAT32["cpu"]
+_DEVICES = ("cuda", "cpu")
+
+
+class _Regions(threading.local):
+    """This thread's open autocast regions (device type, dtype or None when disabled, innermost
+    last) and its cache of cast parameters."""
+
+    def __init__(self) -> None:
+        self.stack: list[tuple[str, str | None]] = []
+        self.cache: dict[int, tuple] = {}
+
+
+_regions = _Regions()
+_open = [0, None]  # regions open in the whole process, and the listener's handle while some are
+_lock = threading.Lock()
+
+
+class _Casts(listeners.Listener):
+    """The listener of open regions: an op's inputs as its autocast policy wants them."""
+
+    def inputs(self, fn: Any, inputs: tuple, kwargs: dict) -> tuple:
+        stack = _regions.stack
+        if not stack or not isinstance(fn, _LISTED):  # another thread's region, or not listed
+            return inputs
+        on = dict(stack)  # device type -> the dtype of its innermost region (None: disabled)
+        lower = isinstance(fn, _LOWER)
+        return tuple([_cast(fn, t, on, lower) for t in inputs])
+
+
+def _cast(fn: Any, t: Any, on: dict, lower: bool) -> Any:
+    """`t` as op `fn` takes it in a region: cast if it is a floating tensor (not float64, which
+    PyTorch leaves alone) on a device whose region is enabled and fn's list there asks for
+    another dtype. A leaf that requires grad (a parameter) is cast once per region."""
+    if not isinstance(t, Tensor):
+        return t
+    device = t.device.type
+    fast = on.get(device)
+    if fast is None or not backend.is_float_array(t.array):
+        return t
+    wanted = fast if lower else "float32" if isinstance(fn, _FLOAT32[device]) else None
+    name = backend.dtype_name(t.dtype)
+    if wanted is None or name == wanted or name == "float64":
+        return t
+    if t._ctx is not None or not t.requires_grad:
+        return t.to(wanted)
+    key = (id(t), wanted)
+    kept = _regions.cache.get(key)
+    if kept is None or kept[0] is not t or kept[1] != t._version:
+        kept = _regions.cache[key] = (t, t._version, t.to(wanted))
+    return kept[2]
+
 
 class autocast:  # noqa: N801  (PyTorch's name)
-    """``with torch.autocast(device_type, dtype=None, enabled=True):`` PyTorch's signature.
+    """``with torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None):``.
 
-    Disabled (``enabled=False``) it runs the block unchanged, as PyTorch does. Enabled, entering
-    raises NotImplementedError: mixed precision by op is not supported; run in float32, or
-    convert the model and inputs to float16 with ``.half()`` yourself.
+    ``device_type`` "cuda" (float16 by default) or "cpu" (bfloat16 by default, which tinyattn
+    refuses: pass ``dtype=torch.float16``). "cuda" without a usable GPU warns and disables
+    itself, as PyTorch's. ``enabled=False`` inside an enabled region turns it off for the block.
+    Also a decorator.
     """
 
     def __init__(
@@ -41,21 +117,49 @@ class autocast:  # noqa: N801  (PyTorch's name)
             raise ValueError(
                 f"autocast: expected `device_type` of type `str`, got {type(device_type)}"
             )
+        if enabled and device_type not in _DEVICES:
+            raise RuntimeError(
+                f"User specified an unsupported autocast device_type '{device_type}'; tinyattn's "
+                "autocast takes 'cuda' or 'cpu'"
+            )
         self.device = device_type
         self.fast_dtype = dtype
         self._enabled = bool(enabled)
+        if enabled and device_type == "cuda" and backend.cupy_status()[0] is None:
+            warnings.warn(
+                "CUDA is not available or torch_xla is imported. Disabling autocast.",
+                UserWarning,
+                stacklevel=2,
+            )
+            self._enabled = False
+        wanted = dtype if dtype is not None else ("float16" if device_type == "cuda" else None)
+        self._dtype = None if wanted is None else backend.dtype_name(wanted)
 
     def __enter__(self) -> autocast:
-        if self._enabled:
+        if self._enabled and self._dtype != "float16":
+            shown = self._dtype or "bfloat16, the CPU's default"
             raise NotImplementedError(
-                f"autocast(device_type={self.device!r}, dtype={self.fast_dtype!r}): per-op "
-                "mixed precision is not supported; pass enabled=False (or use "
-                "contextlib.nullcontext()) to run in the tensors' own dtypes"
+                f"autocast(device_type={self.device!r}, dtype={self.fast_dtype!r}): autocast to "
+                f"{shown} is not supported (NumPy and CuPy have no bfloat16): pass "
+                "dtype=torch.float16, or enabled=False (or contextlib.nullcontext()) to run in the "
+                "tensors' own dtypes"
             )
+        _regions.stack.append((self.device, self._dtype if self._enabled else None))
+        with _lock:
+            _open[0] += 1
+            if _open[1] is None:
+                _open[1] = listeners.listen(_Casts())
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        return None
+        _regions.stack.pop()
+        if not _regions.stack:  # the outermost region: its cast parameters go
+            _regions.cache.clear()
+        with _lock:
+            _open[0] -= 1
+            if _open[0] == 0:
+                _open[1].remove()
+                _open[1] = None
 
     def __call__(self, function: Callable) -> Callable:
         @functools.wraps(function)

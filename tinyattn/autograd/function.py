@@ -159,6 +159,7 @@ class Function(torch_protocol.ContextMethods):
         fn.inputs = inputs
         watching = listeners.active  # ta.compile, anomaly mode, forward AD, ...: usually None
         if watching is not None:
+            inputs = fn.inputs = watching.inputs(fn, inputs, kwargs)  # autocast's casts, if on
             data = watching.forward(fn, inputs, kwargs, lambda: _forward(fn, inputs, kwargs))
         elif len(inputs) == 2:  # the common cases without building an argument list
             data = fn.forward(inputs[0].array, inputs[1].array, **kwargs)

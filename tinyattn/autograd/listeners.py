@@ -2,11 +2,14 @@
 
 Everything that watches the engine without being the idea of it attaches here: the recorder of
 ``ta.compile`` (`recording`), anomaly mode (`grad_mode`), the backward page's observer
-(``viz.animate_backward``) and forward-mode AD's tangents (``forward_ad``). ``Function.apply``
-reads `active` once per op and the walk once per rule: while nobody listens it is None, and the
-path a learner reads pays that one test and nothing else. A listener sees five moments, each
-given as a `run` callable that does the plain thing, so it can act before, after, or instead:
+(``viz.animate_backward``), forward-mode AD's tangents (``forward_ad``), and ``amp.autocast``'s
+casts. ``Function.apply`` reads `active` once per op and the walk once per rule: while nobody
+listens it is None, and the path a learner reads pays that one test and nothing else. A
+listener sees six moments; five are given as a `run` callable that does the plain thing, so it
+can act before, after, or instead, and one, ``inputs``, may change what an op runs on:
 
+- ``inputs(fn, inputs, kwargs) -> inputs``: the Tensors an op runs on and records, in ``apply``
+  before its forward (``amp.autocast`` casts them by the op's policy; the rest return them);
 - ``forward(fn, inputs, kwargs, run) -> arrays``: an op's forward, in ``apply``;
 - ``made(fn, result)``: the Tensor (or tuple of Tensors) ``apply`` returns;
 - ``rule(fn, output, grad, run) -> gradients``: a backward rule, in the walk (`run` returns one
@@ -29,6 +32,9 @@ from typing import Any
 
 class Listener:
     """Something that watches the engine: override the moments it watches (see the module)."""
+
+    def inputs(self, fn: Any, inputs: tuple, kwargs: dict) -> tuple:
+        return inputs
 
     def forward(self, fn: Any, inputs: tuple, kwargs: dict, run: Callable[[], Any]) -> Any:
         return run()
@@ -58,6 +64,11 @@ class _All(Listener):
 
     def __init__(self, listeners: tuple) -> None:
         self.listeners = listeners
+
+    def inputs(self, fn: Any, inputs: tuple, kwargs: dict) -> tuple:
+        for listener in self.listeners:
+            inputs = listener.inputs(fn, inputs, kwargs)
+        return inputs
 
     def forward(self, fn: Any, inputs: tuple, kwargs: dict, run: Callable[[], Any]) -> Any:
         for listener in reversed(self.listeners):
