@@ -44,11 +44,12 @@ def run_backward(
     # on arrays and records nothing; grad mode goes off only for the first rule or hook that
     # uses Tensor ops (`modes`), so a walk of array rules never touches the per-thread mode.
     arrays = not create_graph and watching is None
-    pending, leaves, ready = {}, {}, []
+    # The walk's state (`_send`), grad()'s results by id, and memory root -> the gradients in it
+    # handed to leaves so far (`_deliver`).
+    pending, leaves, ready, captured, handed = {}, {}, [], {}, {}
     for root, grad in zip(roots, root_grads):
         _send(root, grad, pending, leaves, ready, arrays)
     early = hooks.early_leaves(roots, capture) if hooks.live[0] else None
-    captured, handed = {}, {}  # grad()'s results by id; memory root -> gradients handed to leaves
     retain = create_graph if retain_graph is None else retain_graph
     release = not retain and (watching is None or not watching.keeps_graph())
     modes = [] if arrays else [set_grad_enabled(create_graph)]  # rules record for higher order

@@ -245,29 +245,26 @@ class Function(torch_protocol.ContextMethods):
         A node with nothing to drop keeps its inputs instead (unless `entirely`): its rule reads
         no values (a reshape, a slice, a sum) and a later walk can get past each input, so a
         second backward runs through it, as PyTorch's runs through nodes that saved nothing
-        (``x[0:3].sum().backward()`` twice). See `walkable_again`."""
-        if self.inputs is None or not entirely and self._versions is None and walkable_again(self):
+        (``x[0:3].sum().backward()`` twice)."""
+        inputs = self.inputs
+        if inputs is None:
             return
-        self._released_inputs = tuple(map(skeleton_of, self.inputs))
+        saved = self._saves and getattr(self, "_saved", None)  # the class flag first: cheaper
+        if not entirely and self._versions is None and not saved:
+            # Kept whole if each input is a leaf or comes from a node alike, not released: the
+            # inputs' producers are looked at, not further. A node over one that saved values
+            # is released, so the values it would keep (its inputs) are freed, and a second
+            # backward stops there. (Written out, not a call per node: this runs on each one.)
+            for tensor in inputs:
+                node = tensor._ctx
+                if node is not None and (node.inputs is None or node._versions is not None):
+                    break
+                if node is not None and node._saves and getattr(node, "_saved", None):
+                    break
+            else:
+                return
+        self._released_inputs = tuple(map(skeleton_of, inputs))
         self._saved = self.inputs = None
-
-
-def walkable_again(fn: Function) -> bool:
-    """Whether backward leaves `fn` whole: its rule reads no values (no versions noted, which
-    `release` has seen, and nothing saved), and each input is a leaf or comes from a node alike,
-    not released. The inputs' producers are looked at, not further: a node over one that saved
-    values is released, so the values it would keep (its inputs) are freed, and a second
-    backward stops there. (The tests are written out, not a call per node: this runs on every
-    node of every backward.)"""
-    if fn._saves and getattr(fn, "_saved", None):  # the class flag first: a slot never set
-        return False  # costs an exception inside getattr
-    for tensor in fn.inputs:
-        producer = tensor._ctx
-        if producer is not None and (producer.inputs is None or producer._versions is not None):
-            return False
-        if producer is not None and producer._saves and getattr(producer, "_saved", None):
-            return False
-    return True
 
 
 class _Outputs:

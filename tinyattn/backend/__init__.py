@@ -37,7 +37,6 @@ HOST_FLOATS = frozenset({np.dtype(np.float16), np.dtype(np.float32), np.dtype(np
 
 # Dtype names accepted wherever a dtype is asked for; resolved per namespace by `dtype_of_name`.
 DTYPE_NAMES = ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool")
-
 _host_rng = np.random.default_rng(0)
 
 
@@ -227,20 +226,21 @@ def cache_per_device(maxsize: int) -> Callable[[Callable], Callable]:
     return wrap
 
 
-@functools.cache
-def _namespace_of_type(array_type: type) -> Any:
-    # NumPy 2 implements the standard itself; its own module avoids a wrapper layer per call.
-    if array_type is np.ndarray or issubclass(array_type, np.generic):
-        return np
-    raise KeyError(array_type)
-
-
 def namespace(array: Any) -> Any:
     """The array API namespace of an array (NumPy itself for NumPy arrays)."""
-    try:
-        return _namespace_of_type(type(array))
-    except KeyError:
-        return _compat().array_namespace(array)
+    return _NUMPY_TYPES.get(type(array)) or _namespace_met(array)
+
+
+_NUMPY_TYPES: dict[type, Any] = {}  # NumPy's array and scalar types met so far -> NumPy
+
+
+def _namespace_met(array: Any) -> Any:
+    """`namespace` of an array type not yet met. NumPy 2 implements the standard itself (its
+    own module avoids a wrapper layer per call); other libraries through array-api-compat."""
+    if type(array) is np.ndarray or isinstance(array, np.generic):
+        _NUMPY_TYPES[type(array)] = np
+        return np
+    return _compat().array_namespace(array)
 
 
 def is_host_array(array: Any) -> bool:
