@@ -39,6 +39,7 @@ import datetime
 import importlib.abc
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
@@ -95,12 +96,13 @@ class Plan:
     test_files: tuple = ()  # () is every test file, FIRST_TESTS first
 
 
-# 420 s in all. The first part on a fresh machine also compiles CuPy's kernels (cached on disk
+# 450 s in all. The first part on a fresh machine also compiles CuPy's kernels (cached on disk
 # for the parts after it), hence the losses' margin.
 GPU_LIMITS = {
     "env": 30,
     "losses": 60,
     "steps": 75,
+    "autocast": 30,
     "attention": 40,
     "generate": 40,
     "copy": 45,
@@ -378,6 +380,50 @@ def part_steps(plan: Plan, limit: float) -> dict:
     return {"models": out, "sizes": {m: sizes[m] | plan.sizes for m in MODELS}}
 
 
+AUTOCAST_CLOSE = 1e-2  # float16 keeps 11 bits; on the CPU the losses agree to about 1e-4
+
+
+def part_autocast(plan: Plan, limit: float) -> dict:
+    """The small model's eager step in float32 and inside float16 autocast, tinyattn's and
+    PyTorch's (each its own model); and `loss_steps` training steps from one seed in both, whose
+    losses must be finite and agree to `AUTOCAST_CLOSE` relative. The strict stand-in has no
+    float16: skipped there."""
+    if plan.device == "strict":
+        return {"skipped": "the strict stand-in has no float16"}
+    torch = _torch()
+    import compiled
+
+    import tinyattn as ta
+
+    kind = "cuda" if plan.device.startswith("cuda") else "cpu"
+    steps = {}
+    for mode in ("float32", "autocast"):
+        step, args = compiled._tinyattn_step("small", device=plan.device, sizes=plan.sizes)
+        steps[mode] = (
+            ta.autocast(kind, dtype="float16")(step) if mode == "autocast" else step,
+            args,
+        )
+    if torch is not None:
+        for mode in ("torch", "torch_autocast"):
+            step, args = compiled._torch_step("small", plan.torch_device, plan.sizes)
+            kind_torch = "cuda" if plan.torch_device.startswith("cuda") else "cpu"
+            wrap = torch.autocast(kind_torch, dtype=torch.float16)
+            steps[mode] = (wrap(step) if mode == "torch_autocast" else step, args)
+    times = _rounds({name: _cycling(*pair) for name, pair in steps.items()}, plan)
+    losses = {}
+    for mode in ("float32", "autocast"):  # from one seed, on the same batches
+        step, args = compiled._tinyattn_step("small", seed=1, device=plan.device, sizes=plan.sizes)
+        step = ta.autocast(kind, dtype="float16")(step) if mode == "autocast" else step
+        losses[mode] = [step(*args[k % len(args)]).item() for k in range(plan.loss_steps)]
+    worst = max(abs(a - b) / abs(a) for a, b in zip(losses["float32"], losses["autocast"]))
+    out = {"times": times, "losses": losses, "device_type": kind, "max_relative_difference": worst}
+    out["close"] = all(math.isfinite(v) for v in losses["autocast"]) and worst <= AUTOCAST_CLOSE
+    if torch is not None:
+        out["autocast/torch"] = times["autocast"]["ms"] / times["torch"]["ms"]
+        out["torch_autocast/torch"] = times["torch_autocast"]["ms"] / times["torch"]["ms"]
+    return out
+
+
 def part_attention(plan: Plan, limit: float) -> dict:
     """scaled_dot_product_attention (no mask) forward + backward on (B, H, T, D) = (1, 4, T,
     16), against PyTorch's; and the largest difference of their outputs and query gradients."""
@@ -538,6 +584,7 @@ PART_FUNCTIONS = {
     "env": part_env,
     "losses": part_losses,
     "steps": part_steps,
+    "autocast": part_autocast,
     "attention": part_attention,
     "generate": part_generate,
     "copy": part_copy,

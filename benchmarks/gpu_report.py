@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PARTS = ("env", "losses", "steps", "attention", "generate", "copy", "tests")
+PARTS = ("env", "losses", "steps", "autocast", "attention", "generate", "copy", "tests")
 MODELS = ("small", "bench")
 # Targets: a ratio to PyTorch CUDA eager (lower is faster) must be at most this.
-TARGETS = {"compiled": 0.5, "eager": 1.5, "attention": 2.0}
+TARGETS = {"compiled": 0.5, "eager": 1.5, "attention": 2.0, "autocast": 0.5}
 # The env part's keys, in the report's order.
 ENV_KEYS = (
     "date",
@@ -91,6 +91,22 @@ def _step_rows(data: dict, plan) -> list:
     return rows
 
 
+def _autocast_rows(data: dict, plan) -> list:
+    if data.get("skipped"):
+        return [[f"skipped: {data['skipped']}", "float16 autocast trains", "no result"]]
+    times = data.get("times", {})
+    result = f"small: autocast {_ms(times.get('autocast', {}).get('ms'))} vs PyTorch float32 "
+    result += f"{_ms(times.get('torch', {}).get('ms'))} = {_x(data.get('autocast/torch'))}"
+    target = f"<= {TARGETS['autocast']}x PyTorch's float32 eager step"
+    steps = len((data.get("losses") or {}).get("autocast", []))
+    worst = data.get("max_relative_difference")
+    close = f"{steps} steps: losses within {worst:.3g} of float32's" if steps else "no result"
+    return [
+        [result, target, judged(data.get("autocast/torch"), TARGETS["autocast"], plan)],
+        [close, "finite, within 1e-2 relative of float32's", passed(data.get("close"))],
+    ]
+
+
 def _attention_rows(data: dict, plan) -> list:
     result = f"T {data.get('T', '-')}: {_ms(data.get('tinyattn_ms'))} vs SDPA "
     result += f"{_ms(data.get('torch_ms'))} = {_x(data.get('ratio'))}"
@@ -130,6 +146,7 @@ def _tests_rows(data: dict, plan) -> list:
 ROWS = {
     "losses": _loss_rows,
     "steps": _step_rows,
+    "autocast": _autocast_rows,
     "attention": _attention_rows,
     "generate": _generate_rows,
     "copy": _copy_rows,
@@ -186,6 +203,18 @@ def _step_details(data: dict) -> list[str]:
     return lines
 
 
+def _autocast_details(data: dict) -> list[str]:
+    if data.get("skipped"):
+        return [f"skipped: {data['skipped']}"]
+    lines = [f"device type {data.get('device_type')}; PyTorch's own autocast step "
+             f"{_x(data.get('torch_autocast/torch'))} of its float32 step", ""]  # fmt: skip
+    lines += ["| mode | ms per step (median over rounds) | range |", "|---|---|---|"]
+    for mode, t in data.get("times", {}).items():
+        low, high = t["range_ms"]
+        lines.append(f"| {mode} | {t['ms']:.3f} | {low:.3f} - {high:.3f} |")
+    return lines
+
+
 def _attention_details(data: dict) -> list[str]:
     return [f"shape (B, H, T, D) {data.get('shape')}; max |tinyattn - PyTorch|: "
             f"{data.get('max_abs_difference')}"]  # fmt: skip
@@ -216,6 +245,7 @@ DETAILS = {
     "losses": lambda data: [f"CUDA graphs per model: "
                             f"{ {m: g['graphs'] for m, g in data.get('models', {}).items()} }"],
     "steps": _step_details,
+    "autocast": _autocast_details,
     "attention": _attention_details,
     "generate": _generate_details,
     "copy": _copy_details,

@@ -103,11 +103,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"linear: input of shape {x.shape} has {x.shape[-1] if x.ndim else 0} features, "
             f"but weight of shape {weight.shape} expects {weight.shape[1]}"
         )
-    _same_device("linear", x, weight, bias)
-    for other, name in ((weight, "weight"), (bias, "bias")):
-        if other is not None and other.dtype != x.dtype:  # as PyTorch: no silent widening
-            names = f"{backend.dtype_name(x.dtype)} but {name} is {backend.dtype_name(other.dtype)}"
-            raise RuntimeError(f"linear: input is {names}; cast one with .to(dtype)")
+    _same_device("linear", x, weight, bias)  # dtypes: in the op, after autocast's casts
     if bias is None:
         return ops.Linear.apply(x, weight)  # one fused node: (..., in) -> (..., out)
     if bias.shape != (weight.shape[0],):

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import kernels
 from ..autograd import Function, is_grad_enabled
-from ..backend import is_half, namespace, reshape
+from ..backend import dtype_name, is_half, namespace, reshape
 from .reductions import sum_array
 
 
@@ -31,6 +31,10 @@ class Linear(Function):
     grad_reads = ((1,), (0,), ())  # dL/dx reads W, dL/dW reads x, dL/db neither
 
     def forward(self, x: Any, weight: Any, bias: Any = None) -> Any:
+        for other, name in ((weight, "weight"), (bias, "bias")):
+            if other is not None and other.dtype != x.dtype:  # as PyTorch: no silent widening
+                names = f"{dtype_name(x.dtype)} but {name} is {dtype_name(other.dtype)}"
+                raise RuntimeError(f"linear: input is {names}; cast one with .to(dtype)")
         xp = namespace(x)
         rows = reshape(x, (-1, x.shape[-1]))  # (..., in) -> (N, in): one GEMM for all rows
         y = xp.matmul(rows, xp.matrix_transpose(weight))  # (N, in) @ (in, out) -> (N, out)
