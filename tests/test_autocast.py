@@ -165,3 +165,25 @@ def test_decorator_and_grad_scaler_train_under_autocast():
         scaler.update()
         losses.append(loss.item())
     assert str(model.weight.grad.dtype) == "float32" and losses[-1] < 0.5 * losses[0]
+
+
+def test_is_autocast_enabled_and_get_autocast_dtype_as_torchs():
+    torch = pytest.importorskip("torch")
+
+    def state(lib) -> tuple:
+        return (
+            lib.is_autocast_enabled("cpu"),
+            lib.is_autocast_enabled(),  # CUDA's, as PyTorch's with no argument
+            str(lib.get_autocast_dtype("cpu")).removeprefix("torch."),
+            str(lib.get_autocast_dtype("cuda")).removeprefix("torch."),
+        )
+
+    seen = {}
+    for name, lib in (("ours", ta), ("theirs", torch)):
+        outside = state(lib)
+        with lib.autocast("cpu", dtype=lib.float16):
+            inside = state(lib)
+            with lib.autocast("cpu", enabled=False):
+                off = state(lib)[:1]
+        seen[name] = (outside, inside, off)
+    assert seen["ours"] == seen["theirs"]

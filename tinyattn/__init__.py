@@ -180,6 +180,8 @@ _LAZY = {
     "cuda": ("tinyattn.cuda", None),
     "amp": ("tinyattn.amp", None),
     "autocast": ("tinyattn.amp", "autocast"),
+    "is_autocast_enabled": ("tinyattn.amp", "is_autocast_enabled"),
+    "get_autocast_dtype": ("tinyattn.amp", "get_autocast_dtype"),
     "backends": ("tinyattn.backends", None),
     "distributed": ("tinyattn.distributed", None),
     "accelerator": ("tinyattn.accelerator", None),

@@ -170,6 +170,21 @@ class autocast:  # noqa: N801  (PyTorch's name)
         return wrapped
 
 
+def is_autocast_enabled(device_type: str | None = None) -> bool:
+    """Whether this thread is inside an enabled autocast region for `device_type` ("cuda" when
+    not given, as PyTorch's ``torch.is_autocast_enabled()``)."""
+    return dict(_regions.stack).get(device_type or "cuda") is not None
+
+
+def get_autocast_dtype(device_type: str) -> str:
+    """The dtype autocast casts to on `device_type` in this thread: its innermost region's, else
+    PyTorch's default there (float16 on CUDA, bfloat16 on the CPU, which regions refuse)."""
+    for device, dtype in reversed(_regions.stack):
+        if device == device_type and dtype is not None:
+            return dtype
+    return "float16" if device_type == "cuda" else "bfloat16"
+
+
 # The per-optimizer stages of one iteration, as PyTorch's OptState.
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
@@ -362,4 +377,4 @@ def _unscale_grads(grads: Iterable[Tensor], inverse_scale: float) -> bool:
     return found_inf
 
 
-__all__ = ["GradScaler", "autocast"]
+__all__ = ["GradScaler", "autocast", "get_autocast_dtype", "is_autocast_enabled"]
