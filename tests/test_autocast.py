@@ -40,28 +40,20 @@ def _program(lib, x, w, b, target):
     return (h, p, e, mixed, loss), loss
 
 
-def _ours():
-    w = ta.tensor(W, requires_grad=True)
-    b = ta.tensor(B, requires_grad=True)
-    with ta.autocast("cpu", dtype=ta.float16):
-        results, loss = _program(ta, ta.tensor(X), w, b, ta.tensor(TARGET))
-    loss.backward()
-    return results, (w.grad, b.grad)
-
-
-def _theirs(torch):
-    w = torch.tensor(W, requires_grad=True)
-    b = torch.tensor(B, requires_grad=True)
-    with torch.autocast("cpu", dtype=torch.float16):
-        results, loss = _program(torch, torch.tensor(X), w, b, torch.tensor(TARGET))
+def _trained(lib):
+    """`_program` under lib's CPU float16 autocast, and the float32 parameters' gradients."""
+    w = lib.tensor(W, requires_grad=True)
+    b = lib.tensor(B, requires_grad=True)
+    with lib.autocast("cpu", dtype=lib.float16):
+        results, loss = _program(lib, lib.tensor(X), w, b, lib.tensor(TARGET))
     loss.backward()
     return results, (w.grad, b.grad)
 
 
 def test_each_result_has_torchs_dtype_and_values():
     torch = pytest.importorskip("torch")
-    ours, our_grads = _ours()
-    theirs, their_grads = _theirs(torch)
+    ours, our_grads = _trained(ta)
+    theirs, their_grads = _trained(torch)
     for mine, reference in zip(ours, theirs, strict=True):
         assert str(mine.dtype) == str(reference.dtype).removeprefix("torch."), (mine, reference)
         np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(), **HALF)
@@ -72,7 +64,7 @@ def test_each_result_has_torchs_dtype_and_values():
 
 def test_dtypes_without_torch():
     """The policy alone (runs without PyTorch): the product in float16, the loss in float32."""
-    (h, p, e, mixed, loss), (grad_w, grad_b) = _ours()
+    (h, p, e, mixed, loss), (grad_w, grad_b) = _trained(ta)
     assert [str(t.dtype) for t in (h, p, e, mixed, loss)] == [
         "float16",
         "float16",
@@ -140,6 +132,14 @@ def test_bfloat16_and_unknown_devices_are_refused_by_name():
         with ta.autocast("cpu"):  # PyTorch's CPU default is bfloat16
             pass
     with pytest.raises(RuntimeError, match="unsupported autocast device_type 'tpu'"):
+        ta.autocast("tpu")
+
+
+def test_an_unknown_device_type_raises_what_torch_raises():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError):
+        torch.autocast("tpu")
+    with pytest.raises(RuntimeError):
         ta.autocast("tpu")
 
 

@@ -8,7 +8,7 @@ Below `autograd` (which runs the hooks in its engine and re-exports these names)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import backend
@@ -164,7 +164,12 @@ def early_leaves(roots: Any, capture: Any = None) -> EarlyLeaves | None:
 def leaves_reached(outputs: Any) -> set[int]:
     """The ids of the leaves the graph of `outputs` reads (DistributedDataParallel's
     ``find_unused_parameters`` scan: a parameter not among them gets no gradient)."""
-    reached: set[int] = set()
+    return {id(leaf) for leaf in graph_leaves(outputs)}
+
+
+def graph_leaves(outputs: Any) -> Iterator[Any]:
+    """The leaves the graph of `outputs` reads, one by one as a scan meets them (a leaf read by
+    several nodes comes once per reader): a generator, so a caller may stop at the first."""
     seen: set[int] = set()
     stack = [tensor._ctx for tensor in outputs if tensor._ctx is not None]
     while stack:
@@ -174,7 +179,6 @@ def leaves_reached(outputs: Any) -> set[int]:
         seen.add(id(fn))
         for tensor in fn.inputs:
             if tensor._ctx is None:
-                reached.add(id(tensor))
+                yield tensor
             else:
                 stack.append(tensor._ctx)
-    return reached

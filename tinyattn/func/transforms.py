@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..autograd import enable_grad, forward_ad, is_grad_enabled, recording
+from ..autograd import enable_grad, forward_ad, hooks, is_grad_enabled, recording
 from ..autograd import grad as engine_grad
 from ..tensor import Tensor
 from . import batching
@@ -161,19 +161,8 @@ def _reads_other_leaves(outputs: list, inputs: list) -> bool:
     """Whether the graph of `outputs` reads a leaf that requires grad besides `inputs` (a
     parameter f closes over): then the gradients keep their graph, as torch.func's do, so a
     backward through them reaches it."""
-    ids, seen = {id(t) for t in inputs}, set()
-    stack = [t._ctx for t in outputs if t._ctx is not None]
-    while stack:
-        fn = stack.pop()
-        if id(fn) in seen or fn.inputs is None:
-            continue
-        seen.add(id(fn))
-        for tensor in fn.inputs:
-            if tensor._ctx is not None:
-                stack.append(tensor._ctx)
-            elif tensor.requires_grad and id(tensor) not in ids:
-                return True
-    return False
+    ids = {id(t) for t in inputs}
+    return any(leaf.requires_grad and id(leaf) not in ids for leaf in hooks.graph_leaves(outputs))
 
 
 def _per_sample(function: Callable, given: Any, level: Any) -> Any:
